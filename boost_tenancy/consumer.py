@@ -1,0 +1,197 @@
+"""ProcessorRunner: one selector-filtered subscription per (tenant, queue), handlers on workers.
+
+The transport's receiving thread only hands deliveries over; worker threads run the dispatcher.
+Stopping lets in-flight handlers finish within a deadline and leaves the rest unacknowledged.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+import structlog
+
+from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.processor import (
+    DispatchObserver,
+    Dispatcher,
+    DispatchSettings,
+    Middleware,
+    TenantProcessor,
+)
+from boost_tenancy.messages import check_queue_name
+from boost_tenancy.resilience.error_store import ErrorStore
+from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.base import Delivery, Subscription, Transport
+
+log = structlog.get_logger("boost_tenancy.consumer")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerSettings:
+    """Concurrency, flow control and shutdown behaviour of a runner."""
+
+    workers: int = 4
+    prefetch: int = 10
+    """Unacknowledged messages per subscription (Classic activemq.prefetchSize)."""
+    shutdown_grace_s: float = 30.0
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        if self.prefetch < 1:
+            raise ConfigError(f"prefetch must be at least 1, got {self.prefetch}")
+        if self.shutdown_grace_s < 0:
+            raise ConfigError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
+
+
+class ProcessorRunner:
+    """Runs a TenantProcessor for a fixed list of tenants on one transport."""
+
+    def __init__(
+        self,
+        processor: TenantProcessor,
+        transport: Transport,
+        tenants: Sequence[TenantId | str],
+        *,
+        error_store: ErrorStore,
+        settings: RunnerSettings | None = None,
+        middleware: Sequence[Middleware] = (),
+        observers: Sequence[DispatchObserver] = (),
+    ) -> None:
+        if not processor.queues:
+            raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
+        for name in processor.queues:
+            check_queue_name(name)
+        self._tenants = tuple(TenantId.parse(t) for t in tenants)
+        if not self._tenants:
+            raise ConfigError("a runner needs at least one tenant")
+        self._processor = processor
+        self._transport = transport
+        self._settings = settings or RunnerSettings()
+        self._dispatcher = Dispatcher(
+            processor,
+            transport,
+            error_store,
+            settings=self._settings.dispatch,
+            middleware=middleware,
+            observers=observers,
+        )
+        self._work: queue_mod.SimpleQueue[tuple[TenantId, Delivery]] = queue_mod.SimpleQueue()
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._subscriptions: list[Subscription] = []
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._started = False
+
+    @property
+    def tenants(self) -> tuple[TenantId, ...]:
+        return self._tenants
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running right now."""
+        return self._busy
+
+    def start(self) -> None:
+        """Connect, start the workers and open every (tenant, queue) subscription."""
+        if self._started:
+            return
+        self._started = True
+        self._transport.connect()
+        for index in range(self._settings.workers):
+            worker = threading.Thread(
+                target=self._work_loop, name=f"boost-worker-{index}", daemon=True
+            )
+            worker.start()
+            self._workers.append(worker)
+        for tenant in self._tenants:
+            selector = tenant_selector(tenant)
+            for queue in self._processor.queues:
+                self._subscriptions.append(
+                    self._transport.subscribe(
+                        queue,
+                        selector=selector,
+                        prefetch=self._settings.prefetch,
+                        on_delivery=self._receiver(tenant),
+                    )
+                )
+        log.info(
+            "runner_started",
+            processor=type(self._processor).__name__,
+            tenants=len(self._tenants),
+            queues=list(self._processor.queues),
+            workers=self._settings.workers,
+        )
+
+    def _receiver(self, tenant: TenantId) -> Callable[[Delivery], None]:
+        def on_delivery(delivery: Delivery) -> None:
+            self._work.put((tenant, delivery))
+
+        return on_delivery
+
+    def _work_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                tenant, delivery = self._work.get(timeout=0.2)
+            except queue_mod.Empty:
+                continue
+            if self._stopping.is_set():
+                return  # left unacknowledged: the broker redelivers it after close
+            with self._busy_lock:
+                self._busy += 1
+            try:
+                self._dispatcher.dispatch(tenant, delivery)
+            except TransportError as exc:
+                # Not acknowledged: the broker redelivers it once the connection is back.
+                log.warning("delivery_settle_failed", queue=delivery.queue, error=str(exc))
+            except Exception:
+                log.exception("dispatcher_failed", queue=delivery.queue)
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def stop(self, grace_s: float | None = None) -> bool:
+        """Stop taking messages, let in-flight handlers finish within grace_s, then disconnect.
+
+        Returns False if some handler was still running at the deadline; its message stays
+        unacknowledged and the broker redelivers it.
+        """
+        grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
+        self._stopping.set()
+        deadline = time.monotonic() + grace
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        finished = not any(worker.is_alive() for worker in self._workers)
+        self._transport.close()
+        log.info("runner_stopped", clean=finished)
+        return finished
+
+    def request_stop(self) -> None:
+        """Ask run() to stop; safe from a signal handler."""
+        self._stop_requested.set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Start, block until SIGTERM/SIGINT or request_stop(), stop gracefully; exit code 0."""
+        if install_signal_handlers:
+
+            def on_signal(signum: int, _frame: FrameType | None) -> None:
+                log.info("stop_signal_received", signal=signal.Signals(signum).name)
+                self.request_stop()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not self._stop_requested.wait(0.5):
+            pass
+        self.stop()
+        return 0

@@ -1,0 +1,56 @@
+"""The one error root of boost-tenancy and its precise subclasses.
+
+Every error the toolkit raises on purpose derives from BoostTenancyError, so callers can catch
+the toolkit's failures without catching their own bugs.
+"""
+
+from __future__ import annotations
+
+
+class BoostTenancyError(Exception):
+    """Root of every error raised by boost-tenancy."""
+
+
+class InvalidTenantError(BoostTenancyError, ValueError):
+    """A tenant id does not match the tenant grammar; the message shows the offending value."""
+
+    def __init__(self, value: object, reason: str) -> None:
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid tenant id {value!r}: {reason}")
+
+
+class TenantMismatchError(BoostTenancyError):
+    """A message claims a tenant other than the one its context or subscription is bound to."""
+
+
+class ConfigError(BoostTenancyError, ValueError):
+    """Configuration is missing or invalid; raised at start-up, naming the setting."""
+
+
+class TransportError(BoostTenancyError):
+    """The broker connection failed or the broker refused an operation."""
+
+
+class NotConfirmedError(TransportError):
+    """The broker did not confirm a send (no receipt within the deadline); it may or may not hold it."""
+
+
+class MessageDecodeError(BoostTenancyError):
+    """A delivered body cannot be decoded (invalid UTF-8 or JSON); the message is dead-lettered."""
+
+
+class HandlerError(BoostTenancyError):
+    """Base for errors a handler raises to tell the toolkit how to treat a failed message."""
+
+
+class PermanentError(HandlerError):
+    """Retrying cannot help (invalid data, unknown document): dead-letter at once."""
+
+
+class TransientError(HandlerError):
+    """Retrying may help (network, storage unavailable): retry with backoff up to the cap."""
+
+
+class ErrorStoreError(BoostTenancyError):
+    """The error store could not record or read a failure."""

@@ -1,0 +1,68 @@
+"""Redelivery strategies: who counts attempts and how a failed message comes back.
+
+Over STOMP the toolkit counts (NACK dead-letters on Classic and discards on Artemis); a transport
+with a native delivery count can let the broker count instead.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage
+from boost_tenancy.transports.base import Delivery, Transport
+
+
+class RedeliveryStrategy(Protocol):
+    """Reads the attempt number of a delivery and brings a failed one back later."""
+
+    def attempt_of(self, delivery: Delivery) -> int:
+        """1 for a first delivery, n for the n-th."""
+
+    def retry(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
+        """Make the message come back once after delay_ms, counted as one more attempt."""
+
+    def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
+        """Make the message come back after delay_ms without counting an attempt."""
+
+
+def _attempt_property(delivery: Delivery) -> int:
+    raw = delivery.properties.get(ATTEMPT_PROPERTY, "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        # A foreign producer (a Java service) may not stamp it; treat as a first attempt.
+        return 1
+
+
+def _copy_with_attempt(delivery: Delivery, attempt: int) -> WireMessage:
+    properties = dict(delivery.properties)
+    properties[ATTEMPT_PROPERTY] = str(attempt)
+    return WireMessage(
+        body=delivery.body, properties=properties, correlation_id=delivery.correlation_id
+    )
+
+
+class RepublishRedelivery:
+    """The toolkit counts: a retry is a delayed copy with boostAttempt + 1, then the original is acked.
+
+    Scheduled delivery (AMQ_SCHEDULED_DELAY) holds the copy back on the broker, so nothing waits
+    in the consumer and a crash during the delay loses nothing.
+    """
+
+    def attempt_of(self, delivery: Delivery) -> int:
+        return _attempt_property(delivery)
+
+    def retry(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
+        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1)
+        transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
+
+    def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
+        copy = _copy_with_attempt(delivery, _attempt_property(delivery))
+        transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
+
+
+def strategy_for(transport: Transport) -> RedeliveryStrategy:
+    """The strategy a transport's capabilities call for."""
+    # Only the republishing strategy exists until a transport reports native delivery counts;
+    # the AMQP transport adds its own (Modified outcome, header.delivery_count).
+    return RepublishRedelivery()

@@ -1,0 +1,74 @@
+"""The only place a JMS selector string is built.
+
+A selector is a value (tenant plus optional equality clauses) rendered with escaped string
+literals; the in-memory transport evaluates the same value, so both transports agree on meaning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.tenancy import TenantId
+
+TENANT_PROPERTY: Final = "tenantUUID"
+
+# JMS identifiers (JMS 1.1 §3.8.1.1) restricted to ASCII; a property name is never quoted, so it
+# must not be able to carry operators.
+_IDENTIFIER_RE: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_RESERVED_WORDS: Final = frozenset(
+    {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"}
+)
+
+
+def string_literal(value: str) -> str:
+    """Render a JMS selector string literal: single quotes, an embedded quote doubled."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def check_property_name(name: str) -> str:
+    """Refuse a property name that is not a plain JMS identifier."""
+    if _IDENTIFIER_RE.fullmatch(name) is None or name.upper() in _RESERVED_WORDS:
+        raise ConfigError(f"invalid message property name {name!r}: expected a JMS identifier")
+    if name.startswith("JMS"):
+        raise ConfigError(f"invalid message property name {name!r}: the JMS prefix is reserved")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """tenantUUID = '<tenant>' AND <name> = '<value>' ...: a conjunction of string equalities."""
+
+    tenant: TenantId
+    clauses: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        TenantId.parse(self.tenant)
+        for name, value in self.clauses:
+            check_property_name(name)
+            if not isinstance(value, str):
+                raise ConfigError(f"selector value for {name!r} must be a string")
+
+    def and_equals(self, name: str, value: str) -> Selector:
+        """A narrower selector: this one AND name = value."""
+        return Selector(self.tenant, (*self.clauses, (name, value)))
+
+    def render(self) -> str:
+        """The selector text sent to the broker."""
+        parts = [f"{TENANT_PROPERTY} = {string_literal(self.tenant.value)}"]
+        parts.extend(f"{name} = {string_literal(value)}" for name, value in self.clauses)
+        return " AND ".join(parts)
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        """Evaluate the selector the way a broker does for string properties."""
+        if properties.get(TENANT_PROPERTY) != self.tenant.value:
+            return False
+        return all(properties.get(name) == value for name, value in self.clauses)
+
+
+def tenant_selector(tenant: TenantId | str) -> Selector:
+    """The selector of one tenant's messages; a raw string is validated first."""
+    return Selector(TenantId.parse(tenant))

@@ -1,0 +1,11 @@
+"""Transports: the small protocol the toolkit needs from a broker, and its implementations."""
+
+from boost_tenancy.transports.base import (
+    Delivery,
+    OnDelivery,
+    Subscription,
+    Transport,
+    TransportCapabilities,
+)
+
+__all__ = ["Delivery", "OnDelivery", "Subscription", "Transport", "TransportCapabilities"]

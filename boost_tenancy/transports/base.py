@@ -1,0 +1,110 @@
+"""The transport protocol: a handful of operations and a declared set of capabilities.
+
+Everything tenant-aware lives above this line; a transport moves bodies and string properties,
+evaluates selectors and reports what the broker can and cannot do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from boost_tenancy.messages import Body, WireMessage
+from boost_tenancy.selectors import Selector
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportCapabilities:
+    """What the broker behind a transport does natively; the toolkit adapts to it."""
+
+    server_side_selectors: bool
+    """The broker filters by selector; otherwise the consumer-side tenant check is all there is."""
+    native_delivery_count: bool
+    """The broker counts delivery attempts (AMQP header.delivery_count); STOMP exposes none."""
+    delayed_delivery: bool
+    """The broker holds a message back for a delay (scheduled delivery)."""
+    atomic_forward: bool
+    """Sending a copy and acknowledging the original can be one transaction (Classic STOMP)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """A message as a transport delivered it, before any tenant check."""
+
+    queue: str
+    body: Body
+    properties: Mapping[str, str]
+    correlation_id: str | None
+    redelivered: bool
+    subscription_id: str
+    delivery_count: int | None = None
+    """Times delivered before, when the transport knows it (native_delivery_count)."""
+    broker_message_id: str | None = None
+    """The broker's own message id (changes when the toolkit re-sends a copy)."""
+    token: object = None
+    """Transport-private handle used to acknowledge this delivery."""
+
+
+OnDelivery = Callable[[Delivery], None]
+
+Outgoing = tuple[str, WireMessage, int]
+"""(queue, message, delay in ms) to send."""
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    """A live subscription; its id is stable across reconnections."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def selector(self) -> Selector | None: ...
+
+
+class Transport(Protocol):
+    """The operations the toolkit needs from a broker connection.
+
+    on_delivery callbacks run on the transport's receiving thread: they must only hand the
+    delivery over (to a worker queue) and return at once.
+    """
+
+    @property
+    def capabilities(self) -> TransportCapabilities: ...
+
+    def connect(self) -> None:
+        """Open the connection; raises TransportError when the broker cannot be reached."""
+
+    def close(self) -> None:
+        """Close the connection; unacknowledged deliveries return to their queues."""
+
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        """Send and wait until the broker confirms it holds the message."""
+
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]]) -> None:
+        """Send several messages, all confirmed (all or none stored) when this returns."""
+
+    def subscribe(
+        self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
+    ) -> Subscription:
+        """Consume with individual client acknowledgement and at most prefetch unacknowledged."""
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop a subscription; its unacknowledged deliveries return to the queue."""
+
+    def ack(self, delivery: Delivery) -> None:
+        """Acknowledge one delivery; the broker forgets the message."""
+
+    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        """Send items (a handler's output, a retry copy, a dead letter), then ack delivery.
+
+        Atomic where capabilities.atomic_forward; otherwise every item is confirmed before the
+        ack, so a crash in between duplicates messages and never loses one.
+        """
+
+    def is_live(self, delivery: Delivery) -> bool:
+        """False when the connection that delivered it is gone: the broker will redeliver it."""

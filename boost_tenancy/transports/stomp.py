@@ -1,0 +1,491 @@
+"""The STOMP 1.2 transport (stomp.py) for ActiveMQ Classic and Artemis.
+
+It sends text bodies without content-length so Java consumers get a TextMessage, confirms every
+send by receipt, consumes with client-individual acks, and reconnects and resubscribes by itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import stomp
+import structlog
+
+from boost_tenancy.errors import ConfigError, NotConfirmedError, TransportError
+from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.selectors import Selector
+from boost_tenancy.transports.base import (
+    Delivery,
+    OnDelivery,
+    Outgoing,
+    TransportCapabilities,
+)
+
+log = structlog.get_logger("boost_tenancy.transports.stomp")
+
+# Headers the broker sets on MESSAGE frames that are not application properties.
+_FRAME_HEADERS: Final = frozenset(
+    {
+        "destination",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+        "persistent",
+        "correlation-id",
+        "content-length",
+        "content-type",
+        "expires",
+        "priority",
+        "timestamp",
+        "type",
+        "reply-to",
+        "receipt",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StompSettings:
+    """Where the broker is and how patient to be with it."""
+
+    host: str = "127.0.0.1"
+    port: int = 61613
+    username: str | None = None
+    password: str | None = None
+    vhost: str | None = None
+    heartbeat_ms: int = 10_000
+    receipt_timeout_s: float = 30.0
+    reconnect_wait_s: float = 30.0
+    """How long a send waits for a lost connection to come back before failing."""
+    reconnect_initial_s: float = 0.2
+    reconnect_max_s: float = 5.0
+    artemis_window_bytes: int | None = None
+    """Artemis consumer-window-size in bytes (its prefetch unit); None keeps the broker default."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"STOMP port must be 1-65535, got {self.port}")
+        if self.receipt_timeout_s <= 0 or self.reconnect_wait_s < 0:
+            raise ConfigError("STOMP timeouts must be positive")
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("set both the broker username and password, or neither")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StompSettings:
+        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST; invalid values name the variable."""
+        port_text = env.get("BOOST_STOMP_PORT", "61613")
+        try:
+            port = int(port_text)
+        except ValueError as exc:
+            raise ConfigError(f"BOOST_STOMP_PORT must be a number, got {port_text!r}") from exc
+        return cls(
+            host=env.get("BOOST_STOMP_HOST", "127.0.0.1"),
+            port=port,
+            username=env.get("BOOST_STOMP_USER") or None,
+            password=env.get("BOOST_STOMP_PASSWORD") or None,
+            vhost=env.get("BOOST_STOMP_VHOST") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StompSubscription:
+    """A subscription; the transport re-creates it with the same id after a reconnection."""
+
+    id: str
+    queue: str
+    selector: Selector | None
+    prefetch: int
+    on_delivery: OnDelivery
+
+
+@dataclass(slots=True)
+class _Pending:
+    event: threading.Event
+    generation: int
+    error: str | None = None
+
+
+def _header_value(value: str) -> str:
+    # stomp.py escapes backslash, newline and colon for STOMP 1.2 but not carriage return.
+    return value.replace("\r", "\\r")
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, transport: StompTransport, generation: int) -> None:
+        self._transport = transport
+        self._generation = generation
+
+    def on_connected(self, frame: Any) -> None:
+        self._transport._on_connected(self._generation, frame.headers)
+
+    def on_message(self, frame: Any) -> None:
+        self._transport._on_message(self._generation, frame.headers, frame.body)
+
+    def on_receipt(self, frame: Any) -> None:
+        self._transport._resolve(frame.headers.get("receipt-id"), None)
+
+    def on_error(self, frame: Any) -> None:
+        self._transport._on_error(frame.headers, frame.body)
+
+    def on_disconnected(self) -> None:
+        self._transport._on_disconnected(self._generation)
+
+
+class StompTransport:
+    """Transport over STOMP 1.2; implements boost_tenancy.transports.base.Transport."""
+
+    def __init__(self, settings: StompSettings | None = None) -> None:
+        self._settings = settings or StompSettings()
+        self._lock = threading.RLock()
+        self._connected_cond = threading.Condition(self._lock)
+        self._conn: Any = None
+        self._generation = 0
+        self._connected = False
+        self._closing = False
+        self._server = ""
+        self._subscriptions: dict[str, StompSubscription] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._reconnector: threading.Thread | None = None
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> TransportCapabilities:
+        return TransportCapabilities(
+            server_side_selectors=True,
+            native_delivery_count=False,
+            delayed_delivery=True,
+            # Artemis ignores ACK inside a STOMP transaction (BROKERS.md); Classic honours it.
+            atomic_forward=self.is_classic,
+        )
+
+    @property
+    def server(self) -> str:
+        """The broker's CONNECTED server header, e.g. 'ActiveMQ/5.17.2'."""
+        return self._server
+
+    @property
+    def is_classic(self) -> bool:
+        return self._server.startswith("ActiveMQ/")
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    # -- connection lifecycle ------------------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            self._closing = False
+            self._open()
+
+    def _open(self) -> None:
+        """Open a new connection and re-create every subscription on it (lock held)."""
+        settings = self._settings
+        self._generation += 1
+        generation = self._generation
+        conn = stomp.Connection12(
+            [(settings.host, settings.port)],
+            heartbeats=(settings.heartbeat_ms, settings.heartbeat_ms),
+            auto_content_length=False,
+            auto_decode=False,
+            reconnect_attempts_max=1,
+            vhost=settings.vhost,
+        )
+        conn.set_listener("boost", _Listener(self, generation))
+        try:
+            conn.connect(settings.username, settings.password, wait=True)
+        except Exception as exc:
+            try:
+                conn.disconnect()
+            except Exception:  # noqa: S110  # already failed; the connect error is the one to report
+                pass
+            raise TransportError(
+                f"cannot connect to STOMP broker at {settings.host}:{settings.port}: {exc}"
+            ) from exc
+        self._conn = conn
+        self._connected = True
+        for sub in self._subscriptions.values():
+            self._send_subscribe(sub)
+        self._connected_cond.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            conn, self._conn = self._conn, None
+            self._connected = False
+            self._subscriptions.clear()
+        self._fail_pending(None, "transport closed")
+        if conn is not None:
+            try:
+                conn.disconnect()
+            except Exception as exc:  # a dead connection cannot be closed more
+                log.debug("stomp_disconnect_failed", error=str(exc))
+
+    def _on_connected(self, generation: int, headers: Mapping[str, str]) -> None:
+        self._server = headers.get("server", "")
+
+    def _on_disconnected(self, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return
+            self._connected = False
+            closing = self._closing
+            if not closing and (self._reconnector is None or not self._reconnector.is_alive()):
+                self._reconnector = threading.Thread(
+                    target=self._reconnect_loop, name="stomp-reconnect", daemon=True
+                )
+                self._reconnector.start()
+        self._fail_pending(generation, "connection lost before the broker confirmed")
+        if not closing:
+            log.warning("stomp_connection_lost", host=self._settings.host, port=self._settings.port)
+
+    def _reconnect_loop(self) -> None:
+        delay = self._settings.reconnect_initial_s
+        attempt = 0
+        while True:
+            with self._lock:
+                if self._closing or self._connected:
+                    return
+                try:
+                    self._open()
+                except TransportError as exc:
+                    attempt += 1
+                    log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
+                else:
+                    log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
+                    return
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, self._settings.reconnect_max_s)
+
+    def _current(self) -> tuple[Any, int]:
+        """The live connection, waiting up to reconnect_wait_s for one."""
+        with self._lock:
+            deadline = time.monotonic() + self._settings.reconnect_wait_s
+            while not self._connected:
+                if self._closing:
+                    raise TransportError("STOMP transport is closed")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"no connection to the STOMP broker at {self._settings.host}:"
+                        f"{self._settings.port} within {self._settings.reconnect_wait_s}s"
+                    )
+                self._connected_cond.wait(remaining)
+            return self._conn, self._generation
+
+    # -- receipts ------------------------------------------------------------------------------
+    def _expect_receipt(self, generation: int) -> tuple[str, _Pending]:
+        receipt = f"r-{uuid.uuid4().hex}"
+        pending = _Pending(threading.Event(), generation)
+        with self._lock:
+            self._pending[receipt] = pending
+        return receipt, pending
+
+    def _await(self, receipt: str, pending: _Pending, what: str) -> None:
+        confirmed = pending.event.wait(self._settings.receipt_timeout_s)
+        with self._lock:
+            self._pending.pop(receipt, None)
+        if not confirmed:
+            raise NotConfirmedError(
+                f"{what}: no receipt within {self._settings.receipt_timeout_s}s"
+            )
+        if pending.error is not None:
+            raise TransportError(f"{what}: {pending.error}")
+
+    def _resolve(self, receipt: str | None, error: str | None) -> None:
+        if receipt is None:
+            return
+        with self._lock:
+            pending = self._pending.get(receipt)
+        if pending is not None:
+            pending.error = error
+            pending.event.set()
+
+    def _fail_pending(self, generation: int | None, reason: str) -> None:
+        with self._lock:
+            failed = [
+                p
+                for p in self._pending.values()
+                if generation is None or p.generation == generation
+            ]
+        for pending in failed:
+            pending.error = reason
+            pending.event.set()
+
+    def _on_error(self, headers: Mapping[str, str], body: bytes | str) -> None:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        message = headers.get("message", "broker error")
+        detail = f"{message}: {text.strip()}" if text.strip() else message
+        log.error("stomp_error_frame", message=message)
+        self._resolve(headers.get("receipt-id"), detail)
+
+    # -- sending -------------------------------------------------------------------------------
+    @staticmethod
+    def _frame(message: WireMessage, delay_ms: int) -> tuple[bytes, dict[str, str]]:
+        headers = {name: _header_value(value) for name, value in message.properties.items()}
+        headers["persistent"] = "true" if message.persistent else "false"
+        if message.correlation_id is not None:
+            headers["correlation-id"] = message.correlation_id
+        if delay_ms > 0:
+            headers["AMQ_SCHEDULED_DELAY"] = str(int(delay_ms))
+        if isinstance(message.body, str):
+            # No content-length: both brokers then create a TextMessage (Java getText() works).
+            return message.body.encode("utf-8"), headers
+        headers["content-length"] = str(len(message.body))
+        return message.body, headers
+
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        destination = "/queue/" + check_queue_name(queue)
+        body, headers = self._frame(message, delay_ms)
+        conn, generation = self._current()
+        receipt, pending = self._expect_receipt(generation)
+        try:
+            conn.send(destination, body, headers={**headers, "receipt": receipt})
+        except Exception as exc:
+            with self._lock:
+                self._pending.pop(receipt, None)
+            raise TransportError(f"send to {queue!r} failed: {exc}") from exc
+        self._await(receipt, pending, f"send to {queue!r}")
+
+    def _transaction(
+        self, items: Sequence[Outgoing], ack: tuple[Any, str] | None
+    ) -> None:
+        """Send items (and ack one delivery) in one STOMP transaction, confirmed by receipt."""
+        conn, generation = self._current()
+        if ack is not None and ack[0] is not conn:
+            raise TransportError("delivery belongs to a lost connection")
+        tx = f"tx-{uuid.uuid4().hex}"
+        receipt, pending = self._expect_receipt(generation)
+        try:
+            conn.begin(tx)
+            for queue, message, delay_ms in items:
+                body, headers = self._frame(message, delay_ms)
+                conn.send(
+                    "/queue/" + check_queue_name(queue),
+                    body,
+                    headers={**headers, "transaction": tx},
+                )
+            if ack is not None:
+                conn.ack(ack[1], transaction=tx)
+            conn.commit(tx, headers={"receipt": receipt})
+        except TransportError:
+            raise
+        except Exception as exc:
+            with self._lock:
+                self._pending.pop(receipt, None)
+            raise TransportError(f"transaction {tx} failed: {exc}") from exc
+        self._await(receipt, pending, f"commit of {len(items)} message(s)")
+
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]]) -> None:
+        if items:
+            self._transaction([(q, m, 0) for q, m in items], None)
+
+    # -- consuming -----------------------------------------------------------------------------
+    def subscribe(
+        self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
+    ) -> StompSubscription:
+        if prefetch < 1:
+            raise ConfigError(f"prefetch must be at least 1, got {prefetch}")
+        sub = StompSubscription(
+            f"sub-{next(self._ids)}", check_queue_name(queue), selector, prefetch, on_delivery
+        )
+        with self._lock:
+            self._subscriptions[sub.id] = sub
+            if not self._connected:
+                return sub  # created on (re)connection
+            conn, generation = self._conn, self._generation
+        receipt, pending = self._expect_receipt(generation)
+        self._send_subscribe(sub, conn=conn, receipt=receipt)
+        self._await(receipt, pending, f"subscribe to {queue!r}")
+        return sub
+
+    def _send_subscribe(
+        self, sub: StompSubscription, *, conn: Any = None, receipt: str | None = None
+    ) -> None:
+        headers = {"activemq.prefetchSize": str(sub.prefetch)}
+        if sub.selector is not None:
+            headers["selector"] = sub.selector.render()
+        if self._settings.artemis_window_bytes is not None:
+            headers["consumer-window-size"] = str(self._settings.artemis_window_bytes)
+        if receipt is not None:
+            headers["receipt"] = receipt
+        (conn or self._conn).subscribe(
+            "/queue/" + sub.queue, sub.id, ack="client-individual", headers=headers
+        )
+
+    def unsubscribe(self, subscription: object) -> None:
+        sub_id = str(getattr(subscription, "id", ""))
+        with self._lock:
+            sub = self._subscriptions.pop(sub_id, None)
+            conn = self._conn if self._connected else None
+        if sub is not None and conn is not None:
+            try:
+                conn.unsubscribe(sub.id)
+            except Exception as exc:
+                raise TransportError(f"unsubscribe from {sub.queue!r} failed: {exc}") from exc
+
+    def _on_message(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        sub = self._subscriptions.get(headers.get("subscription", ""))
+        if sub is None:
+            return  # unsubscribed meanwhile: unacknowledged, so the broker redelivers it
+        destination = headers.get("destination", "")
+        queue = destination.removeprefix("/queue/")
+        payload: bytes | str = body
+        if "content-length" not in headers:
+            payload = body.decode("utf-8", "surrogateescape")
+        delivery = Delivery(
+            queue=queue,
+            body=payload,
+            properties={k: v for k, v in headers.items() if k not in _FRAME_HEADERS},
+            correlation_id=headers.get("correlation-id"),
+            redelivered=headers.get("redelivered") == "true",
+            subscription_id=sub.id,
+            broker_message_id=headers.get("message-id"),
+            token=(generation, headers.get("ack") or headers.get("message-id", "")),
+        )
+        sub.on_delivery(delivery)
+
+    def _ack_target(self, delivery: Delivery) -> tuple[Any, str] | None:
+        token = delivery.token
+        if not (isinstance(token, tuple) and len(token) == 2):
+            raise TransportError("delivery was not made by this STOMP transport")
+        generation, ack_id = token
+        with self._lock:
+            if generation != self._generation or not self._connected:
+                return None
+            return self._conn, str(ack_id)
+
+    def ack(self, delivery: Delivery) -> None:
+        target = self._ack_target(delivery)
+        if target is None:
+            log.info("stomp_ack_skipped_stale", queue=delivery.queue)
+            return  # the broker already took it back when the connection dropped
+        conn, ack_id = target
+        try:
+            conn.ack(ack_id)
+        except Exception as exc:
+            raise TransportError(f"ack on {delivery.queue!r} failed: {exc}") from exc
+
+    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        target = self._ack_target(delivery)
+        if target is None:
+            raise TransportError("delivery belongs to a lost connection; the broker redelivers it")
+        if not items:
+            self.ack(delivery)
+        elif self.is_classic:
+            self._transaction(items, target)
+        else:
+            for queue, message, delay_ms in items:
+                self.send(queue, message, delay_ms=delay_ms)
+            self.ack(delivery)
+
+    def is_live(self, delivery: Delivery) -> bool:
+        return self._ack_target(delivery) is not None
