@@ -48,6 +48,14 @@ _FRAME_HEADERS: Final = frozenset(
         "type",
         "reply-to",
         "receipt",
+        # Scheduling instructions are consumed by the broker; copied onto a retry or dead-letter
+        # copy they would delay it again (Classic AMQ_SCHEDULED_*, Artemis _AMQ_SCHED_DELIVERY).
+        "AMQ_SCHEDULED_DELAY",
+        "AMQ_SCHEDULED_PERIOD",
+        "AMQ_SCHEDULED_REPEAT",
+        "AMQ_SCHEDULED_CRON",
+        "scheduledJobId",
+        "_AMQ_SCHED_DELIVERY",
     }
 )
 

@@ -1,0 +1,95 @@
+"""Shared fixtures: the broker and database a test needs, and the transports of the contract suite.
+
+A missing broker or database skips a test locally and fails it under CI=true, so CI can never
+pass by skipping the real-broker tests.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from boost_tenancy import StompSettings, StompTransport, Transport
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+
+STOMP_HOST = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
+STOMP_PORT = int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613"))
+OPENWIRE_PORT = int(os.environ.get("BOOST_BROKER_OPENWIRE_PORT", "61616"))
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally; under CI a missing prerequisite is a failure, not a skip."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll predicate until it holds or timeout passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def unique_queue(prefix: str = "test") -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def stomp_settings() -> StompSettings:
+    """Settings of the local broker; the test is skipped (or failed under CI) when it is down."""
+    if not port_open(STOMP_HOST, STOMP_PORT):
+        unavailable(
+            f"no ActiveMQ broker: STOMP port {STOMP_HOST}:{STOMP_PORT} is not open "
+            "(start one with `boost-tenancy broker start`)"
+        )
+    return StompSettings(host=STOMP_HOST, port=STOMP_PORT, receipt_timeout_s=15.0)
+
+
+TransportFactory = Callable[[], Transport]
+
+
+@pytest.fixture(params=["memory", pytest.param("stomp", marks=pytest.mark.broker)])
+def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFactory]:
+    """Makes connected transports of one kind, all closed after the test: the contract suite's axis."""
+    made: list[Transport] = []
+    broker: InMemoryBroker | None = None
+    if request.param == "memory":
+        broker = InMemoryBroker()
+
+        def make() -> Transport:
+            assert broker is not None
+            transport = InMemoryTransport(broker)
+            transport.connect()
+            made.append(transport)
+            return transport
+    else:
+        settings: StompSettings = request.getfixturevalue("stomp_settings")
+
+        def make() -> Transport:
+            transport = StompTransport(settings)
+            transport.connect()
+            made.append(transport)
+            return transport
+
+    yield make
+    for transport in made:
+        transport.close()
+    if broker is not None:
+        broker.close()

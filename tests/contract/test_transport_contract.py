@@ -1,0 +1,208 @@
+"""The transport contract: what the toolkit relies on, proven on the in-memory and STOMP transports."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from boost_tenancy import TenantId, tenant_selector
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.base import Delivery
+from tests.conftest import TransportFactory, unique_queue, wait_until
+
+
+class Inbox:
+    """Collects deliveries from the transport's receiving thread."""
+
+    def __init__(self) -> None:
+        self.items: list[Delivery] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, delivery: Delivery) -> None:
+        with self._lock:
+            self.items.append(delivery)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.items)
+
+    def bodies(self) -> list[object]:
+        with self._lock:
+            return [d.body for d in self.items]
+
+
+def wire(tenant: str, body: str | bytes = "{}", **props: str) -> WireMessage:
+    return WireMessage(body=body, properties={"tenantUUID": tenant, **props}, correlation_id="c-1")
+
+
+def test_round_trip_keeps_text_body_properties_and_correlation_id(
+    transport_factory: TransportFactory,
+) -> None:
+    queue = unique_queue()
+    sender, receiver = transport_factory(), transport_factory()
+    inbox = Inbox()
+    receiver.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    sender.send(queue, wire("t1", '{"text": "Zürich"}', boostMessageId="m-1", colour="blue"))
+    assert wait_until(lambda: len(inbox) == 1)
+    delivery = inbox.items[0]
+    assert delivery.body == '{"text": "Zürich"}'
+    assert isinstance(delivery.body, str)
+    assert delivery.properties["tenantUUID"] == "t1"
+    assert delivery.properties["boostMessageId"] == "m-1"
+    assert delivery.properties["colour"] == "blue"
+    assert delivery.correlation_id == "c-1"
+    assert delivery.redelivered is False
+    assert delivery.queue == queue
+
+
+def test_bytes_body_round_trips_unchanged(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    payload = bytes(range(256))
+    transport.send(queue, wire("t1", payload))
+    assert wait_until(lambda: len(inbox) == 1)
+    assert inbox.items[0].body == payload
+
+
+def test_selector_delivers_only_its_tenants_messages(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    sender = transport_factory()
+    inboxes = {name: Inbox() for name in ("org-A", "org-B", "org-C")}
+    for name, inbox in inboxes.items():
+        transport_factory().subscribe(
+            queue, selector=tenant_selector(name), prefetch=50, on_delivery=inbox
+        )
+    for index in range(30):
+        tenant = ("org-A", "org-B", "org-C")[index % 3]
+        sender.send(queue, wire(tenant, f'{{"n": {index}}}'))
+    assert wait_until(lambda: sum(len(i) for i in inboxes.values()) == 30)
+    for name, inbox in inboxes.items():
+        assert len(inbox) == 10
+        assert {d.properties["tenantUUID"] for d in inbox.items} == {name}
+
+
+def test_selector_with_quote_in_value_matches_only_that_literal(
+    transport_factory: TransportFactory,
+) -> None:
+    """The builder escapes literals: a clause value with quotes cannot widen the selector."""
+    queue = unique_queue()
+    sender, receiver = transport_factory(), transport_factory()
+    inbox = Inbox()
+    selector = tenant_selector("org-A").and_equals("kind", "x' OR '1'='1")
+    receiver.subscribe(queue, selector=selector, prefetch=10, on_delivery=inbox)
+    sender.send(queue, wire("org-B", "b", kind="x' OR '1'='1"))
+    sender.send(queue, wire("org-A", "a-other", kind="other"))
+    sender.send(queue, wire("org-A", "a-match", kind="x' OR '1'='1"))
+    assert wait_until(lambda: len(inbox) >= 1)
+    time.sleep(0.5)
+    assert inbox.bodies() == ["a-match"]
+
+
+def test_acked_delivery_is_gone_and_unacked_comes_back_redelivered(
+    transport_factory: TransportFactory,
+) -> None:
+    queue = unique_queue()
+    sender, first = transport_factory(), transport_factory()
+    inbox = Inbox()
+    first.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
+    sender.send(queue, wire("t1", "acked"))
+    sender.send(queue, wire("t1", "unacked"))
+    assert wait_until(lambda: len(inbox) == 2)
+    acked = next(d for d in inbox.items if d.body == "acked")
+    first.ack(acked)
+    time.sleep(0.2)
+    first.close()
+    second = transport_factory()
+    again = Inbox()
+    second.subscribe(queue, selector=None, prefetch=10, on_delivery=again)
+    assert wait_until(lambda: len(again) == 1)
+    time.sleep(0.5)
+    assert again.bodies() == ["unacked"]
+    assert again.items[0].redelivered is True
+
+
+def test_prefetch_bounds_unacknowledged_deliveries(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    sender, receiver = transport_factory(), transport_factory()
+    inbox = Inbox()
+    receiver.subscribe(queue, selector=None, prefetch=2, on_delivery=inbox)
+    for index in range(6):
+        sender.send(queue, wire("t1", str(index)))
+    assert wait_until(lambda: len(inbox) == 2)
+    time.sleep(0.5)
+    assert len(inbox) == 2
+    receiver.ack(inbox.items[0])
+    assert wait_until(lambda: len(inbox) == 3)
+
+
+def test_delayed_delivery_is_held_back(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    started = time.monotonic()
+    transport.send(queue, wire("t1", "later"), delay_ms=1500)
+    transport.send(queue, wire("t1", "now"))
+    assert wait_until(lambda: len(inbox) == 1)
+    assert inbox.bodies() == ["now"]
+    assert wait_until(lambda: len(inbox) == 2, timeout=10)
+    assert time.monotonic() - started >= 1.4
+    assert inbox.bodies()[1] == "later"
+
+
+def test_send_batch_delivers_every_message_in_order(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
+    transport.send_batch([(queue, wire("t1", str(i))) for i in range(50)])
+    assert wait_until(lambda: len(inbox) == 50)
+    assert inbox.bodies() == [str(i) for i in range(50)]
+
+
+def test_forward_sends_copies_and_acknowledges_the_original(
+    transport_factory: TransportFactory,
+) -> None:
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    inbox, out = Inbox(), Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
+    transport.send(queue, wire("t1", "original"))
+    assert wait_until(lambda: len(inbox) == 1)
+    transport.forward(inbox.items[0], [(other, wire("t1", "copy-1"), 0), (other, wire("t1", "copy-2"), 0)])
+    assert wait_until(lambda: len(out) == 2)
+    assert out.bodies() == ["copy-1", "copy-2"]
+    transport.close()
+    reader = transport_factory()
+    again = Inbox()
+    reader.subscribe(queue, selector=None, prefetch=5, on_delivery=again)
+    time.sleep(0.8)
+    assert len(again) == 0, "the forwarded original was acknowledged and must not come back"
+
+
+def test_delivery_of_a_closed_connection_is_not_live(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    transport.send(queue, wire("t1", "x"))
+    assert wait_until(lambda: len(inbox) == 1)
+    assert transport.is_live(inbox.items[0]) is True
+    transport.close()
+    assert transport.is_live(inbox.items[0]) is False
+
+
+def test_tenant_ids_are_never_rewritten_by_the_transport(transport_factory: TransportFactory) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    tenant = TenantId("550e8400-e29b-41d4-a716-446655440000")
+    transport.subscribe(queue, selector=tenant_selector(tenant), prefetch=5, on_delivery=inbox)
+    transport.send(queue, wire("550E8400-E29B-41D4-A716-446655440000", "upper"))
+    transport.send(queue, wire(tenant.value, "exact"))
+    assert wait_until(lambda: len(inbox) == 1)
+    time.sleep(0.3)
+    assert inbox.bodies() == ["exact"], "tenant ids are case-sensitive on both transports"
