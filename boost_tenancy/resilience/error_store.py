@@ -1,0 +1,556 @@
+"""The error store: a durable record of every handling failure, made before a retry or dead letter.
+
+SQLite serves a single host and PostgreSQL a fleet; both share one schema and one set of queries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import urlsplit
+
+from boost_tenancy.errors import ConfigError, ErrorStoreError
+from boost_tenancy.tenancy import TenantId
+
+if TYPE_CHECKING:
+    import psycopg
+
+_DEFAULT_TABLE: Final = "boost_failures"
+_TABLE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_MAX_ERROR_TEXT: Final = 8000
+_TRUNCATION_MARKER: Final = "\u2026[truncated]"
+# PostgreSQL text cannot hold NUL, and a quarantined message may carry anything in its tenantUUID;
+# replacing NUL in both backends keeps the record storable and the two backends alike.
+_NUL_REPLACEMENT: Final = "\ufffd"
+_COLUMNS: Final = (
+    "tenant",
+    "raw_tenant",
+    "queue",
+    "message_id",
+    "correlation_id",
+    "attempt",
+    "outcome",
+    "error_type",
+    "error_text",
+    "occurred_at",
+)
+_SCHEME_RE: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_ACCEPTED_URLS: Final = (
+    "expected postgresql://..., postgres://..., sqlite:///relative/path, "
+    "sqlite:////absolute/path or a plain filesystem path"
+)
+
+
+class FailureOutcome(enum.StrEnum):
+    """What the toolkit did with a message after a handling failure."""
+
+    RETRY = "retry"
+    """The message will be redelivered after a backoff."""
+    DEAD_LETTER = "dead_letter"
+    """The message was moved to the dead-letter queue."""
+    QUARANTINE = "quarantine"
+    """Tenancy violation (missing or mismatched tenantUUID); the message was moved to the DLQ."""
+    REDRIVE = "redrive"
+    """An operator re-drove the message from the DLQ to its queue."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureRecord:
+    """One failed handling attempt of one message, as the error store keeps it."""
+
+    tenant: TenantId | None
+    """The message's tenant; None only for quarantined messages that carry no valid tenant."""
+    queue: str
+    """The source queue, e.g. "cmd.document.process"."""
+    message_id: str
+    """The toolkit's stable message id."""
+    correlation_id: str | None
+    attempt: int
+    """The 1-based attempt number that failed."""
+    outcome: FailureOutcome
+    error_type: str
+    """The error's type, e.g. "TransientError" or "builtins.ValueError"."""
+    error_text: str
+    occurred_at: datetime
+    """When the attempt failed; timezone-aware, normalised to UTC."""
+    raw_tenant: str | None = None
+    """For quarantine: the offending tenantUUID value as received (may be invalid); else None."""
+
+    def __post_init__(self) -> None:
+        when: object = self.occurred_at
+        if not isinstance(when, datetime):
+            raise ErrorStoreError(f"occurred_at must be a datetime, got {type(when).__name__}")
+        if when.utcoffset() is None:
+            raise ErrorStoreError(
+                f"occurred_at {when.isoformat()} is naive; it must be timezone-aware (UTC)"
+            )
+        # Normalising here makes a record equal to its stored round trip whatever zone it came in.
+        object.__setattr__(self, "occurred_at", when.astimezone(UTC))
+
+        tenant: object = self.tenant
+        outcome: object = self.outcome
+        if not isinstance(outcome, FailureOutcome):
+            raise ErrorStoreError(f"outcome must be a FailureOutcome, got {outcome!r}")
+        if tenant is None and outcome is not FailureOutcome.QUARANTINE:
+            raise ErrorStoreError(
+                f"a {outcome.value} record needs a tenant; only quarantine records may have none"
+            )
+        if tenant is not None and not isinstance(tenant, TenantId):
+            raise ErrorStoreError(f"tenant must be a TenantId or None, got {type(tenant).__name__}")
+        attempt: object = self.attempt
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise ErrorStoreError(f"attempt must be an integer of at least 1, got {attempt!r}")
+        for name in ("queue", "message_id"):
+            value: object = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ErrorStoreError(f"{name} must be a non-empty string, got {value!r}")
+        for name in ("error_type", "error_text"):
+            if not isinstance(getattr(self, name), str):
+                raise ErrorStoreError(f"{name} must be a string")
+        for name in ("correlation_id", "raw_tenant"):
+            optional: object = getattr(self, name)
+            if optional is not None and not isinstance(optional, str):
+                raise ErrorStoreError(f"{name} must be a string or None, got {optional!r}")
+
+
+class ErrorStore(Protocol):
+    """Where handling failures are recorded before the message is retried or dead-lettered."""
+
+    def record(self, record: FailureRecord) -> None:
+        """Store one failure; it is durable (committed) when this returns."""
+        ...
+
+    def failures(
+        self,
+        *,
+        tenant: TenantId | None,
+        queue: str | None = None,
+        message_id: str | None = None,
+        outcome: FailureOutcome | None = None,
+        limit: int = 1000,
+    ) -> list[FailureRecord]:
+        """One tenant's failures, oldest first; tenant=None gives the tenantless quarantine ones."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; the store cannot be used afterwards."""
+        ...
+
+
+def _checked_table(table: object) -> str:
+    """Refuse any table name that is not a plain identifier: it is the only thing put into SQL."""
+    if not isinstance(table, str) or _TABLE_RE.fullmatch(table) is None:
+        raise ConfigError(
+            f"error store table {table!r} is not a plain identifier: expected 1 to 63 characters "
+            "from A-Z, a-z, 0-9 and '_', not starting with a digit"
+        )
+    return table
+
+
+def _index_name(table: str) -> str:
+    # PostgreSQL cuts identifiers at 63 bytes: "<table>_idx" could then collide with the table's
+    # own name or a sibling table's index, so long names keep a prefix plus a digest of the whole.
+    digest = hashlib.sha256(table.encode("ascii")).hexdigest()[:8]
+    return f"{table[:48]}_{digest}_tqm"
+
+
+def _schema_sql(table: str, *, id_column: str, timestamp_type: str) -> tuple[str, str]:
+    """CREATE TABLE and CREATE INDEX statements; only the id and timestamp types differ."""
+    create = (
+        f'CREATE TABLE IF NOT EXISTS "{table}" ('
+        f"id {id_column}, "
+        "tenant TEXT, "
+        "raw_tenant TEXT, "
+        "queue TEXT NOT NULL, "
+        "message_id TEXT NOT NULL, "
+        "correlation_id TEXT, "
+        "attempt INTEGER NOT NULL, "
+        "outcome TEXT NOT NULL, "
+        "error_type TEXT NOT NULL, "
+        "error_text TEXT NOT NULL, "
+        f"occurred_at {timestamp_type} NOT NULL)"
+    )
+    index = (
+        f'CREATE INDEX IF NOT EXISTS "{_index_name(table)}" '
+        f'ON "{table}" (tenant, queue, message_id)'
+    )
+    return create, index
+
+
+def _insert_sql(table: str, placeholder: str) -> str:
+    values = ", ".join([placeholder] * len(_COLUMNS))
+    return f'INSERT INTO "{table}" ({", ".join(_COLUMNS)}) VALUES ({values})'  # noqa: S608  # table is a checked identifier
+
+
+def _select_sql(
+    table: str,
+    placeholder: str,
+    *,
+    tenant: TenantId | None,
+    queue: str | None,
+    message_id: str | None,
+    outcome: FailureOutcome | None,
+    limit: int,
+) -> tuple[str, list[object]]:
+    """The filtered, oldest-first SELECT and its parameters, in either driver's placeholder."""
+    conditions: list[str] = []
+    params: list[object] = []
+    if tenant is None:
+        conditions.append("tenant IS NULL")
+    else:
+        conditions.append(f"tenant = {placeholder}")
+        params.append(tenant.value)
+    filters = (
+        ("queue", queue),
+        ("message_id", message_id),
+        ("outcome", None if outcome is None else outcome.value),
+    )
+    for column, value in filters:
+        if value is not None:
+            conditions.append(f"{column} = {placeholder}")
+            params.append(value)
+    params.append(limit)
+    sql = (
+        f'SELECT {", ".join(_COLUMNS)} FROM "{table}" '  # noqa: S608  # table is a checked identifier
+        f"WHERE {' AND '.join(conditions)} "
+        f"ORDER BY occurred_at, id LIMIT {placeholder}"
+    )
+    return sql, params
+
+
+def _storable(text: str) -> str:
+    return text.replace("\x00", _NUL_REPLACEMENT)
+
+
+def _storable_error_text(text: str) -> str:
+    if len(text) > _MAX_ERROR_TEXT:
+        # The start of an error (type, message, outermost frames) says the most; the marker keeps
+        # the cut visible to whoever reads the record.
+        text = text[: _MAX_ERROR_TEXT - len(_TRUNCATION_MARKER)] + _TRUNCATION_MARKER
+    return _storable(text)
+
+
+def _stored_values(record: FailureRecord, occurred_at: object) -> tuple[object, ...]:
+    """The INSERT parameters for a record, in _COLUMNS order."""
+    return (
+        None if record.tenant is None else record.tenant.value,
+        None if record.raw_tenant is None else _storable(record.raw_tenant),
+        _storable(record.queue),
+        _storable(record.message_id),
+        None if record.correlation_id is None else _storable(record.correlation_id),
+        record.attempt,
+        record.outcome.value,
+        _storable(record.error_type),
+        _storable_error_text(record.error_text),
+        occurred_at,
+    )
+
+
+class _SqlErrorStore:
+    """What both backends share: validation, the SQL text, row decoding and the tenant check."""
+
+    def __init__(self, table: str, *, placeholder: str) -> None:
+        self._table = _checked_table(table)
+        self._placeholder = placeholder
+        self._insert = _insert_sql(self._table, placeholder)
+        # One connection serves every worker thread; the lock serialises its use.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def record(self, record: FailureRecord) -> None:
+        """Store one failure; it is durable (committed) when this returns."""
+        if not isinstance(record, FailureRecord):
+            raise ErrorStoreError(f"expected a FailureRecord, got {type(record).__name__}")
+        values = _stored_values(record, self._encode_time(record.occurred_at))
+        self._execute("record", self._insert, values, fetch=False)
+
+    def failures(
+        self,
+        *,
+        tenant: TenantId | None,
+        queue: str | None = None,
+        message_id: str | None = None,
+        outcome: FailureOutcome | None = None,
+        limit: int = 1000,
+    ) -> list[FailureRecord]:
+        """One tenant's failures, oldest first; tenant=None gives the tenantless quarantine ones."""
+        if tenant is not None and not isinstance(tenant, TenantId):
+            raise ErrorStoreError(f"tenant must be a TenantId or None, got {type(tenant).__name__}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ErrorStoreError(f"limit must be a positive integer, got {limit!r}")
+        sql, params = _select_sql(
+            self._table,
+            self._placeholder,
+            tenant=tenant,
+            queue=queue,
+            message_id=message_id,
+            outcome=outcome,
+            limit=limit,
+        )
+        rows = self._execute("failures", sql, params, fetch=True)
+        records = [self._decode(row) for row in rows]
+        # The WHERE clause already isolates tenants; this check turns a query bug into an error
+        # instead of a cross-tenant leak.
+        if any(found.tenant != tenant for found in records):
+            raise ErrorStoreError(
+                f"error store table {self._table!r} returned another tenant's failures"
+            )
+        return records
+
+    def _decode(self, row: Sequence[Any]) -> FailureRecord:
+        (
+            tenant,
+            raw_tenant,
+            queue,
+            message_id,
+            correlation_id,
+            attempt,
+            outcome,
+            error_type,
+            error_text,
+            occurred_at,
+        ) = row
+        try:
+            return FailureRecord(
+                tenant=None if tenant is None else TenantId.parse(tenant),
+                queue=queue,
+                message_id=message_id,
+                correlation_id=correlation_id,
+                attempt=attempt,
+                outcome=FailureOutcome(outcome),
+                error_type=error_type,
+                error_text=error_text,
+                occurred_at=self._decode_time(occurred_at),
+                raw_tenant=raw_tenant,
+            )
+        except (ValueError, ErrorStoreError) as exc:
+            raise ErrorStoreError(
+                f"error store table {self._table!r} holds an unreadable row: {exc}"
+            ) from exc
+
+    def _failure(self, operation: str, exc: BaseException) -> ErrorStoreError:
+        return ErrorStoreError(f"error store table {self._table!r}: {operation} failed: {exc}")
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise ErrorStoreError(f"error store table {self._table!r}: {operation} after close")
+
+    def _encode_time(self, when: datetime) -> object:
+        raise NotImplementedError
+
+    def _decode_time(self, value: Any) -> datetime:
+        raise NotImplementedError
+
+    def _execute(
+        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+class SQLiteErrorStore(_SqlErrorStore):
+    """An error store in one SQLite file (WAL journal), for a single host."""
+
+    def __init__(self, path: str | os.PathLike[str], *, table: str = _DEFAULT_TABLE) -> None:
+        super().__init__(table, placeholder="?")
+        location = Path(path)
+        create, index = _schema_sql(
+            self._table, id_column="INTEGER PRIMARY KEY AUTOINCREMENT", timestamp_type="TEXT"
+        )
+        try:
+            location.parent.mkdir(parents=True, exist_ok=True)
+            # The timeout lets workers in other processes wait out each other's write lock.
+            connection = sqlite3.connect(location, check_same_thread=False, timeout=30.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise self._failure(f"open {str(location)!r}", exc) from exc
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode a NORMAL sync can lose the last commits on power loss; record() promises
+            # durability on return.
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute(create)
+            connection.execute(index)
+            connection.commit()
+        except sqlite3.Error as exc:
+            connection.close()
+            raise self._failure("create schema", exc) from exc
+        self._connection = connection
+
+    def close(self) -> None:
+        """Close the database file; later calls fail with ErrorStoreError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._connection.close()
+            except sqlite3.Error as exc:
+                raise self._failure("close", exc) from exc
+
+    def _encode_time(self, when: datetime) -> object:
+        # Fixed-width UTC text sorts in time order, which ORDER BY occurred_at relies on.
+        return when.astimezone(UTC).isoformat(timespec="microseconds")
+
+    def _decode_time(self, value: Any) -> datetime:
+        if not isinstance(value, str):
+            raise ErrorStoreError(f"occurred_at is not ISO-8601 text: {value!r}")
+        return datetime.fromisoformat(value)
+
+    def _execute(
+        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        with self._lock:
+            self._check_open(operation)
+            try:
+                cursor = self._connection.execute(sql, params)
+                if fetch:
+                    return cursor.fetchall()
+                self._connection.commit()
+                return []
+            except sqlite3.Error as exc:
+                # The original error is the one worth reporting; a failed rollback adds nothing.
+                with contextlib.suppress(sqlite3.Error):
+                    self._connection.rollback()
+                raise self._failure(operation, exc) from exc
+
+
+class PostgresErrorStore(_SqlErrorStore):
+    """An error store in a PostgreSQL table, shared by every worker host; needs psycopg 3."""
+
+    def __init__(self, dsn: str, *, table: str = _DEFAULT_TABLE) -> None:
+        super().__init__(table, placeholder="%s")
+        try:
+            # Imported here so the toolkit installs and imports without the `postgres` extra.
+            import psycopg  # noqa: PLC0415
+        except ImportError as exc:
+            raise ConfigError(
+                "PostgresErrorStore needs psycopg 3; install the `postgres` extra "
+                "(pip install 'boost-tenancy[postgres]')"
+            ) from exc
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
+        self._dsn = dsn
+        self._driver_error: type[Exception] = psycopg.Error
+        self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
+        create, index = _schema_sql(
+            self._table, id_column="BIGSERIAL PRIMARY KEY", timestamp_type="TIMESTAMPTZ"
+        )
+        try:
+            self._connection = self._connect()
+        except self._driver_error as exc:
+            raise self._failure("connect", exc) from exc
+        try:
+            self._run(self._connection, create, (), fetch=False)
+            self._run(self._connection, index, (), fetch=False)
+        except self._driver_error as exc:
+            self._connection.close()
+            raise self._failure("create schema", exc) from exc
+
+    def close(self) -> None:
+        """Close the connection; later calls fail with ErrorStoreError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._connection.close()
+            except self._driver_error as exc:
+                raise self._failure("close", exc) from exc
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        # Autocommit: each INSERT is its own committed transaction, durable when execute returns.
+        return self._connection_class.connect(self._dsn, autocommit=True)
+
+    def _encode_time(self, when: datetime) -> object:
+        return when
+
+    def _decode_time(self, value: Any) -> datetime:
+        if not isinstance(value, datetime):
+            raise ErrorStoreError(f"occurred_at is not a timestamp: {value!r}")
+        # Returned in the connection's TimeZone setting; FailureRecord converts it back to UTC.
+        return value
+
+    @staticmethod
+    def _run(
+        connection: psycopg.Connection[tuple[Any, ...]],
+        sql: str,
+        params: Sequence[object],
+        *,
+        fetch: bool,
+    ) -> list[tuple[Any, ...]]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if fetch else []
+
+    def _execute(
+        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        with self._lock:
+            self._check_open(operation)
+            try:
+                return self._run(self._connection, sql, params, fetch=fetch)
+            except self._driver_error as exc:
+                if not self._connection.closed:
+                    raise self._failure(operation, exc) from exc
+            # A dropped connection (server restart, failover, idle timeout) is common enough that
+            # one fresh connection is worth trying before a failure record is lost. If the lost
+            # INSERT had in fact committed, the retry duplicates it: a duplicate beats a gap.
+            try:
+                self._connection = self._connect()
+                return self._run(self._connection, sql, params, fetch=fetch)
+            except self._driver_error as exc:
+                raise self._failure(f"{operation} (after reconnecting)", exc) from exc
+
+
+def _redacted(url: str) -> str:
+    """The URL with any password masked, so a configuration error never prints a secret."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split("://", 1)[0] + "://..."
+    if password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)).geturl()
+
+
+def open_error_store(url: str, *, table: str = _DEFAULT_TABLE) -> ErrorStore:
+    """Open the error store a URL names: postgresql://, postgres://, sqlite:///path or a path."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"error store URL {url!r} is empty; {_ACCEPTED_URLS}")
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        return SQLiteErrorStore(url, table=table)
+    scheme = match.group(1).lower()
+    rest = url[match.end() :]
+    if scheme in ("postgresql", "postgres"):
+        return PostgresErrorStore(f"{scheme}://{rest}", table=table)
+    if scheme == "sqlite":
+        # sqlite:///relative/path and sqlite:////absolute/path: the third slash ends the (empty)
+        # host part, so anything else (a host, or no path) is a mistake worth reporting.
+        if not rest.startswith("/") or rest == "/":
+            raise ConfigError(f"error store URL {url!r} names no SQLite file; {_ACCEPTED_URLS}")
+        return SQLiteErrorStore(rest[1:], table=table)
+    raise ConfigError(
+        f"error store URL {_redacted(url)!r} has the unsupported scheme {scheme!r}; "
+        f"{_ACCEPTED_URLS}"
+    )
+
+
+__all__ = [
+    "ErrorStore",
+    "FailureOutcome",
+    "FailureRecord",
+    "PostgresErrorStore",
+    "SQLiteErrorStore",
+    "open_error_store",
+]
