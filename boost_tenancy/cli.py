@@ -1,0 +1,224 @@
+"""The boost-tenancy command: local broker, publish, run a processor, dead letters and errors.
+
+Settings come from BOOST_* environment variables and flags; every tenant given on the command
+line passes the same TenantId validation as everywhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from boost_tenancy.admin import DeadLetterAdmin
+from boost_tenancy.config import AppSettings
+from boost_tenancy.consumer import ProcessorRunner
+from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.observability.logging import configure_logging
+from boost_tenancy.processor import TenantProcessor
+from boost_tenancy.producer import TenantProducer
+from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
+from boost_tenancy.tenancy import TenantId, parse_tenants
+from boost_tenancy.transports.stomp import StompTransport
+
+
+def load_processor(spec: str) -> TenantProcessor:
+    """Import 'package.module:ClassName' and instantiate it without arguments."""
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise ConfigError(f"processor must be given as module:ClassName, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import processor module {module_name!r}: {exc}") from exc
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, TenantProcessor)):
+        raise ConfigError(f"{spec!r} is not a TenantProcessor subclass")
+    return cls()
+
+
+def _tenants(values: Sequence[str]) -> tuple[TenantId, ...]:
+    return parse_tenants([part for value in values for part in value.split(",") if part != ""])
+
+
+def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
+    tenant = TenantId.parse(args.tenant)
+    body: Any
+    if args.json is not None:
+        try:
+            body = json.loads(args.json)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--json is not valid JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ConfigError("--json must be a JSON object")
+    else:
+        body = args.text
+    transport = StompTransport(settings.stomp)
+    transport.connect()
+    try:
+        producer = TenantProducer(transport)
+        with producer.batch() as batch:
+            sent = [
+                batch.send(args.queue, tenant, body, correlation_id=args.correlation_id)
+                for _ in range(args.count)
+            ]
+    finally:
+        transport.close()
+    for message in sent:
+        print(json.dumps({"queue": args.queue, "tenant": tenant.value, "message_id": message.message_id}))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace, settings: AppSettings) -> int:
+    tenants = _tenants(args.tenant)
+    processor = load_processor(args.processor)
+    store = open_error_store(settings.error_store_url)
+    try:
+        runner = ProcessorRunner(
+            processor,
+            StompTransport(settings.stomp),
+            tenants,
+            error_store=store,
+            settings=settings.runner,
+        )
+        return runner.run()
+    finally:
+        store.close()
+
+
+def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
+    tenant = TenantId.parse(args.tenant)
+    store = open_error_store(settings.error_store_url)
+    transport = StompTransport(settings.stomp)
+    transport.connect()
+    try:
+        admin = DeadLetterAdmin(transport, store)
+        if args.dlq_command == "list":
+            for view in admin.list(tenant, args.queue):
+                print(
+                    json.dumps(
+                        {
+                            "message_id": view.message_id,
+                            "tenant": view.tenant.value,
+                            "original_queue": view.original_queue,
+                            "reason": view.reason,
+                            "attempts": view.attempts,
+                            "error_type": view.error_type,
+                            "error": view.error,
+                            "recorded_failures": [
+                                {
+                                    "attempt": f.attempt,
+                                    "outcome": f.outcome.value,
+                                    "error_type": f.error_type,
+                                    "error": f.error_text,
+                                    "at": f.occurred_at.isoformat(),
+                                }
+                                for f in view.failures
+                            ],
+                        }
+                    )
+                )
+            return 0
+        ids = admin.redrive(tenant, args.queue, message_ids=args.message_id or None)
+        print(json.dumps({"redriven": ids, "count": len(ids)}))
+        return 0
+    finally:
+        transport.close()
+        store.close()
+
+
+def _cmd_errors(args: argparse.Namespace, settings: AppSettings) -> int:
+    store = open_error_store(settings.error_store_url)
+    try:
+        outcome = FailureOutcome(args.outcome) if args.outcome else None
+        for record in store.failures(
+            tenant=TenantId.parse(args.tenant),
+            queue=args.queue,
+            message_id=args.message_id,
+            outcome=outcome,
+            limit=args.limit,
+        ):
+            print(
+                json.dumps(
+                    {
+                        "tenant": record.tenant.value if record.tenant else None,
+                        "queue": record.queue,
+                        "message_id": record.message_id,
+                        "attempt": record.attempt,
+                        "outcome": record.outcome.value,
+                        "error_type": record.error_type,
+                        "error": record.error_text,
+                        "at": record.occurred_at.isoformat(),
+                    }
+                )
+            )
+        return 0
+    finally:
+        store.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="boost-tenancy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("broker", help="start|stop|restart|status|purge the local ActiveMQ", add_help=False)
+
+    publish = sub.add_parser("publish", help="send a message of one tenant to a queue")
+    publish.add_argument("--queue", required=True)
+    publish.add_argument("--tenant", required=True)
+    body = publish.add_mutually_exclusive_group(required=True)
+    body.add_argument("--json", help="a JSON object; tenantUUID is added to it")
+    body.add_argument("--text", help="a text body sent as is")
+    publish.add_argument("--correlation-id")
+    publish.add_argument("--count", type=int, default=1)
+
+    run = sub.add_parser("run", help="run a TenantProcessor for a list of tenants until SIGTERM")
+    run.add_argument("processor", help="module:ClassName of a TenantProcessor subclass")
+    run.add_argument("--tenant", action="append", required=True, help="repeat or comma-separate")
+
+    dlq = sub.add_parser("dlq", help="list or re-drive a tenant's dead letters")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    for name in ("list", "redrive"):
+        cmd = dlq_sub.add_parser(name)
+        cmd.add_argument("--tenant", required=True)
+        cmd.add_argument("--queue", required=True, help="the source queue (not DLQ.<queue>)")
+        if name == "redrive":
+            cmd.add_argument("--message-id", action="append", help="only these (repeatable)")
+
+    errors = sub.add_parser("errors", help="list a tenant's recorded failures")
+    errors.add_argument("--tenant", required=True)
+    errors.add_argument("--queue")
+    errors.add_argument("--message-id")
+    errors.add_argument("--outcome", choices=[o.value for o in FailureOutcome])
+    errors.add_argument("--limit", type=int, default=100)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["broker"]:
+        from boost_tenancy.local_broker import run_cli
+
+        return run_cli(args_list[1:])
+    args = build_parser().parse_args(args_list)
+    try:
+        settings = AppSettings.from_env(os.environ)
+        configure_logging(settings.log_format, settings.log_level)
+        handlers = {
+            "publish": _cmd_publish,
+            "run": _cmd_run,
+            "dlq": _cmd_dlq,
+            "errors": _cmd_errors,
+        }
+        return handlers[args.command](args, settings)
+    except BoostTenancyError as exc:
+        print(f"boost-tenancy: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""Settings read from the environment at the edge (entry points only), validated at start-up.
+
+Nothing here runs at import time; a bad value raises ConfigError naming the variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from boost_tenancy.consumer import RunnerSettings
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.processor import DispatchSettings
+from boost_tenancy.resilience.retry import RetryPolicy
+from boost_tenancy.transports.stomp import StompSettings
+
+DEFAULT_ERROR_STORE = "sqlite:///var/boost-errors.sqlite3"
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    """An integer variable; a non-number or a value below minimum names the variable."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+    """A number variable; a non-number or a value below minimum names the variable."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppSettings:
+    """Everything an entry point needs: broker, runner, error store and logging."""
+
+    stomp: StompSettings
+    runner: RunnerSettings
+    error_store_url: str
+    log_format: str
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AppSettings:
+        """Read BOOST_* variables (documented in docs/configuration.md)."""
+        retry = RetryPolicy(
+            max_attempts=env_int(env, "BOOST_MAX_ATTEMPTS", 5, minimum=1),
+            base_delay_ms=env_int(env, "BOOST_RETRY_BASE_MS", 1_000),
+            max_delay_ms=env_int(env, "BOOST_RETRY_MAX_MS", 60_000),
+        )
+        runner = RunnerSettings(
+            workers=env_int(env, "BOOST_WORKERS", 4, minimum=1),
+            prefetch=env_int(env, "BOOST_PREFETCH", 10, minimum=1),
+            shutdown_grace_s=env_float(env, "BOOST_SHUTDOWN_GRACE_S", 30.0),
+            dispatch=DispatchSettings(retry=retry),
+        )
+        log_format = env.get("BOOST_LOG_FORMAT", "console")
+        if log_format not in ("console", "json"):
+            raise ConfigError(f"BOOST_LOG_FORMAT must be 'console' or 'json', got {log_format!r}")
+        return cls(
+            stomp=StompSettings.from_env(env),
+            runner=runner,
+            error_store_url=env.get("BOOST_ERROR_STORE", DEFAULT_ERROR_STORE),
+            log_format=log_format,
+            log_level=env.get("BOOST_LOG_LEVEL", "INFO"),
+        )

@@ -1,0 +1,1 @@
+"""Sample services built only on boost_tenancy's public API."""
