@@ -6,6 +6,7 @@ never touches another tenant's messages.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from collections.abc import Collection
@@ -98,7 +99,7 @@ class DeadLetterAdmin:
         limit: int = 500,
         idle_s: float = 1.0,
         max_s: float = 30.0,
-    ) -> list[DeadLetterView]:
+    ) -> builtins.list[DeadLetterView]:
         """A tenant's dead letters of queue, oldest first; they stay in the dead-letter queue."""
         tenant_id = TenantId.parse(tenant)
         subscription, deliveries = self._read(
@@ -138,7 +139,7 @@ class DeadLetterAdmin:
         limit: int = 500,
         idle_s: float = 1.0,
         max_s: float = 60.0,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Send a tenant's dead letters back to their original queue with attempts reset.
 
         Only message_ids when given; every re-drive is recorded in the error store. Returns the
@@ -149,7 +150,7 @@ class DeadLetterAdmin:
         subscription, deliveries = self._read(
             tenant_id, queue, limit=limit, idle_s=idle_s, max_s=max_s
         )
-        redriven: list[str] = []
+        redriven: builtins.list[str] = []
         try:
             for delivery in deliveries:
                 props = delivery.properties

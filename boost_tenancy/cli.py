@@ -18,6 +18,7 @@ from boost_tenancy.admin import DeadLetterAdmin
 from boost_tenancy.config import AppSettings
 from boost_tenancy.consumer import ProcessorRunner
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.local_broker import run_cli as run_broker_cli
 from boost_tenancy.observability.logging import configure_logging
 from boost_tenancy.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
@@ -69,7 +70,11 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
     finally:
         transport.close()
     for message in sent:
-        print(json.dumps({"queue": args.queue, "tenant": tenant.value, "message_id": message.message_id}))
+        print(
+            json.dumps(
+                {"queue": args.queue, "tenant": tenant.value, "message_id": message.message_id}
+            )
+        )
     return 0
 
 
@@ -165,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="boost-tenancy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("broker", help="start|stop|restart|status|purge the local ActiveMQ", add_help=False)
+    sub.add_parser(
+        "broker", help="start|stop|restart|status|purge the local ActiveMQ", add_help=False
+    )
 
     publish = sub.add_parser("publish", help="send a message of one tenant to a queue")
     publish.add_argument("--queue", required=True)
@@ -201,9 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["broker"]:
-        from boost_tenancy.local_broker import run_cli
-
-        return run_cli(args_list[1:])
+        return run_broker_cli(args_list[1:])
     args = build_parser().parse_args(args_list)
     try:
         settings = AppSettings.from_env(os.environ)

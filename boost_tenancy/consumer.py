@@ -17,14 +17,14 @@ from types import FrameType
 import structlog
 
 from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.messages import check_queue_name
 from boost_tenancy.processor import (
-    DispatchObserver,
     Dispatcher,
+    DispatchObserver,
     DispatchSettings,
     Middleware,
     TenantProcessor,
 )
-from boost_tenancy.messages import check_queue_name
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId

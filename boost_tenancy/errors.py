@@ -33,7 +33,7 @@ class TransportError(BoostTenancyError):
 
 
 class NotConfirmedError(TransportError):
-    """The broker did not confirm a send (no receipt within the deadline); it may or may not hold it."""
+    """No receipt came within the deadline: the broker may or may not hold the message."""
 
 
 class MessageDecodeError(BoostTenancyError):

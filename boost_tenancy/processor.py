@@ -61,8 +61,10 @@ class ErrorInfo:
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
         kind = type(exc)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else (
-            f"{kind.__module__}.{kind.__qualname__}"
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else (f"{kind.__module__}.{kind.__qualname__}")
         )
         detail = "".join(traceback.format_exception_only(kind, exc)).strip()
         return cls(type=name, text=detail)
@@ -209,7 +211,7 @@ class Middleware(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RetryMiddleware:
-    """Turns handler exceptions into outcomes: permanent -> dead letter, others -> retry to the cap."""
+    """Handler exceptions to outcomes: permanent -> dead letter, others -> retry up to the cap."""
 
     policy: RetryPolicy
     rand: Callable[[], float] | None = None
@@ -236,7 +238,14 @@ class RetryMiddleware:
 def _chain(middleware: Sequence[Middleware], handler: Handler) -> Handler:
     call = handler
     for layer in reversed(middleware):
-        call = (lambda layer, nxt: lambda m, c: layer(m, c, nxt))(layer, call)
+        call = _bind(layer, call)
+    return call
+
+
+def _bind(layer: Middleware, call_next: Handler) -> Handler:
+    def call(message: IncomingMessage, ctx: HandlerContext) -> Outcome:
+        return layer(message, ctx, call_next)
+
     return call
 
 
@@ -251,7 +260,7 @@ class DispatchObserver(Protocol):
 class DispatchSettings:
     """How failures are treated."""
 
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     error_store_attempts: int = 3
     """Writes tried before a failure is logged as unrecorded and handled anyway (never stuck)."""
 
@@ -302,7 +311,13 @@ class Dispatcher:
         ):
             raw_tenant = delivery.properties.get(TENANT_PROPERTY)
             if raw_tenant != tenant.value:
-                return self._quarantine(tenant, delivery, raw_tenant, message_id, attempt)
+                return self._quarantine(
+                    tenant,
+                    delivery=delivery,
+                    raw_tenant=raw_tenant,
+                    message_id=message_id,
+                    attempt=attempt,
+                )
             outcome = self._decide(tenant, delivery, message_id, correlation_id, attempt)
             return self._carry_out(tenant, delivery, outcome, message_id, attempt)
 
@@ -379,7 +394,14 @@ class Dispatcher:
             log.debug("message_deferred", delay_ms=outcome.delay_ms, reason=outcome.reason)
             return self._told(tenant, delivery.queue, "deferred")
         if isinstance(outcome, Retry):
-            self._record(tenant, delivery, message_id, attempt, FailureOutcome.RETRY, outcome.error)
+            self._record(
+                tenant,
+                delivery=delivery,
+                message_id=message_id,
+                attempt=attempt,
+                outcome=FailureOutcome.RETRY,
+                error=outcome.error,
+            )
             self._strategy.retry(self._transport, delivery, outcome.delay_ms)
             log.warning(
                 "message_retry_scheduled",
@@ -390,9 +412,21 @@ class Dispatcher:
             return self._told(tenant, delivery.queue, "retried")
         if outcome.reason is DeadLetterReason.TENANCY_VIOLATION:
             raw = delivery.properties.get(TENANT_PROPERTY)
-            return self._quarantine(tenant, delivery, raw, message_id, attempt, outcome.error)
+            return self._quarantine(
+                tenant,
+                delivery=delivery,
+                raw_tenant=raw,
+                message_id=message_id,
+                attempt=attempt,
+                error=outcome.error,
+            )
         self._record(
-            tenant, delivery, message_id, attempt, FailureOutcome.DEAD_LETTER, outcome.error
+            tenant,
+            delivery=delivery,
+            message_id=message_id,
+            attempt=attempt,
+            outcome=FailureOutcome.DEAD_LETTER,
+            error=outcome.error,
         )
         copy = dead_letter_copy(
             delivery,
@@ -413,6 +447,7 @@ class Dispatcher:
     def _quarantine(
         self,
         tenant: TenantId,
+        *,
         delivery: Delivery,
         raw_tenant: str | None,
         message_id: str,
@@ -466,6 +501,7 @@ class Dispatcher:
     def _record(
         self,
         tenant: TenantId,
+        *,
         delivery: Delivery,
         message_id: str,
         attempt: int,

@@ -24,7 +24,7 @@ _UUID_RE: Final = re.compile(
 )
 
 
-def _explain(value: str) -> str:
+def _explain(value: str) -> str:  # noqa: PLR0911  # one early return per kind of defect
     """Say what is wrong with a value that failed the grammar, for the error message."""
     if value == "":
         return "it is empty"

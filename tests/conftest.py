@@ -16,6 +16,7 @@ import pytest
 
 from boost_tenancy import StompSettings, StompTransport, Transport
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 STOMP_HOST = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
 STOMP_PORT = int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613"))
@@ -37,7 +38,9 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
+) -> bool:
     """Poll predicate until it holds or timeout passes; returns its last value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,12 +65,26 @@ def stomp_settings() -> StompSettings:
     return StompSettings(host=STOMP_HOST, port=STOMP_PORT, receipt_timeout_s=15.0)
 
 
+@pytest.fixture(scope="session")
+def jms_peer(tmp_path_factory: pytest.TempPathFactory) -> JmsPeer:
+    """The real ActiveMQ JMS client, compiled once: the BOOST Java services' side of the wire."""
+    reason = jms_available()
+    if reason is not None:
+        unavailable(f"JMS peer unavailable: {reason}")
+    for port, protocol in ((STOMP_PORT, "STOMP"), (OPENWIRE_PORT, "OpenWire")):
+        if not port_open(STOMP_HOST, port):
+            unavailable(f"no ActiveMQ broker: {protocol} port {STOMP_HOST}:{port} is not open")
+    return compile_peer(tmp_path_factory.mktemp("jms-peer-classes"))
+
+
+OPENWIRE_URL = f"tcp://{STOMP_HOST}:{OPENWIRE_PORT}"
+
 TransportFactory = Callable[[], Transport]
 
 
 @pytest.fixture(params=["memory", pytest.param("stomp", marks=pytest.mark.broker)])
 def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFactory]:
-    """Makes connected transports of one kind, all closed after the test: the contract suite's axis."""
+    """Connected transports of one kind, closed after the test: the contract suite's axis."""
     made: list[Transport] = []
     broker: InMemoryBroker | None = None
     if request.param == "memory":

@@ -52,7 +52,7 @@ def dead_letter_copy(
     error_text: str,
     attempt: int,
 ) -> WireMessage:
-    """The message as it goes to a dead-letter queue: original body and properties plus the error."""
+    """The message as it goes to a dead-letter queue: body and properties plus the error."""
     properties = dict(delivery.properties)
     properties[ORIGINAL_QUEUE_PROPERTY] = delivery.properties.get(
         ORIGINAL_QUEUE_PROPERTY, delivery.queue
@@ -80,4 +80,6 @@ def redrive_copy(properties: Mapping[str, str], delivery: Delivery) -> WireMessa
         }
     }
     cleaned[ATTEMPT_PROPERTY] = "1"
-    return WireMessage(body=delivery.body, properties=cleaned, correlation_id=delivery.correlation_id)
+    return WireMessage(
+        body=delivery.body, properties=cleaned, correlation_id=delivery.correlation_id
+    )

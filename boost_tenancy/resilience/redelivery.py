@@ -43,7 +43,7 @@ def _copy_with_attempt(delivery: Delivery, attempt: int) -> WireMessage:
 
 
 class RepublishRedelivery:
-    """The toolkit counts: a retry is a delayed copy with boostAttempt + 1, then the original is acked.
+    """The toolkit counts: a retry is a delayed copy with boostAttempt + 1, the original acked.
 
     Scheduled delivery (AMQ_SCHEDULED_DELAY) holds the copy back on the broker, so nothing waits
     in the consumer and a crash during the delay loses nothing.

@@ -1,6 +1,6 @@
 """Retry policy: how many attempts a message gets and how long it waits between them.
 
-compute_backoff is a pure function with its random source injected, so it is tested without sleeping.
+compute_backoff is pure, with its random source injected, so tests need no sleeping.
 """
 
 from __future__ import annotations

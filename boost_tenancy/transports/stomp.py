@@ -6,6 +6,7 @@ send by receipt, consumes with client-individual acks, and reconnects and resubs
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
@@ -88,7 +89,7 @@ class StompSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StompSettings:
-        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST; invalid values name the variable."""
+        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST; errors name the variable."""
         port_text = env.get("BOOST_STOMP_PORT", "61613")
         try:
             port = int(port_text)
@@ -211,10 +212,8 @@ class StompTransport:
         try:
             conn.connect(settings.username, settings.password, wait=True)
         except Exception as exc:
-            try:
+            with contextlib.suppress(Exception):  # the connect error is the one to report
                 conn.disconnect()
-            except Exception:  # noqa: S110  # already failed; the connect error is the one to report
-                pass
             raise TransportError(
                 f"cannot connect to STOMP broker at {settings.host}:{settings.port}: {exc}"
             ) from exc
@@ -363,9 +362,7 @@ class StompTransport:
             raise TransportError(f"send to {queue!r} failed: {exc}") from exc
         self._await(receipt, pending, f"send to {queue!r}")
 
-    def _transaction(
-        self, items: Sequence[Outgoing], ack: tuple[Any, str] | None
-    ) -> None:
+    def _transaction(self, items: Sequence[Outgoing], ack: tuple[Any, str] | None) -> None:
         """Send items (and ack one delivery) in one STOMP transaction, confirmed by receipt."""
         conn, generation = self._current()
         if ack is not None and ack[0] is not conn:

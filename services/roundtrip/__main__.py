@@ -15,7 +15,6 @@ import uuid
 from boost_tenancy import (
     InvalidTenantError,
     ProcessorRunner,
-    RunnerSettings,
     StompSettings,
     StompTransport,
     TenantProducer,
@@ -83,7 +82,9 @@ def main() -> int:
     print()
     print(f"Crafted tenant id \"org-acme' OR '1'='1\": {injection}")
     failed |= injection.startswith("SENT")
-    print("Round trip", "FAILED" if failed else "passed: every tenant received only its own replies")
+    print(
+        "Round trip", "FAILED" if failed else "passed: every tenant received only its own replies"
+    )
     return 1 if failed else 0
 
 

@@ -1,4 +1,4 @@
-"""The transport contract: what the toolkit relies on, proven on the in-memory and STOMP transports."""
+"""The transport contract the toolkit relies on, proven on the in-memory and STOMP transports."""
 
 from __future__ import annotations
 
@@ -172,7 +172,9 @@ def test_forward_sends_copies_and_acknowledges_the_original(
     transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
     transport.send(queue, wire("t1", "original"))
     assert wait_until(lambda: len(inbox) == 1)
-    transport.forward(inbox.items[0], [(other, wire("t1", "copy-1"), 0), (other, wire("t1", "copy-2"), 0)])
+    transport.forward(
+        inbox.items[0], [(other, wire("t1", "copy-1"), 0), (other, wire("t1", "copy-2"), 0)]
+    )
     assert wait_until(lambda: len(out) == 2)
     assert out.bodies() == ["copy-1", "copy-2"]
     transport.close()
@@ -195,7 +197,9 @@ def test_delivery_of_a_closed_connection_is_not_live(transport_factory: Transpor
     assert transport.is_live(inbox.items[0]) is False
 
 
-def test_tenant_ids_are_never_rewritten_by_the_transport(transport_factory: TransportFactory) -> None:
+def test_tenant_ids_are_never_rewritten_by_the_transport(
+    transport_factory: TransportFactory,
+) -> None:
     queue = unique_queue()
     transport = transport_factory()
     inbox = Inbox()

@@ -1,0 +1,146 @@
+"""Interoperability with the BOOST Java services through the toolkit's own API.
+
+The peer is the real ActiveMQ JMS client (tests/jms/JmsPeer.java) over OpenWire; the toolkit
+talks STOMP to the same broker.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boost_tenancy import (
+    DispatchSettings,
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    StompSettings,
+    StompTransport,
+    TenantProcessor,
+    TenantProducer,
+    dead_letter_queue,
+    open_error_store,
+)
+from tests.conftest import OPENWIRE_URL, unique_queue, wait_until
+from tests.jms.peer import JmsPeer
+
+pytestmark = [pytest.mark.broker, pytest.mark.java]
+
+
+class Replier(TenantProcessor):
+    def __init__(self, queue: str, *, fail: bool = False) -> None:
+        self.queues = (queue,)
+        self.fail = fail
+        self.seen: list[tuple[str, Any, str, int]] = []
+        self.lock = threading.Lock()
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        with self.lock:
+            self.seen.append((ctx.tenant.value, message.data, ctx.message_id, ctx.attempt))
+        if self.fail:
+            raise RuntimeError("extraction backend unavailable")
+        ctx.publish(self.queues[0] + ".reply", {"documentUUID": message.data["documentUUID"]})
+
+
+def run(
+    processor: TenantProcessor, settings: StompSettings, tenant: str, tmp: Path
+) -> ProcessorRunner:
+    runner = ProcessorRunner(
+        processor,
+        StompTransport(settings),
+        [tenant],
+        error_store=open_error_store(str(tmp / f"errors-{tenant}.sqlite3")),
+        settings=RunnerSettings(
+            dispatch=DispatchSettings(retry=RetryPolicy(max_attempts=2, base_delay_ms=50))
+        ),
+    )
+    runner.start()
+    return runner
+
+
+def test_java_consumer_gets_a_text_message_with_the_tenant_property(
+    stomp_settings: StompSettings, jms_peer: JmsPeer
+) -> None:
+    queue = unique_queue("cmd.document.process")
+    transport = StompTransport(stomp_settings)
+    transport.connect()
+    try:
+        sent = TenantProducer(transport).send(
+            queue, "org-123", {"documentUUID": "d-1", "note": "Zürich"}
+        )
+    finally:
+        transport.close()
+    [received] = jms_peer.receive(
+        OPENWIRE_URL, queue, selector="tenantUUID = 'org-123'", count=1, timeout_ms=10_000
+    )
+    assert received["class"] == "TextMessage"
+    assert json.loads(received["text"]) == {
+        "documentUUID": "d-1",
+        "note": "Zürich",
+        "tenantUUID": "org-123",
+    }
+    assert received["tenantUUID"] == "org-123"
+    assert received["deliveryMode"] == 2, "persistent by default"
+    assert received["correlationId"] == sent.message_id
+    assert received["properties"]["boostMessageId"] == sent.message_id
+
+
+def test_java_producer_reaches_only_the_right_tenants_processor_and_gets_a_reply(
+    stomp_settings: StompSettings, jms_peer: JmsPeer, tmp_path: Path
+) -> None:
+    queue = unique_queue("cmd.document.process")
+    mine, other = Replier(queue), Replier(queue)
+    runners = [
+        run(mine, stomp_settings, "org-B", tmp_path),
+        run(other, stomp_settings, "org-A", tmp_path),
+    ]
+    try:
+        body = json.dumps({"documentUUID": "d-2", "organizationId": "org-B"})
+        jms_peer.send(OPENWIRE_URL, queue, "org-B", body)
+        assert wait_until(lambda: len(mine.seen) == 1, timeout=15)
+        replies = jms_peer.receive(
+            OPENWIRE_URL, queue + ".reply", selector="tenantUUID = 'org-B'", timeout_ms=10_000
+        )
+    finally:
+        for runner in runners:
+            runner.stop(grace_s=5)
+    assert other.seen == []
+    tenant, data, message_id, attempt = mine.seen[0]
+    assert (tenant, data["documentUUID"], attempt) == ("org-B", "d-2", 1)
+    assert message_id, "a foreign message gets a stable toolkit id"
+    [reply] = replies
+    assert reply["class"] == "TextMessage"
+    assert reply["tenantUUID"] == "org-B"
+    assert json.loads(reply["text"]) == {"documentUUID": "d-2", "tenantUUID": "org-B"}
+
+
+def test_java_message_that_keeps_failing_ends_in_the_dlq_readable_by_java(
+    stomp_settings: StompSettings, jms_peer: JmsPeer, tmp_path: Path
+) -> None:
+    queue = unique_queue("cmd.document.extractText")
+    failing = Replier(queue, fail=True)
+    runner = run(failing, stomp_settings, "org-C", tmp_path)
+    try:
+        jms_peer.send(OPENWIRE_URL, queue, "org-C", json.dumps({"documentUUID": "d-3"}))
+        dead = jms_peer.receive(
+            OPENWIRE_URL,
+            dead_letter_queue(queue),
+            selector="tenantUUID = 'org-C'",
+            timeout_ms=15_000,
+        )
+    finally:
+        runner.stop(grace_s=5)
+    assert [seen[3] for seen in failing.seen] == [1, 2]
+    assert len({seen[2] for seen in failing.seen}) == 1, "the message id survives the retry"
+    [letter] = dead
+    assert letter["class"] == "TextMessage"
+    assert json.loads(letter["text"]) == {"documentUUID": "d-3"}
+    assert letter["properties"]["boostDeadLetterReason"] == "exhausted"
+    assert letter["properties"]["boostOriginalQueue"] == queue
+    assert "extraction backend unavailable" in letter["properties"]["boostError"]
