@@ -1,0 +1,177 @@
+"""The local broker against a real ActiveMQ: start, handshake, restart, crash, stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy.local_broker import (
+    ACTIVEMQ_JAR,
+    LocalBroker,
+    LocalBrokerError,
+    LocalBrokerSettings,
+)
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+def _free_port_pair() -> tuple[int, int]:
+    """Two free loopback ports, so the test never collides with a developer's broker."""
+    preferred = (62613, 62616)
+    sockets = []
+    try:
+        for port in preferred:
+            sock = socket.socket()
+            sockets.append(sock)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.bind(("127.0.0.1", 0))
+        first, second = (s.getsockname()[1] for s in sockets)
+        return first, second
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
+    if not installed and os.environ.get("CI") != "true":
+        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    stomp_port, openwire_port = _free_port_pair()
+    instance = LocalBroker(
+        LocalBrokerSettings(
+            home=tmp_path / "broker", stomp_port=stomp_port, openwire_port=openwire_port
+        )
+    )
+    try:
+        yield instance
+    finally:
+        instance.stop(timeout_s=10)
+
+
+def _stomp_connected(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        reply = b""
+        while b"\x00" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return reply.lstrip(b"\n").startswith(b"CONNECTED")
+
+
+def _port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def _send(port: int, queue: str, body: str) -> None:
+    """Send a persistent message and wait for the broker's receipt."""
+    import stomp
+
+    receipts: list[str] = []
+
+    class Receipts(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            receipts.append(frame.headers["receipt-id"])
+
+    connection = stomp.Connection12([("127.0.0.1", port)])
+    connection.set_listener("receipts", Receipts())
+    connection.connect(wait=True)
+    try:
+        # Without a receipt the broker stores the message asynchronously, so a crash right after
+        # the send could lose it; the receipt is sent only once it is in the journal.
+        connection.send(queue, body, headers={"persistent": "true"}, receipt="sent")
+        deadline = time.monotonic() + 10
+        while "sent" not in receipts and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "sent" in receipts, "the broker did not confirm the send"
+    finally:
+        connection.disconnect()
+
+
+def _receive(port: int, queue: str, timeout_s: float) -> str | None:
+    """The body of the first message on queue within timeout_s, else None."""
+    import stomp
+
+    bodies: list[str] = []
+
+    class Collector(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            bodies.append(frame.body)
+
+    connection = stomp.Connection12([("127.0.0.1", port)])
+    connection.set_listener("collector", Collector())
+    connection.connect(wait=True)
+    try:
+        connection.subscribe(queue, id="1", ack="auto")
+        deadline = time.monotonic() + timeout_s
+        while not bodies and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        connection.disconnect(receipt="bye")
+    return bodies[0] if bodies else None
+
+
+def test_start_restart_stop(broker: LocalBroker) -> None:
+    stomp_port = broker.settings.stomp_port
+
+    broker.start()
+    pid = broker.status()["pid"]
+    assert broker.is_running()
+    assert broker.status()["ready"] is True
+    assert _stomp_connected(stomp_port)
+    assert (broker.home / "conf" / "activemq.xml").is_file()
+    assert broker.log_file.is_file()
+
+    broker.start()  # already running: kept, not started twice
+    assert broker.status()["pid"] == pid
+
+    broker.restart()
+    assert broker.status()["pid"] != pid
+    assert _stomp_connected(stomp_port)
+
+    broker.stop()
+    assert not broker.is_running()
+    assert not broker.pid_file.exists()
+    assert _port_closed(stomp_port)
+    assert _port_closed(broker.settings.openwire_port)
+    broker.stop()  # stopping a stopped broker is fine
+
+
+def test_persistent_message_survives_a_crash(broker: LocalBroker) -> None:
+    broker.start()
+    _send(broker.settings.stomp_port, "/queue/local-broker-crash", "kept")
+
+    broker.kill()
+    assert not broker.is_running()
+    assert not broker.pid_file.exists()
+    broker.start()
+
+    assert _receive(broker.settings.stomp_port, "/queue/local-broker-crash", 10) == "kept"
+
+
+def test_purge_is_refused_while_running_and_empties_the_store(broker: LocalBroker) -> None:
+    broker.start()
+    _send(broker.settings.stomp_port, "/queue/local-broker-purge", "gone")
+    with pytest.raises(LocalBrokerError, match="stop it before purging"):
+        broker.purge_data()
+
+    broker.stop()
+    broker.purge_data()
+    assert not broker.data_dir.exists()
+    broker.start()
+
+    assert _receive(broker.settings.stomp_port, "/queue/local-broker-purge", 2) is None

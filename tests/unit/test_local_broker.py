@@ -1,0 +1,347 @@
+"""Unit tests of the local broker helper that need neither Java nor ActiveMQ."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import local_broker as lb
+from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.local_broker import (
+    JAVA_MISSING_MESSAGE,
+    LocalBroker,
+    LocalBrokerError,
+    LocalBrokerSettings,
+    render_config,
+    run_cli,
+)
+
+CORE_NS = "{http://activemq.apache.org/schema/core}"
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A foreign process's listening socket on a free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def test_defaults_come_from_the_repo_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    monkeypatch.chdir(nested)
+
+    settings = LocalBrokerSettings.from_env({})
+
+    assert settings.home == tmp_path.resolve() / ".broker"
+    assert (settings.host, settings.stomp_port, settings.openwire_port) == (
+        "127.0.0.1",
+        61613,
+        61616,
+    )
+    assert settings.heap_mb == 512
+    assert settings.start_timeout_s == 60.0
+
+
+def test_home_falls_back_to_cwd_without_pyproject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert LocalBrokerSettings().home == tmp_path.resolve() / ".broker"
+
+
+def test_from_env_reads_every_variable(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env(
+        {
+            "BOOST_BROKER_HOME": str(tmp_path / "b"),
+            "BOOST_BROKER_HOST": "localhost",
+            "BOOST_BROKER_STOMP_PORT": "62613",
+            "BOOST_BROKER_OPENWIRE_PORT": " 62616 ",
+            "BOOST_BROKER_HEAP_MB": "256",
+        }
+    )
+    assert settings == LocalBrokerSettings(
+        home=tmp_path / "b", host="localhost", stomp_port=62613, openwire_port=62616, heap_mb=256
+    )
+
+
+def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env(
+        {"BOOST_BROKER_HOME": str(tmp_path), "BOOST_BROKER_STOMP_PORT": ""}
+    )
+    assert settings.stomp_port == 61613
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BOOST_BROKER_STOMP_PORT", "stomp"),
+        ("BOOST_BROKER_STOMP_PORT", "0"),
+        ("BOOST_BROKER_OPENWIRE_PORT", "65536"),
+        ("BOOST_BROKER_OPENWIRE_PORT", "-1"),
+        ("BOOST_BROKER_HEAP_MB", "lots"),
+        ("BOOST_BROKER_HEAP_MB", "64"),
+        ("BOOST_BROKER_HOST", "bad host"),
+        ("BOOST_BROKER_HOST", 'x"/><bean'),
+    ],
+)
+def test_invalid_variable_is_named_with_its_value(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        LocalBrokerSettings.from_env({variable: value})
+    assert variable in str(caught.value)
+    assert value in str(caught.value)
+
+
+def test_same_port_for_both_connectors_is_refused() -> None:
+    with pytest.raises(ConfigError, match="BOOST_BROKER_STOMP_PORT and BOOST_BROKER_OPENWIRE_PORT"):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_STOMP_PORT": "61616"})
+
+
+def test_constructor_validates_and_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="stomp_port"):
+        LocalBrokerSettings(stomp_port=70000)
+    with pytest.raises(ConfigError, match="start_timeout_s"):
+        LocalBrokerSettings(start_timeout_s=0)
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def test_config_has_the_configured_connectors_and_scheduler(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings(home=tmp_path, stomp_port=62613, openwire_port=62616)
+
+    rendered = render_config(settings)
+
+    assert 'uri="stomp://127.0.0.1:62613"' in rendered
+    assert 'uri="tcp://127.0.0.1:62616"' in rendered
+    assert 'schedulerSupport="true"' in rendered
+    assert "@" not in rendered.replace("${activemq.data}", "")
+    broker = ET.fromstring(rendered).find(f"{CORE_NS}broker")
+    assert broker is not None
+    assert broker.get("schedulerSupport") == "true"
+    # Advisories must stay on: JMS clients need them to reply to temporary queues.
+    assert broker.get("advisorySupport") in (None, "true")
+    assert broker.find(f"{CORE_NS}destinationPolicy") is None
+    memory = broker.find(f"{CORE_NS}systemUsage/{CORE_NS}systemUsage/{CORE_NS}memoryUsage/*")
+    assert memory is not None
+    assert memory.get("limit") == "256 mb"
+
+
+def test_memory_limit_stays_within_half_the_heap(tmp_path: Path) -> None:
+    rendered = render_config(LocalBrokerSettings(home=tmp_path, heap_mb=128))
+    assert '<memoryUsage limit="64 mb"/>' in rendered
+
+
+def test_ipv6_host_is_bracketed_in_uris(tmp_path: Path) -> None:
+    rendered = render_config(LocalBrokerSettings(home=tmp_path, host="::1"))
+    assert 'uri="stomp://[::1]:61613"' in rendered
+
+
+def test_command_points_the_broker_at_its_home(tmp_path: Path) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path, heap_mb=256))
+    command = broker.command()
+    assert f"-Dactivemq.base={tmp_path.resolve()}" in command
+    assert "-Xmx256M" in command
+    assert command[-1] == f"xbean:{(tmp_path.resolve() / 'conf' / 'activemq.xml').as_uri()}"
+
+
+# -- installation ----------------------------------------------------------------------------------
+
+
+def _which_without(*missing: str) -> object:
+    real_which = shutil.which
+
+    def which(name: str) -> str | None:
+        return None if name in missing else real_which(name) or f"/usr/bin/{name}"
+
+    return which
+
+
+def test_missing_java_gives_the_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jar = tmp_path / "activemq.jar"
+    jar.touch()
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", jar)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+
+    with pytest.raises(LocalBrokerError) as caught:
+        LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+
+    assert str(caught.value) == JAVA_MISSING_MESSAGE
+    assert isinstance(caught.value, BoostTenancyError)
+
+
+def test_missing_activemq_without_apt_get(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", tmp_path / "missing.jar")
+    monkeypatch.setattr(shutil, "which", _which_without("apt-get"))
+
+    with pytest.raises(LocalBrokerError, match="apt-get install activemq"):
+        LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+
+
+def test_missing_activemq_as_user_without_sudo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", tmp_path / "missing.jar")
+    monkeypatch.setattr(shutil, "which", _which_without("sudo"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+    with pytest.raises(LocalBrokerError, match=r"run `apt-get install activemq` as root"):
+        LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+
+
+@pytest.mark.parametrize(("euid", "prefix"), [(0, []), (1000, ["sudo", "-n"])])
+def test_missing_activemq_is_installed_with_apt_get(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int, prefix: list[str]
+) -> None:
+    jar = tmp_path / "activemq.jar"
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", jar)
+    monkeypatch.setattr(shutil, "which", _which_without())
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        calls.append((command, env))
+        if "install" in command:
+            jar.touch()
+        return subprocess.CompletedProcess(command, 0, stdout="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+    LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+
+    commands = [command for command, _ in calls]
+    assert [c[: len(prefix)] for c in commands] == [prefix, prefix]
+    assert [c[-1] for c in commands] == ["update", "activemq"]
+    assert commands[1][-3:] == ["install", "-y", "activemq"]
+    for command, env in calls:
+        noninteractive = "DEBIAN_FRONTEND=noninteractive" in command
+        assert noninteractive or env.get("DEBIAN_FRONTEND") == "noninteractive"
+
+
+def test_failed_apt_get_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", tmp_path / "missing.jar")
+    monkeypatch.setattr(shutil, "which", _which_without())
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, 100, stdout="E: Unable to locate package")
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+    with pytest.raises(LocalBrokerError, match="exit code 100") as caught:
+        LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+    assert "Unable to locate package" in str(caught.value)
+
+
+# -- state without a broker ------------------------------------------------------------------------
+
+
+def test_status_when_nothing_runs(tmp_path: Path) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path / "home", stomp_port=1, openwire_port=2))
+
+    assert broker.status() == {
+        "running": False,
+        "ready": False,
+        "pid": None,
+        "host": "127.0.0.1",
+        "stomp_port": 1,
+        "openwire_port": 2,
+        "home": str((tmp_path / "home").resolve()),
+        "log": str((tmp_path / "home").resolve() / "logs" / "broker.log"),
+    }
+    assert not broker.is_running()
+    assert not (tmp_path / "home").exists()
+
+
+def test_stale_pid_file_is_not_a_running_broker(tmp_path: Path) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path))
+    # This test process is alive but is not a broker of this home.
+    broker.pid_file.write_text(f"{os.getpid()}\n")
+
+    assert not broker.is_running()
+    broker.stop()
+    assert not broker.pid_file.exists()
+
+
+def test_stop_kill_and_purge_are_no_ops_without_a_home(tmp_path: Path) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path / "never"))
+    broker.stop()
+    broker.kill()
+    broker.purge_data()
+    assert not (tmp_path / "never").exists()
+
+
+def test_purge_deletes_the_data_of_a_stopped_broker(tmp_path: Path) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path))
+    (broker.data_dir / "kahadb").mkdir(parents=True)
+    (broker.data_dir / "kahadb" / "db.data").write_bytes(b"x")
+
+    broker.purge_data()
+
+    assert not broker.data_dir.exists()
+
+
+def test_start_refuses_a_port_held_by_another_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listener: int
+) -> None:
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path, stomp_port=listener))
+    monkeypatch.setattr(broker, "ensure_installed", lambda: None)
+
+    with pytest.raises(LocalBrokerError, match=f"port {listener} \\(STOMP\\)"):
+        broker.start()
+    assert not broker.pid_file.exists()
+
+
+def test_handshake_fails_against_a_non_stomp_listener(listener: int) -> None:
+    assert not lb.stomp_handshake("127.0.0.1", listener, timeout_s=0.3)
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def test_cli_status_prints_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOOST_BROKER_HOME", str(tmp_path))
+
+    assert run_cli(["status"]) == 0
+
+    status = json.loads(capsys.readouterr().out)
+    assert status["running"] is False
+    assert status["home"] == str(tmp_path.resolve())
+
+
+def test_cli_error_is_one_line_with_exit_code_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOOST_BROKER_STOMP_PORT", "many")
+
+    assert run_cli(["status"]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert "BOOST_BROKER_STOMP_PORT='many'" in captured.err
+
+
+def test_cli_rejects_an_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["explode"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
