@@ -1,0 +1,123 @@
+"""The toolkit against ActiveMQ Artemis, the production broker, through testcontainers.
+
+Runs where a Docker engine answers; elsewhere (the project's development and CI machines have
+none) it skips with the reason, also under CI=true, because no engine can be installed there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import (
+    DispatchSettings,
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    StompSettings,
+    StompTransport,
+    TenantProcessor,
+    TenantProducer,
+    dead_letter_queue,
+    open_error_store,
+    tenant_selector,
+)
+from tests.conftest import unique_queue, wait_until
+from tests.contract.test_transport_contract import Inbox
+
+pytestmark = [pytest.mark.slow]
+
+ARTEMIS_IMAGE = "apache/activemq-artemis:2.37.0"
+
+
+def docker_engine_missing() -> str | None:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception as exc:
+        return f"no Docker engine answers ({type(exc).__name__}: {exc})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def artemis() -> Iterator[StompSettings]:
+    reason = docker_engine_missing()
+    if reason is not None:
+        pytest.skip(f"Artemis tests need a Docker engine: {reason}")
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    container = (
+        DockerContainer(ARTEMIS_IMAGE)
+        .with_env("ARTEMIS_USER", "boost")
+        .with_env("ARTEMIS_PASSWORD", "boost-test")
+        .with_exposed_ports(61613)
+    )
+    container.start()
+    try:
+        wait_for_logs(container, "AMQ221007", timeout=120)  # "Server is now live"
+        yield StompSettings(
+            host=container.get_container_host_ip(),
+            port=int(container.get_exposed_port(61613)),
+            username="boost",
+            password="boost-test",
+        )
+    finally:
+        container.stop()
+
+
+class FailingOrEcho(TenantProcessor):
+    def __init__(self, queue: str) -> None:
+        self.queues = (queue,)
+        self.attempts: list[int] = []
+        self.lock = threading.Lock()
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        with self.lock:
+            self.attempts.append(ctx.attempt)
+        if message.data.get("fail"):
+            raise RuntimeError("fails on Artemis too")
+        ctx.publish(self.queues[0] + ".out", {"ok": True})
+
+
+def test_isolation_retries_and_dead_letters_on_artemis(
+    artemis: StompSettings, tmp_path: Path
+) -> None:
+    queue = unique_queue("cmd")
+    transport = StompTransport(artemis)
+    transport.connect()
+    assert not transport.is_classic, f"expected Artemis, got {transport.server!r}"
+    processor = FailingOrEcho(queue)
+    runner = ProcessorRunner(
+        processor,
+        StompTransport(artemis),
+        ["org-A"],
+        error_store=open_error_store(str(tmp_path / "errors.sqlite3")),
+        settings=RunnerSettings(
+            dispatch=DispatchSettings(retry=RetryPolicy(max_attempts=3, base_delay_ms=100))
+        ),
+    )
+    runner.start()
+    out, dlq = Inbox(), Inbox()
+    transport.subscribe(queue + ".out", selector=None, prefetch=10, on_delivery=out)
+    transport.subscribe(
+        dead_letter_queue(queue), selector=tenant_selector("org-A"), prefetch=10, on_delivery=dlq
+    )
+    producer = TenantProducer(transport)
+    producer.send(queue, "org-A", {"n": 1})
+    producer.send(queue, "org-B", {"n": 2})
+    producer.send(queue, "org-A", {"fail": True})
+    try:
+        assert wait_until(lambda: len(dlq) == 1 and len(out) == 1, timeout=30)
+    finally:
+        runner.stop(grace_s=5)
+        transport.close()
+    assert sorted(processor.attempts) == [1, 1, 2, 3]
+    assert out.items[0].properties["tenantUUID"] == "org-A"
+    assert dlq.items[0].properties["boostDeadLetterReason"] == "exhausted"
