@@ -97,7 +97,7 @@ class DeadLetterAdmin:
         queue: str,
         *,
         limit: int = 500,
-        idle_s: float = 1.0,
+        idle_s: float = 3.0,
         max_s: float = 30.0,
     ) -> builtins.list[DeadLetterView]:
         """A tenant's dead letters of queue, oldest first; they stay in the dead-letter queue."""
@@ -137,7 +137,7 @@ class DeadLetterAdmin:
         *,
         message_ids: Collection[str] | None = None,
         limit: int = 500,
-        idle_s: float = 1.0,
+        idle_s: float = 3.0,
         max_s: float = 60.0,
     ) -> builtins.list[str]:
         """Send a tenant's dead letters back to their original queue with attempts reset.

@@ -32,6 +32,9 @@ def load_processor(spec: str) -> TenantProcessor:
     module_name, _, class_name = spec.partition(":")
     if not module_name or not class_name:
         raise ConfigError(f"processor must be given as module:ClassName, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        # A console script's sys.path starts at its bin folder; services live in the project.
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

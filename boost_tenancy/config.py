@@ -5,6 +5,7 @@ Nothing here runs at import time; a bad value raises ConfigError naming the vari
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -58,10 +59,16 @@ class AppSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AppSettings:
         """Read BOOST_* variables (documented in docs/configuration.md)."""
+        base_ms = env_int(env, "BOOST_RETRY_BASE_MS", 1_000)
+        max_ms = env_int(env, "BOOST_RETRY_MAX_MS", 60_000)
+        if base_ms > max_ms:
+            raise ConfigError(
+                f"BOOST_RETRY_BASE_MS ({base_ms}) must not exceed BOOST_RETRY_MAX_MS ({max_ms})"
+            )
         retry = RetryPolicy(
             max_attempts=env_int(env, "BOOST_MAX_ATTEMPTS", 5, minimum=1),
-            base_delay_ms=env_int(env, "BOOST_RETRY_BASE_MS", 1_000),
-            max_delay_ms=env_int(env, "BOOST_RETRY_MAX_MS", 60_000),
+            base_delay_ms=base_ms,
+            max_delay_ms=max_ms,
         )
         runner = RunnerSettings(
             workers=env_int(env, "BOOST_WORKERS", 4, minimum=1),
@@ -72,10 +79,15 @@ class AppSettings:
         log_format = env.get("BOOST_LOG_FORMAT", "console")
         if log_format not in ("console", "json"):
             raise ConfigError(f"BOOST_LOG_FORMAT must be 'console' or 'json', got {log_format!r}")
+        log_level = env.get("BOOST_LOG_LEVEL", "INFO")
+        if not isinstance(logging.getLevelName(log_level.upper()), int):
+            raise ConfigError(
+                f"BOOST_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {log_level!r}"
+            )
         return cls(
             stomp=StompSettings.from_env(env),
             runner=runner,
             error_store_url=env.get("BOOST_ERROR_STORE", DEFAULT_ERROR_STORE),
             log_format=log_format,
-            log_level=env.get("BOOST_LOG_LEVEL", "INFO"),
+            log_level=log_level,
         )

@@ -122,7 +122,8 @@ class Message:
     persistent: bool = True
 
     def __post_init__(self) -> None:
-        TenantId.parse(self.tenant)
+        # Keep the parsed value: a str tenant is validated and stored as a TenantId.
+        object.__setattr__(self, "tenant", TenantId.parse(self.tenant))
         check_id("message id", self.message_id)
         if self.correlation_id is not None:
             check_id("correlation id", self.correlation_id)

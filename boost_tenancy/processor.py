@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 import structlog
 
 from boost_tenancy.errors import (
+    ConfigError,
     ErrorStoreError,
     MessageDecodeError,
     PermanentError,
@@ -263,6 +264,12 @@ class DispatchSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     error_store_attempts: int = 3
     """Writes tried before a failure is logged as unrecorded and handled anyway (never stuck)."""
+
+    def __post_init__(self) -> None:
+        if self.error_store_attempts < 1:
+            raise ConfigError(
+                f"error_store_attempts must be at least 1, got {self.error_store_attempts}"
+            )
 
 
 class Dispatcher:
@@ -523,6 +530,7 @@ class Dispatcher:
         )
 
     def _store_record(self, record: FailureRecord) -> None:
+        last: ErrorStoreError | None = None
         for attempt in range(1, self._settings.error_store_attempts + 1):
             try:
                 self._store.record(record)

@@ -46,7 +46,7 @@ class Selector:
     clauses: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        TenantId.parse(self.tenant)
+        object.__setattr__(self, "tenant", TenantId.parse(self.tenant))
         for name, value in self.clauses:
             check_property_name(name)
             if not isinstance(value, str):

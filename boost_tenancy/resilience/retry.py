@@ -14,7 +14,7 @@ from boost_tenancy.errors import ConfigError
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
-    """Up to max_attempts deliveries; exponential backoff between them with full jitter on top."""
+    """Up to max_attempts deliveries; exponential backoff between them, jittered, capped."""
 
     max_attempts: int = 5
     base_delay_ms: int = 1_000
@@ -41,7 +41,7 @@ class RetryPolicy:
 def compute_backoff(
     policy: RetryPolicy, attempt: int, rand: Callable[[], float] = random.random
 ) -> int:
-    """Delay in ms before attempt+1, after the attempt-th failed: base * 2^(attempt-1), capped."""
+    """Delay in ms before attempt+1: base * 2^(attempt-1) plus jitter, never above max_delay_ms."""
     exponent = max(0, attempt - 1)
-    delay = min(policy.max_delay_ms, policy.base_delay_ms * (2 ** min(exponent, 32)))
-    return int(delay * (1.0 + policy.jitter * rand()))
+    delay = policy.base_delay_ms * (2 ** min(exponent, 32)) * (1.0 + policy.jitter * rand())
+    return int(min(policy.max_delay_ms, delay))

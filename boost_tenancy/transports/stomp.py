@@ -95,6 +95,10 @@ class StompSettings:
             port = int(port_text)
         except ValueError as exc:
             raise ConfigError(f"BOOST_STOMP_PORT must be a number, got {port_text!r}") from exc
+        if not 0 < port < 65536:
+            raise ConfigError(f"BOOST_STOMP_PORT must be 1-65535, got {port}")
+        if bool(env.get("BOOST_STOMP_USER")) != bool(env.get("BOOST_STOMP_PASSWORD")):
+            raise ConfigError("set both BOOST_STOMP_USER and BOOST_STOMP_PASSWORD, or neither")
         return cls(
             host=env.get("BOOST_STOMP_HOST", "127.0.0.1"),
             port=port,

@@ -1,0 +1,207 @@
+"""DeadLetterAdmin on the in-memory transport: a tenant's dead letters listed with their recorded
+failures and re-driven to their original queue, never another tenant's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import (
+    DispatchSettings,
+    FailureOutcome,
+    HandlerContext,
+    IncomingMessage,
+    InvalidTenantError,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    TenantId,
+    TenantProcessor,
+    TenantProducer,
+    dead_letter_queue,
+)
+from boost_tenancy.admin import DeadLetterAdmin
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.messages import (
+    ATTEMPT_PROPERTY,
+    DEAD_LETTER_REASON_PROPERTY,
+    ERROR_TEXT_PROPERTY,
+    ERROR_TYPE_PROPERTY,
+    MESSAGE_ID_PROPERTY,
+    ORIGINAL_QUEUE_PROPERTY,
+)
+from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.conftest import unique_queue, wait_until
+
+ORG_A, ORG_B = TenantId("org-A"), TenantId("org-B")
+IDLE = 0.3
+ERROR_PROPERTIES = (
+    ORIGINAL_QUEUE_PROPERTY,
+    DEAD_LETTER_REASON_PROPERTY,
+    ERROR_TYPE_PROPERTY,
+    ERROR_TEXT_PROPERTY,
+)
+
+
+class AlwaysFails(TenantProcessor):
+    def __init__(self, queue: str) -> None:
+        self.queues = (queue,)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        raise RuntimeError(f"cannot handle {message.data['n']}")
+
+
+@dataclass
+class DeadLetters:
+    broker: InMemoryBroker
+    store: ErrorStore
+    admin: DeadLetterAdmin
+    queue: str
+    a_ids: list[str]
+    b_ids: list[str]
+
+    @property
+    def dlq(self) -> str:
+        return dead_letter_queue(self.queue)
+
+    def dlq_ids(self) -> list[str]:
+        return [m.properties[MESSAGE_ID_PROPERTY] for m in self.broker.messages(self.dlq)]
+
+
+@pytest.fixture
+def dead(tmp_path: Path) -> Iterator[DeadLetters]:
+    """Two dead letters of org-A and one of org-B on DLQ.<queue>, each after two failed attempts."""
+    broker = InMemoryBroker()
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    queue = unique_queue("cmd")
+    runner = ProcessorRunner(
+        AlwaysFails(queue),
+        InMemoryTransport(broker),
+        [ORG_A, ORG_B],
+        error_store=store,
+        settings=RunnerSettings(
+            workers=2,
+            dispatch=DispatchSettings(
+                retry=RetryPolicy(max_attempts=2, base_delay_ms=10, max_delay_ms=10)
+            ),
+        ),
+    )
+    runner.start()
+    sender = InMemoryTransport(broker)
+    sender.connect()
+    producer = TenantProducer(sender)
+    a_ids = [producer.send(queue, ORG_A, {"n": n}).message_id for n in (1, 2)]
+    b_ids = [producer.send(queue, ORG_B, {"n": 3}).message_id]
+    assert wait_until(lambda: broker.depth(dead_letter_queue(queue)) == 3, timeout=10)
+    assert runner.stop(grace_s=5)
+    sender.close()
+    admin_transport = InMemoryTransport(broker)
+    admin_transport.connect()
+    yield DeadLetters(broker, store, DeadLetterAdmin(admin_transport, store), queue, a_ids, b_ids)
+    admin_transport.close()
+    store.close()
+    broker.close()
+
+
+def test_list_shows_a_tenants_dead_letters_with_their_recorded_failures(
+    dead: DeadLetters,
+) -> None:
+    views = dead.admin.list(ORG_A, dead.queue, idle_s=IDLE)
+    assert sorted(view.message_id for view in views) == sorted(dead.a_ids)
+    for view in views:
+        assert view.tenant == ORG_A
+        assert view.original_queue == dead.queue
+        assert view.reason == "exhausted"
+        assert view.attempts == 2
+        assert view.error_type == "RuntimeError"
+        assert view.error.startswith("RuntimeError: cannot handle ")
+        assert '"tenantUUID": "org-A"' in str(view.body)
+        assert [(f.attempt, f.outcome) for f in view.failures] == [
+            (1, FailureOutcome.RETRY),
+            (2, FailureOutcome.DEAD_LETTER),
+        ]
+        assert {f.message_id for f in view.failures} == {view.message_id}
+        assert {f.tenant for f in view.failures} == {ORG_A}
+
+
+def test_list_never_shows_another_tenants_dead_letters(dead: DeadLetters) -> None:
+    a_views = dead.admin.list(ORG_A, dead.queue, idle_s=IDLE)
+    b_views = dead.admin.list("org-B", dead.queue, idle_s=IDLE)
+    assert not {v.message_id for v in a_views} & set(dead.b_ids)
+    assert [v.message_id for v in b_views] == dead.b_ids
+    assert all(f.tenant == ORG_B for v in b_views for f in v.failures)
+    assert dead.admin.list("org-C", dead.queue, idle_s=IDLE) == []
+
+
+def test_list_leaves_the_messages_in_the_dead_letter_queue(dead: DeadLetters) -> None:
+    before = dead.dlq_ids()
+    first = dead.admin.list(ORG_A, dead.queue, idle_s=IDLE)
+    assert dead.dlq_ids() == before
+    second = dead.admin.list(ORG_A, dead.queue, idle_s=IDLE)
+    assert sorted(v.message_id for v in second) == sorted(v.message_id for v in first)
+    assert len(before) == 3
+
+
+def test_list_stops_at_the_limit(dead: DeadLetters) -> None:
+    assert len(dead.admin.list(ORG_A, dead.queue, limit=1, idle_s=IDLE)) == 1
+    assert len(dead.dlq_ids()) == 3
+
+
+def test_redrive_sends_a_tenants_dead_letters_back_reset_and_cleaned(dead: DeadLetters) -> None:
+    dlq_before = {m.properties[MESSAGE_ID_PROPERTY]: m for m in dead.broker.messages(dead.dlq)}
+    redriven = dead.admin.redrive(ORG_A, dead.queue, idle_s=IDLE)
+    assert sorted(redriven) == sorted(dead.a_ids)
+    back = dead.broker.messages(dead.queue)
+    assert sorted(m.properties[MESSAGE_ID_PROPERTY] for m in back) == sorted(dead.a_ids)
+    for message in back:
+        props = message.properties
+        assert props["tenantUUID"] == "org-A"
+        assert props[ATTEMPT_PROPERTY] == "1"
+        for name in ERROR_PROPERTIES:
+            assert name not in props
+        original = dlq_before[props[MESSAGE_ID_PROPERTY]]
+        assert message.body == original.body
+        assert message.correlation_id == original.correlation_id
+    assert dead.dlq_ids() == dead.b_ids, "only the tenant's own dead letters leave the DLQ"
+
+
+def test_redrive_records_a_redrive_outcome_per_message(dead: DeadLetters) -> None:
+    dead.admin.redrive(ORG_A, dead.queue, idle_s=IDLE)
+    records = dead.store.failures(tenant=ORG_A, outcome=FailureOutcome.REDRIVE)
+    assert sorted(r.message_id for r in records) == sorted(dead.a_ids)
+    for record in records:
+        assert record.queue == dead.queue
+        assert record.attempt == 2
+        assert record.error_type == "RuntimeError"
+        assert dead_letter_queue(dead.queue) in record.error_text
+    assert dead.store.failures(tenant=ORG_B, outcome=FailureOutcome.REDRIVE) == []
+
+
+def test_redrive_with_message_ids_moves_only_those(dead: DeadLetters) -> None:
+    chosen, kept = dead.a_ids
+    assert dead.admin.redrive(ORG_A, dead.queue, message_ids=[chosen], idle_s=IDLE) == [chosen]
+    assert [m.properties[MESSAGE_ID_PROPERTY] for m in dead.broker.messages(dead.queue)] == [chosen]
+    assert sorted(dead.dlq_ids()) == sorted([kept, *dead.b_ids])
+    assert [v.message_id for v in dead.admin.list(ORG_A, dead.queue, idle_s=IDLE)] == [kept]
+    redrives = dead.store.failures(tenant=ORG_A, outcome=FailureOutcome.REDRIVE)
+    assert [r.message_id for r in redrives] == [chosen]
+
+
+def test_redrive_of_another_tenants_message_id_moves_nothing(dead: DeadLetters) -> None:
+    assert dead.admin.redrive(ORG_A, dead.queue, message_ids=dead.b_ids, idle_s=IDLE) == []
+    assert dead.broker.messages(dead.queue) == []
+    assert len(dead.dlq_ids()) == 3
+
+
+def test_admin_refuses_an_invalid_tenant_or_queue(dead: DeadLetters) -> None:
+    with pytest.raises(InvalidTenantError):
+        dead.admin.list("x' OR '1'='1", dead.queue, idle_s=IDLE)
+    with pytest.raises(InvalidTenantError):
+        dead.admin.redrive("org-A' OR 'a'='a", dead.queue, idle_s=IDLE)
+    with pytest.raises(ConfigError, match="invalid queue name"):
+        dead.admin.list(ORG_A, "cmd.>", idle_s=IDLE)
+    assert len(dead.dlq_ids()) == 3
