@@ -82,7 +82,7 @@ class AppSettings:
         log_level = env.get("BOOST_LOG_LEVEL", "INFO")
         if not isinstance(logging.getLevelName(log_level.upper()), int):
             raise ConfigError(
-                f"BOOST_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {log_level!r}"
+                f"BOOST_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL: {log_level!r}"
             )
         return cls(
             stomp=StompSettings.from_env(env),
