@@ -28,7 +28,7 @@ from boost_tenancy.processor import (
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import Delivery, Subscription, Transport
+from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscription, Transport
 
 log = structlog.get_logger("boost_tenancy.consumer")
 
@@ -114,17 +114,14 @@ class ProcessorRunner:
             )
             worker.start()
             self._workers.append(worker)
-        for tenant in self._tenants:
-            selector = tenant_selector(tenant)
-            for queue in self._processor.queues:
-                self._subscriptions.append(
-                    self._transport.subscribe(
-                        queue,
-                        selector=selector,
-                        prefetch=self._settings.prefetch,
-                        on_delivery=self._receiver(tenant),
-                    )
-                )
+        requests = [
+            SubscribeRequest(
+                queue, tenant_selector(tenant), self._settings.prefetch, self._receiver(tenant)
+            )
+            for tenant in self._tenants
+            for queue in self._processor.queues
+        ]
+        self._subscriptions.extend(self._transport.subscribe_many(requests))
         log.info(
             "runner_started",
             processor=type(self._processor).__name__,

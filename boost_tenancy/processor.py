@@ -49,6 +49,7 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 
 log = structlog.get_logger("boost_tenancy.processor")
+_handler_log = structlog.get_logger("boost_tenancy.handler")
 
 
 # -- outcomes -------------------------------------------------------------------------------------
@@ -309,13 +310,15 @@ class Dispatcher:
         message_id = delivery.properties[MESSAGE_ID_PROPERTY]
         attempt = self._strategy.attempt_of(delivery)
         correlation_id = delivery.correlation_id or message_id
-        with structlog.contextvars.bound_contextvars(
+        # bind/reset rather than bound_contextvars: a third of the cost, on every message.
+        tokens = structlog.contextvars.bind_contextvars(
             tenant=tenant.value,
             queue=delivery.queue,
             message_id=message_id,
             correlation_id=correlation_id,
             attempt=attempt,
-        ):
+        )
+        try:
             raw_tenant = delivery.properties.get(TENANT_PROPERTY)
             if raw_tenant != tenant.value:
                 return self._quarantine(
@@ -327,6 +330,8 @@ class Dispatcher:
                 )
             outcome = self._decide(tenant, delivery, message_id, correlation_id, attempt)
             return self._carry_out(tenant, delivery, outcome, message_id, attempt)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
 
     @staticmethod
     def _with_message_id(delivery: Delivery) -> Delivery:
@@ -380,7 +385,7 @@ class Dispatcher:
             message_id=message_id,
             correlation_id=correlation_id,
             attempt=attempt,
-            log=structlog.get_logger("boost_tenancy.handler"),
+            log=_handler_log,
         )
         return self._handler(message, ctx)
 
@@ -394,7 +399,6 @@ class Dispatcher:
     ) -> str:
         if isinstance(outcome, Ack):
             self._transport.forward(delivery, outcome.outputs)
-            log.debug("message_handled", published=len(outcome.outputs))
             return self._told(tenant, delivery.queue, "processed")
         if isinstance(outcome, Defer):
             self._strategy.defer(self._transport, delivery, outcome.delay_ms)

@@ -8,22 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from boost_tenancy.messages import Message, check_queue_name
 from boost_tenancy.processor import build_message
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import Outgoing, Transport
+from boost_tenancy.transports.base import BatchSink, Transport
 
 JsonBody = Mapping[str, Any]
 
 
 @dataclass(slots=True)
 class ProducerBatch:
-    """Messages collected for one confirmation; nothing is sent if the block raises."""
+    """Messages confirmed together when the batch block ends; none stored if the block raises."""
 
-    _items: list[tuple[str, Message]] = field(default_factory=list)
+    _sink: BatchSink
+    _count: int = 0
 
     def send(
         self,
@@ -43,11 +44,12 @@ class ProducerBatch:
             correlation_id=correlation_id,
             properties=properties,
         )
-        self._items.append((check_queue_name(queue), message))
+        self._sink.add(check_queue_name(queue), message.to_wire())
+        self._count += 1
         return message
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
 
 
 class TenantProducer:
@@ -83,12 +85,21 @@ class TenantProducer:
         return message
 
     @contextmanager
-    def batch(self) -> Iterator[ProducerBatch]:
-        """Collect sends and confirm them together (one broker transaction) when the block ends."""
-        batch = ProducerBatch()
-        yield batch
-        items: list[Outgoing] = [(q, m.to_wire(), 0) for q, m in batch._items]
-        self._transport.send_batch([(q, w) for q, w, _ in items])
+    def batch(self, *, atomic: bool = True) -> Iterator[ProducerBatch]:
+        """Collect sends and confirm them together when the block ends; nothing on an exception.
+
+        atomic (default): one broker transaction that streams while the block runs, committed at
+        its end and aborted if it raises: all messages stored or none. atomic=False: plain sends
+        written when the block ends and confirmed by one receipt on the last; a failure midway
+        may leave the first part stored (re-send with the same message ids to stay idempotent).
+        """
+        sink = self._transport.open_batch(atomic=atomic)
+        try:
+            yield ProducerBatch(sink)
+        except BaseException:
+            sink.abort()
+            raise
+        sink.commit()
 
     def for_tenant(self, tenant: TenantId | str) -> TenantPublisher:
         """A sender bound to one tenant, for code that must not choose tenants itself."""

@@ -20,6 +20,7 @@ from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
+    SubscribeRequest,
     TransportCapabilities,
 )
 
@@ -188,6 +189,21 @@ class InMemoryBroker:
                 consumer.connection._deliver(consumer, stored)
 
 
+@dataclass(slots=True)
+class _MemoryBatch:
+    transport: InMemoryTransport
+    items: list[tuple[str, WireMessage]] = field(default_factory=list)
+
+    def add(self, queue: str, message: WireMessage) -> None:
+        self.items.append((check_queue_name(queue), message))
+
+    def commit(self) -> None:
+        self.transport.send_batch(self.items)
+
+    def abort(self) -> None:
+        self.items.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class _MemorySubscription:
     id: str
@@ -231,9 +247,13 @@ class InMemoryTransport:
         self._require_connected()
         self._broker.put(check_queue_name(queue), message, delay_ms=delay_ms)
 
-    def send_batch(self, items: Sequence[tuple[str, WireMessage]]) -> None:
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
         self._require_connected()
         self._broker.put_many([(check_queue_name(q), m, 0) for q, m in items])
+
+    def open_batch(self, *, atomic: bool = True) -> _MemoryBatch:
+        self._require_connected()
+        return _MemoryBatch(self)
 
     def subscribe(
         self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
@@ -251,6 +271,14 @@ class InMemoryTransport:
             self._consumers[consumer.id] = consumer
         self._broker._add_consumer(consumer)
         return _MemorySubscription(consumer.id, consumer.queue, selector)
+
+    def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[_MemorySubscription]:
+        return [
+            self.subscribe(
+                r.queue, selector=r.selector, prefetch=r.prefetch, on_delivery=r.on_delivery
+            )
+            for r in requests
+        ]
 
     def unsubscribe(self, subscription: object) -> None:
         sub_id = getattr(subscription, "id", None)

@@ -3,9 +3,17 @@
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
+    SubscribeRequest,
     Subscription,
     Transport,
     TransportCapabilities,
 )
 
-__all__ = ["Delivery", "OnDelivery", "Subscription", "Transport", "TransportCapabilities"]
+__all__ = [
+    "Delivery",
+    "OnDelivery",
+    "SubscribeRequest",
+    "Subscription",
+    "Transport",
+    "TransportCapabilities",
+]

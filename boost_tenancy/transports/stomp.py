@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import queue as queue_mod
 import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -26,6 +27,7 @@ from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
+    SubscribeRequest,
     TransportCapabilities,
 )
 
@@ -126,9 +128,25 @@ class _Pending:
     error: str | None = None
 
 
-def _header_value(value: str) -> str:
-    # stomp.py escapes backslash, newline and colon for STOMP 1.2 but not carriage return.
-    return value.replace("\r", "\\r")
+def _escape(value: str) -> str:
+    """STOMP 1.2 header escaping: backslash, carriage return, newline and colon."""
+    return value.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+
+
+def encode_frame(command: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
+    """One STOMP 1.2 frame.
+
+    The toolkit encodes its own SEND, ACK, BEGIN and COMMIT frames so that a batch, or every
+    acknowledgement waiting, goes out in one socket write instead of one stomp.py call each.
+    """
+    head = "".join(f"{_escape(name)}:{_escape(value)}\n" for name, value in headers.items())
+    return f"{command}\n{head}\n".encode() + body + b"\x00"
+
+
+_WRITE_CHUNK = 64 * 1024
+
+_FLUSH = object()
+"""Marker on the acknowledgement queue: set the event once everything before it is written."""
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -152,6 +170,71 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self._transport._on_disconnected(self._generation)
 
 
+class _StompBatch:
+    """A batch on one connection. Atomic: a transaction whose frames stream out in chunks while
+    the batch fills. Otherwise: plain sends written at commit, one receipt on the last."""
+
+    def __init__(self, transport: StompTransport, *, atomic: bool) -> None:
+        self._transport = transport
+        self._conn, self._generation = transport._current()
+        self._tx = f"tx-{uuid.uuid4().hex}" if atomic else None
+        self._items: list[tuple[str, WireMessage]] = []
+        self._chunk: list[bytes] = []
+        self._size = 0
+        self._count = 0
+        self._began = False
+
+    def add(self, queue: str, message: WireMessage) -> None:
+        check_queue_name(queue)
+        if self._tx is None:
+            self._items.append((queue, message))
+            return
+        if not self._began:
+            self._push(encode_frame("BEGIN", {"transaction": self._tx}))
+            self._began = True
+        self._push(self._transport._send_frame(queue, message, 0, {"transaction": self._tx}))
+        self._count += 1
+
+    def _push(self, frame: bytes) -> None:
+        self._chunk.append(frame)
+        self._size += len(frame)
+        if self._size >= _WRITE_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        data, self._chunk, self._size = b"".join(self._chunk), [], 0
+        try:
+            self._conn.transport.send(data)
+        except Exception as exc:
+            raise TransportError(f"batch write failed: {exc}") from exc
+
+    def commit(self) -> None:
+        if self._tx is None:
+            self._transport.send_batch(self._items, atomic=False)
+            return
+        if not self._began:
+            return
+        transport = self._transport
+        receipt, pending = transport._expect_receipt(self._generation)
+        self._push(encode_frame("COMMIT", {"transaction": self._tx, "receipt": receipt}))
+        try:
+            self._flush()
+        except TransportError:
+            with transport._lock:
+                transport._pending.pop(receipt, None)
+            raise
+        transport._await(receipt, pending, f"commit of {self._count} message(s)")
+
+    def abort(self) -> None:
+        if self._tx is None or not self._began:
+            self._items.clear()
+            return
+        self._chunk, self._size = [], 0
+        # Nothing of an aborted transaction is stored; a dead connection aborts it anyway.
+        with contextlib.suppress(Exception):
+            self._conn.transport.send(encode_frame("ABORT", {"transaction": self._tx}))
+
+
 class StompTransport:
     """Transport over STOMP 1.2; implements boost_tenancy.transports.base.Transport."""
 
@@ -168,6 +251,8 @@ class StompTransport:
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
         self._reconnector: threading.Thread | None = None
+        self._acks: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()
+        self._ack_writer: threading.Thread | None = None
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -197,13 +282,23 @@ class StompTransport:
     def connect(self) -> None:
         with self._lock:
             self._closing = False
-            self._open()
+            if self._ack_writer is None or not self._ack_writer.is_alive():
+                self._ack_writer = threading.Thread(
+                    target=self._write_acks, name="stomp-acks", daemon=True
+                )
+                self._ack_writer.start()
+        self._open()
 
     def _open(self) -> None:
-        """Open a new connection and re-create every subscription on it (lock held)."""
+        """Open a new connection and re-create every subscription on it.
+
+        The lock is not held while connecting: a broker that accepts TCP but never answers
+        CONNECT must not block close() or the receiving thread.
+        """
         settings = self._settings
-        self._generation += 1
-        generation = self._generation
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
         conn = stomp.Connection12(
             [(settings.host, settings.port)],
             heartbeats=(settings.heartbeat_ms, settings.heartbeat_ms),
@@ -213,21 +308,44 @@ class StompTransport:
             vhost=settings.vhost,
         )
         conn.set_listener("boost", _Listener(self, generation))
+        where = f"{settings.host}:{settings.port}"
         try:
-            conn.connect(settings.username, settings.password, wait=True)
+            # stomp.py's own wait has no working timeout; poll for CONNECTED with a deadline.
+            conn.connect(settings.username, settings.password, wait=False)
+            deadline = time.monotonic() + settings.receipt_timeout_s
+            while not conn.is_connected():
+                if conn.transport.connection_error:
+                    raise TransportError(f"STOMP broker at {where} refused the connection")
+                if time.monotonic() > deadline:
+                    raise TransportError(
+                        f"STOMP broker at {where} did not answer CONNECT within "
+                        f"{settings.receipt_timeout_s}s"
+                    )
+                time.sleep(0.005)
         except Exception as exc:
             with contextlib.suppress(Exception):  # the connect error is the one to report
                 conn.disconnect()
-            raise TransportError(
-                f"cannot connect to STOMP broker at {settings.host}:{settings.port}: {exc}"
-            ) from exc
-        self._conn = conn
-        self._connected = True
-        for sub in self._subscriptions.values():
-            self._send_subscribe(sub)
-        self._connected_cond.notify_all()
+            if isinstance(exc, TransportError):
+                raise
+            raise TransportError(f"cannot connect to STOMP broker at {where}: {exc}") from exc
+        with self._lock:
+            if self._closing or generation != self._generation:
+                superseded = True
+            else:
+                superseded = False
+                self._conn = conn
+                self._connected = True
+                subscriptions = list(self._subscriptions.values())
+        if superseded:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            raise TransportError("connection superseded or transport closed while connecting")
+        self._subscribe_on(conn, generation, subscriptions)
+        with self._lock:
+            self._connected_cond.notify_all()
 
     def close(self) -> None:
+        self._flush_acks()
         with self._lock:
             self._closing = True
             conn, self._conn = self._conn, None
@@ -247,9 +365,14 @@ class StompTransport:
         with self._lock:
             if generation != self._generation:
                 return
-            self._connected = False
+            was_connected, self._connected = self._connected, False
             closing = self._closing
-            if not closing and (self._reconnector is None or not self._reconnector.is_alive()):
+            # A connection that never came up is reported by _open to its caller instead.
+            if (
+                was_connected
+                and not closing
+                and (self._reconnector is None or not self._reconnector.is_alive())
+            ):
                 self._reconnector = threading.Thread(
                     target=self._reconnect_loop, name="stomp-reconnect", daemon=True
                 )
@@ -265,14 +388,14 @@ class StompTransport:
             with self._lock:
                 if self._closing or self._connected:
                     return
-                try:
-                    self._open()
-                except TransportError as exc:
-                    attempt += 1
-                    log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
-                else:
-                    log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
-                    return
+            try:
+                self._open()
+            except TransportError as exc:
+                attempt += 1
+                log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
+            else:
+                log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
+                return
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, self._settings.reconnect_max_s)
 
@@ -340,30 +463,48 @@ class StompTransport:
 
     # -- sending -------------------------------------------------------------------------------
     @staticmethod
-    def _frame(message: WireMessage, delay_ms: int) -> tuple[bytes, dict[str, str]]:
-        headers = {name: _header_value(value) for name, value in message.properties.items()}
+    def _send_frame(
+        queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]
+    ) -> bytes:
+        headers = dict(message.properties)
+        headers["destination"] = "/queue/" + check_queue_name(queue)
         headers["persistent"] = "true" if message.persistent else "false"
         if message.correlation_id is not None:
             headers["correlation-id"] = message.correlation_id
         if delay_ms > 0:
             headers["AMQ_SCHEDULED_DELAY"] = str(int(delay_ms))
+        headers.update(extra)
         if isinstance(message.body, str):
             # No content-length: both brokers then create a TextMessage (Java getText() works).
-            return message.body.encode("utf-8"), headers
+            return encode_frame("SEND", headers, message.body.encode("utf-8"))
         headers["content-length"] = str(len(message.body))
-        return message.body, headers
+        return encode_frame("SEND", headers, message.body)
 
-    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
-        destination = "/queue/" + check_queue_name(queue)
-        body, headers = self._frame(message, delay_ms)
-        conn, generation = self._current()
-        receipt, pending = self._expect_receipt(generation)
+    def _write(self, conn: Any, frames: Iterable[bytes], receipt: str, what: str) -> None:
+        """Write frames in chunks of about 64 KiB: the broker starts on the first chunk while
+        the next is encoded, and no single write holds the socket for long."""
         try:
-            conn.send(destination, body, headers={**headers, "receipt": receipt})
+            chunk: list[bytes] = []
+            size = 0
+            for frame in frames:
+                chunk.append(frame)
+                size += len(frame)
+                if size >= _WRITE_CHUNK:
+                    conn.transport.send(b"".join(chunk))
+                    chunk, size = [], 0
+            if chunk:
+                conn.transport.send(b"".join(chunk))
         except Exception as exc:
             with self._lock:
                 self._pending.pop(receipt, None)
-            raise TransportError(f"send to {queue!r} failed: {exc}") from exc
+            raise TransportError(f"{what} failed: {exc}") from exc
+
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        check_queue_name(queue)
+        conn, generation = self._current()
+        receipt, pending = self._expect_receipt(generation)
+        frame = self._send_frame(queue, message, delay_ms, {"receipt": receipt})
+        self._write(conn, [frame], receipt, f"send to {queue!r}")
         self._await(receipt, pending, f"send to {queue!r}")
 
     def _transaction(self, items: Sequence[Outgoing], ack: tuple[Any, str] | None) -> None:
@@ -371,50 +512,88 @@ class StompTransport:
         conn, generation = self._current()
         if ack is not None and ack[0] is not conn:
             raise TransportError("delivery belongs to a lost connection")
+        for queue, _, _ in items:
+            check_queue_name(queue)
         tx = f"tx-{uuid.uuid4().hex}"
+        in_tx = {"transaction": tx}
         receipt, pending = self._expect_receipt(generation)
-        try:
-            conn.begin(tx)
+
+        def frames() -> Iterator[bytes]:
+            yield encode_frame("BEGIN", in_tx)
             for queue, message, delay_ms in items:
-                body, headers = self._frame(message, delay_ms)
-                conn.send(
-                    "/queue/" + check_queue_name(queue),
-                    body,
-                    headers={**headers, "transaction": tx},
-                )
+                yield self._send_frame(queue, message, delay_ms, in_tx)
             if ack is not None:
-                conn.ack(ack[1], transaction=tx)
-            conn.commit(tx, headers={"receipt": receipt})
-        except TransportError:
-            raise
-        except Exception as exc:
-            with self._lock:
-                self._pending.pop(receipt, None)
-            raise TransportError(f"transaction {tx} failed: {exc}") from exc
+                yield encode_frame("ACK", {"id": ack[1], "transaction": tx})
+            yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
+
+        self._write(conn, frames(), receipt, f"transaction {tx}")
         self._await(receipt, pending, f"commit of {len(items)} message(s)")
 
-    def send_batch(self, items: Sequence[tuple[str, WireMessage]]) -> None:
-        if items:
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
+        if not items:
+            return
+        if atomic:
             self._transaction([(q, m, 0) for q, m in items], None)
+            return
+        for queue, _ in items:
+            check_queue_name(queue)
+        conn, generation = self._current()
+        receipt, pending = self._expect_receipt(generation)
+        # A connection's frames are handled in order, so the receipt of the last confirms all.
+        last = len(items) - 1
+        frames = (
+            self._send_frame(q, m, 0, {"receipt": receipt} if i == last else {})
+            for i, (q, m) in enumerate(items)
+        )
+        what = f"batch of {len(items)} message(s)"
+        self._write(conn, frames, receipt, what)
+        self._await(receipt, pending, what)
+
+    def open_batch(self, *, atomic: bool = True) -> _StompBatch:
+        return _StompBatch(self, atomic=atomic)
 
     # -- consuming -----------------------------------------------------------------------------
     def subscribe(
         self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
     ) -> StompSubscription:
-        if prefetch < 1:
-            raise ConfigError(f"prefetch must be at least 1, got {prefetch}")
-        sub = StompSubscription(
-            f"sub-{next(self._ids)}", check_queue_name(queue), selector, prefetch, on_delivery
-        )
-        with self._lock:
-            self._subscriptions[sub.id] = sub
-            if not self._connected:
-                return sub  # created on (re)connection
-            conn, generation = self._conn, self._generation
-        receipt, pending = self._expect_receipt(generation)
-        self._send_subscribe(sub, conn=conn, receipt=receipt)
-        self._await(receipt, pending, f"subscribe to {queue!r}")
+        [sub] = self.subscribe_many([SubscribeRequest(queue, selector, prefetch, on_delivery)])
         return sub
+
+    def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[StompSubscription]:
+        subs = []
+        for request in requests:
+            if request.prefetch < 1:
+                raise ConfigError(f"prefetch must be at least 1, got {request.prefetch}")
+            subs.append(
+                StompSubscription(
+                    f"sub-{next(self._ids)}",
+                    check_queue_name(request.queue),
+                    request.selector,
+                    request.prefetch,
+                    request.on_delivery,
+                )
+            )
+        with self._lock:
+            for sub in subs:
+                self._subscriptions[sub.id] = sub
+            if not self._connected:
+                return subs  # created on (re)connection
+            conn, generation = self._conn, self._generation
+        self._subscribe_on(conn, generation, subs)
+        return subs
+
+    def _subscribe_on(self, conn: Any, generation: int, subs: Sequence[StompSubscription]) -> None:
+        """Send every SUBSCRIBE first, then await the receipts: one round trip, not one each."""
+        waiting = []
+        for sub in subs:
+            receipt, pending = self._expect_receipt(generation)
+            try:
+                self._send_subscribe(sub, conn=conn, receipt=receipt)
+            except Exception as exc:
+                raise TransportError(f"subscribe to {sub.queue!r} failed: {exc}") from exc
+            waiting.append((receipt, pending, sub))
+        for receipt, pending, sub in waiting:
+            self._await(receipt, pending, f"subscribe to {sub.queue!r}")
 
     def _send_subscribe(
         self, sub: StompSubscription, *, conn: Any = None, receipt: str | None = None
@@ -473,15 +652,50 @@ class StompTransport:
             return self._conn, str(ack_id)
 
     def ack(self, delivery: Delivery) -> None:
-        target = self._ack_target(delivery)
-        if target is None:
-            log.info("stomp_ack_skipped_stale", queue=delivery.queue)
-            return  # the broker already took it back when the connection dropped
-        conn, ack_id = target
-        try:
-            conn.ack(ack_id)
-        except Exception as exc:
-            raise TransportError(f"ack on {delivery.queue!r} failed: {exc}") from exc
+        token = delivery.token
+        if not (isinstance(token, tuple) and len(token) == 2):
+            raise TransportError("delivery was not made by this STOMP transport")
+        # The ack thread writes every acknowledgement waiting in one socket write; close()
+        # flushes them first.
+        self._acks.put(token)
+
+    def _flush_acks(self) -> None:
+        """Wait until every acknowledgement queued so far is written (or dropped as stale)."""
+        writer = self._ack_writer
+        if writer is None or not writer.is_alive():
+            return
+        done = threading.Event()
+        self._acks.put((_FLUSH, done))
+        done.wait(self._settings.receipt_timeout_s)
+
+    def _write_acks(self) -> None:
+        while True:
+            batch = [self._acks.get()]
+            while len(batch) < 1_000:
+                try:
+                    batch.append(self._acks.get_nowait())
+                except queue_mod.Empty:
+                    break
+            with self._lock:
+                conn = self._conn if self._connected else None
+                generation = self._generation
+            acks = [ack_id for gen, ack_id in batch if gen is not _FLUSH]
+            frames = [
+                encode_frame("ACK", {"id": str(ack_id)})
+                for gen, ack_id in batch
+                if gen is not _FLUSH and gen == generation
+            ]
+            if len(frames) < len(acks):
+                # Their connection is gone: the broker has taken them back and redelivers them.
+                log.info("stomp_ack_skipped_stale", count=len(acks) - len(frames))
+            if frames and conn is not None:
+                try:
+                    conn.transport.send(b"".join(frames))
+                except Exception as exc:
+                    log.warning("stomp_acks_not_written", count=len(frames), error=str(exc))
+            for gen, event in batch:
+                if gen is _FLUSH:
+                    event.set()
 
     def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
         target = self._ack_target(delivery)

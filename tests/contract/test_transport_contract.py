@@ -210,3 +210,38 @@ def test_tenant_ids_are_never_rewritten_by_the_transport(
     assert wait_until(lambda: len(inbox) == 1)
     time.sleep(0.3)
     assert inbox.bodies() == ["exact"], "tenant ids are case-sensitive on both transports"
+
+
+def test_open_batch_commit_stores_every_message_in_order(
+    transport_factory: TransportFactory,
+) -> None:
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=500, on_delivery=inbox)
+    for atomic in (True, False):
+        batch = transport.open_batch(atomic=atomic)
+        for index in range(200):
+            batch.add(queue, wire("t1", f"{atomic}-{index}" + "x" * 500))
+        batch.commit()
+    assert wait_until(lambda: len(inbox) == 400)
+    expected = [f"{atomic}-{i}" for atomic in (True, False) for i in range(200)]
+    assert [str(b)[:-500] for b in inbox.bodies()] == expected
+
+
+def test_aborted_atomic_batch_stores_nothing_even_after_streaming_a_chunk(
+    transport_factory: TransportFactory,
+) -> None:
+    """200 messages of 1 KiB exceed the 64 KiB write chunk, so part went out before abort."""
+    queue = unique_queue()
+    transport = transport_factory()
+    batch = transport.open_batch(atomic=True)
+    for index in range(200):
+        batch.add(queue, wire("t1", f"{index}" + "y" * 1024))
+    batch.abort()
+    transport.send(queue, wire("t1", "after"))
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=500, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) >= 1)
+    time.sleep(0.5)
+    assert inbox.bodies() == ["after"]
