@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from boost_tenancy import StompSettings, StompTransport, Transport
+from boost_tenancy.local_broker import stomp_handshake
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
@@ -57,9 +58,10 @@ def unique_queue(prefix: str = "test") -> str:
 @pytest.fixture(scope="session")
 def stomp_settings() -> StompSettings:
     """Settings of the local broker; the test is skipped (or failed under CI) when it is down."""
-    if not port_open(STOMP_HOST, STOMP_PORT):
+    # A handshake, not just an open port: a broker out of memory still accepts TCP.
+    if not stomp_handshake(STOMP_HOST, STOMP_PORT):
         unavailable(
-            f"no ActiveMQ broker: STOMP port {STOMP_HOST}:{STOMP_PORT} is not open "
+            f"no ActiveMQ broker answering STOMP at {STOMP_HOST}:{STOMP_PORT} "
             "(start one with `boost-tenancy broker start`)"
         )
     return StompSettings(host=STOMP_HOST, port=STOMP_PORT, receipt_timeout_s=15.0)

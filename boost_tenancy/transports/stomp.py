@@ -390,7 +390,7 @@ class StompTransport:
                     return
             try:
                 self._open()
-            except TransportError as exc:
+            except Exception as exc:  # keep trying whatever failed: the loop is the only way back
                 attempt += 1
                 log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
             else:

@@ -1,0 +1,172 @@
+"""Helpers of the failure-mode tests: worker processes run by the CLI, and reading a queue back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from boost_tenancy import StompSettings, StompTransport, tenant_selector
+from boost_tenancy.transports.base import Delivery
+from tests.conftest import wait_until
+from tests.contract.test_transport_contract import Inbox
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The project root: the worker's working directory, so `tests` is importable there."""
+BOOST_TENANCY = Path(sys.executable).parent / "boost-tenancy"
+"""The command-line entry point installed next to the interpreter running the tests."""
+
+
+class Worker:
+    """One `boost-tenancy run` process; its stdout and stderr go to a file."""
+
+    def __init__(self, process: subprocess.Popen[bytes], output: Path) -> None:
+        self.process = process
+        self.output = output
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit code, or None if the process still runs after timeout_s."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def text(self) -> str:
+        try:
+            return self.output.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines the worker wrote (BOOST_LOG_FORMAT=json)."""
+        found: list[dict[str, Any]] = []
+        for line in self.text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                value = json.loads(line)
+                if isinstance(value, dict):
+                    found.append(value)
+        return found
+
+    def ensure_stopped(self) -> None:
+        """SIGKILL the process if it still runs, and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+
+
+class WorkerPool:
+    """Starts worker processes and kills whatever is left of them at teardown."""
+
+    def __init__(self, directory: Path, settings: StompSettings) -> None:
+        self._directory = directory
+        self._settings = settings
+        self._workers: list[Worker] = []
+
+    def base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "BOOST_STOMP_HOST": self._settings.host,
+                "BOOST_STOMP_PORT": str(self._settings.port),
+                "BOOST_ERROR_STORE": f"sqlite:///{self._directory / 'errors.sqlite3'}",
+                "BOOST_LOG_FORMAT": "json",
+                "BOOST_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+                # `tests.integration...` importable whatever the command does with its
+                # working directory.
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+                ),
+            }
+        )
+        return env
+
+    def start(self, processor: str, tenants: Sequence[str], env: Mapping[str, str]) -> Worker:
+        output = self._directory / f"worker-{len(self._workers) + 1}.log"
+        command = [str(BOOST_TENANCY), "run", processor]
+        for tenant in tenants:
+            command += ["--tenant", tenant]
+        with output.open("wb") as sink:
+            process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env={**self.base_env(), **env},
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        worker = Worker(process, output)
+        self._workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.ensure_stopped()
+
+
+def worker_pool(directory: Path, settings: StompSettings) -> Iterator[WorkerPool]:
+    """Fixture body: a pool whose processes are all gone after the test."""
+    pool = WorkerPool(directory, settings)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def read_queue(
+    settings: StompSettings,
+    queue: str,
+    *,
+    tenant: str | None,
+    expect: int,
+    quiet_s: float = 1.0,
+    timeout_s: float = 15.0,
+) -> list[Delivery]:
+    """Consume a queue (one tenant's messages, or all) and acknowledge what arrived.
+
+    Waits for at least `expect` deliveries, then until none has arrived for quiet_s, so a
+    message more than expected is seen too.
+    """
+    transport = StompTransport(settings)
+    transport.connect()
+    inbox = Inbox()
+    try:
+        transport.subscribe(
+            queue,
+            selector=tenant_selector(tenant) if tenant is not None else None,
+            prefetch=1000,
+            on_delivery=inbox,
+        )
+        wait_until(lambda: len(inbox) >= expect, timeout=timeout_s)
+        seen = -1
+        while seen != len(inbox):
+            seen = len(inbox)
+            time.sleep(quiet_s)
+        items = list(inbox.items)
+        for delivery in items:
+            transport.ack(delivery)
+        return items
+    finally:
+        transport.close()
+
+
+def message_ids(deliveries: Sequence[Delivery]) -> list[str]:
+    return [d.properties["boostMessageId"] for d in deliveries]
