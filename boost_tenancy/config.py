@@ -6,8 +6,9 @@ Nothing here runs at import time; a bad value raises ConfigError naming the vari
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from boost_tenancy.consumer import RunnerSettings
 from boost_tenancy.errors import ConfigError
@@ -17,33 +18,38 @@ from boost_tenancy.transports.stomp import StompSettings
 
 DEFAULT_ERROR_STORE = "sqlite:///var/boost-errors.sqlite3"
 
+N = TypeVar("N", int, float)
 
-def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
-    """An integer variable; a non-number or a value below minimum names the variable."""
+
+def _env_number(
+    env: Mapping[str, str],
+    name: str,
+    default: N,
+    *,
+    minimum: N,
+    parse: Callable[[str], N],
+    kind: str,
+) -> N:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    """An integer variable; a non-number or a value below minimum names the variable."""
+    return _env_number(env, name, default, minimum=minimum, parse=int, kind="an integer")
 
 
 def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
     """A number variable; a non-number or a value below minimum names the variable."""
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    return _env_number(env, name, default, minimum=minimum, parse=float, kind="a number")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

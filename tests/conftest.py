@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import pytest
 from boost_tenancy import StompSettings, StompTransport, Transport
 from boost_tenancy.local_broker import stomp_handshake
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.base import Delivery
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 STOMP_HOST = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
@@ -49,6 +51,26 @@ def wait_until(
             return True
         time.sleep(interval)
     return predicate()
+
+
+class Inbox:
+    """Collects deliveries from the transport's receiving thread."""
+
+    def __init__(self) -> None:
+        self.items: list[Delivery] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, delivery: Delivery) -> None:
+        with self._lock:
+            self.items.append(delivery)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.items)
+
+    def bodies(self) -> list[object]:
+        with self._lock:
+            return [d.body for d in self.items]
 
 
 def unique_queue(prefix: str = "test") -> str:

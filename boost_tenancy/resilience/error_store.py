@@ -266,6 +266,19 @@ class _SqlErrorStore:
         # One connection serves every worker thread; the lock serialises its use.
         self._lock = threading.Lock()
         self._closed = False
+        self._connection: Any = None
+        self._driver_error: type[Exception] = Exception
+
+    def close(self) -> None:
+        """Close the connection; later calls fail with ErrorStoreError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._connection.close()
+            except self._driver_error as exc:
+                raise self._failure("close", exc) from exc
 
     def record(self, record: FailureRecord) -> None:
         """Store one failure; it is durable (committed) when this returns."""
@@ -362,6 +375,7 @@ class SQLiteErrorStore(_SqlErrorStore):
 
     def __init__(self, path: str | os.PathLike[str], *, table: str = _DEFAULT_TABLE) -> None:
         super().__init__(table, placeholder="?")
+        self._driver_error = sqlite3.Error
         location = Path(path)
         create, index = _schema_sql(
             self._table, id_column="INTEGER PRIMARY KEY AUTOINCREMENT", timestamp_type="TEXT"
@@ -385,17 +399,6 @@ class SQLiteErrorStore(_SqlErrorStore):
             raise self._failure("create schema", exc) from exc
         self._connection = connection
 
-    def close(self) -> None:
-        """Close the database file; later calls fail with ErrorStoreError."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._connection.close()
-            except sqlite3.Error as exc:
-                raise self._failure("close", exc) from exc
-
     def _encode_time(self, when: datetime) -> object:
         # Fixed-width UTC text sorts in time order, which ORDER BY occurred_at relies on.
         return when.astimezone(UTC).isoformat(timespec="microseconds")
@@ -413,7 +416,8 @@ class SQLiteErrorStore(_SqlErrorStore):
             try:
                 cursor = self._connection.execute(sql, params)
                 if fetch:
-                    return cursor.fetchall()
+                    rows: list[tuple[Any, ...]] = cursor.fetchall()
+                    return rows
                 self._connection.commit()
                 return []
             except sqlite3.Error as exc:
@@ -439,7 +443,7 @@ class PostgresErrorStore(_SqlErrorStore):
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
         self._dsn = dsn
-        self._driver_error: type[Exception] = psycopg.Error
+        self._driver_error = psycopg.Error
         self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
         create, index = _schema_sql(
             self._table, id_column="BIGSERIAL PRIMARY KEY", timestamp_type="TIMESTAMPTZ"
@@ -454,17 +458,6 @@ class PostgresErrorStore(_SqlErrorStore):
         except self._driver_error as exc:
             self._connection.close()
             raise self._failure("create schema", exc) from exc
-
-    def close(self) -> None:
-        """Close the connection; later calls fail with ErrorStoreError."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._connection.close()
-            except self._driver_error as exc:
-                raise self._failure("close", exc) from exc
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         # Autocommit: each INSERT is its own committed transaction, durable when execute returns.

@@ -30,8 +30,7 @@ from boost_tenancy.messages import WireMessage
 from boost_tenancy.processor import Dispatcher
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.transports.base import Delivery
-from tests.conftest import TransportFactory, unique_queue, wait_until
-from tests.contract.test_transport_contract import Inbox
+from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
 

@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 from boost_tenancy import TenantId, tenant_selector
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.base import Delivery
-from tests.conftest import TransportFactory, unique_queue, wait_until
-
-
-class Inbox:
-    """Collects deliveries from the transport's receiving thread."""
-
-    def __init__(self) -> None:
-        self.items: list[Delivery] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, delivery: Delivery) -> None:
-        with self._lock:
-            self.items.append(delivery)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self.items)
-
-    def bodies(self) -> list[object]:
-        with self._lock:
-            return [d.body for d in self.items]
+from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 
 
 def wire(tenant: str, body: str | bytes = "{}", **props: str) -> WireMessage:

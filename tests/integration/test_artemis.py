@@ -27,8 +27,7 @@ from boost_tenancy import (
     open_error_store,
     tenant_selector,
 )
-from tests.conftest import unique_queue, wait_until
-from tests.contract.test_transport_contract import Inbox
+from tests.conftest import Inbox, unique_queue, wait_until
 
 pytestmark = [pytest.mark.slow]
 

@@ -15,8 +15,7 @@ from typing import Any
 
 from boost_tenancy import StompSettings, StompTransport, tenant_selector
 from boost_tenancy.transports.base import Delivery
-from tests.conftest import wait_until
-from tests.contract.test_transport_contract import Inbox
+from tests.conftest import Inbox, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The project root: the worker's working directory, so `tests` is importable there."""

@@ -41,8 +41,7 @@ from boost_tenancy.messages import ATTEMPT_PROPERTY, MESSAGE_ID_PROPERTY, derive
 from boost_tenancy.processor import Dispatcher, ErrorInfo, Outcome, RetryMiddleware
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.base import Delivery
-from tests.conftest import unique_queue, wait_until
+from tests.conftest import Inbox, unique_queue, wait_until
 
 ORG_A = TenantId("org-A")
 FAST = RetryPolicy(max_attempts=3, base_delay_ms=10, max_delay_ms=10, jitter=0.0)
@@ -68,20 +67,6 @@ def store(tmp_path: Path) -> Iterator[ErrorStore]:
     opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
     yield opened
     opened.close()
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.items: list[Delivery] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, delivery: Delivery) -> None:
-        with self._lock:
-            self.items.append(delivery)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self.items)
 
 
 def incoming(attempt: int = 1) -> IncomingMessage:
