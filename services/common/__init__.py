@@ -1,0 +1,1 @@
+"""What the sample pipeline's services share: the message contract, blobs and start-up."""

@@ -1,0 +1,88 @@
+"""The document pipeline's wire contract: queue names, message bodies and document states.
+
+Bodies are JSON objects; the toolkit adds tenantUUID to each. Every command carries the
+document's processing run (`run`), and every event echoes it, so the DocumentManager can ignore
+an event of an earlier run after a retry.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, Final
+
+from boost_tenancy import PermanentError
+
+# Queues (seed 001, "Service-by-Service Implementation").
+CMD_DOCUMENT_PROCESS: Final = "cmd.document.process"
+CMD_DOCUMENT_RETRY: Final = "cmd.document.retry"
+CMD_THUMBNAIL_GENERATE: Final = "cmd.thumbnail.generate"
+CMD_EXTRACT_TEXT: Final = "cmd.document.extractText"
+CMD_INTERPRET: Final = "cmd.document.interpret"
+EVT_TEXT_EXTRACTED: Final = "evt.document.text.extracted"
+EVT_TEXT_ERROR: Final = "evt.document.text.error"
+EVT_INTERPRETED: Final = "evt.document.interpreted"
+EVT_INTERPRETATION_ERROR: Final = "evt.document.interpretation.error"
+EVT_PROCESSING_STARTED: Final = "evt.document.processing.started"
+EVT_READY: Final = "evt.document.ready"
+EVT_NEEDS_REVIEW: Final = "evt.document.needs.review"
+EVT_FAILED: Final = "evt.document.failed"
+
+# Bodies, by queue (every field required unless marked optional):
+#   cmd.document.process       {documentUUID, blobKey, fileName, contentType}
+#   cmd.document.retry         {documentUUID}
+#   cmd.thumbnail.generate     {documentUUID, blobKey, contentType}
+#   cmd.document.extractText   {documentUUID, run, blobKey, fileName, contentType}
+#   evt.document.text.extracted{documentUUID, run, textKey, chars}
+#   evt.document.text.error    {documentUUID, run, reason}
+#   cmd.document.interpret     {documentUUID, run, textKey}
+#   evt.document.interpreted   {documentUUID, run, documentType, confidence, fields, needsReview,
+#                               reasons}
+#   evt.document.interpretation.error {documentUUID, run, reason}
+#   evt.document.processing.started   {documentUUID, run}
+#   evt.document.ready         {documentUUID, run, documentType, fields}
+#   evt.document.needs.review  {documentUUID, run, documentType, confidence, reasons}
+#   evt.document.failed        {documentUUID, run, stage, reason}
+
+_DOCUMENT_ID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class DocumentState(enum.StrEnum):
+    """A document's place in the pipeline; the order is the order of progress within a run."""
+
+    UPLOADED = "uploaded"
+    PROCESSING = "processing"
+    EXTRACTED = "extracted"
+    READY = "ready"
+    NEEDS_REVIEW = "needs_review"
+    FAILED = "failed"
+
+
+FINAL_STATES: Final = frozenset(
+    {DocumentState.READY, DocumentState.NEEDS_REVIEW, DocumentState.FAILED}
+)
+
+
+def document_id(value: object) -> str:
+    """A document id from a message body; anything else is a permanent failure."""
+    if not isinstance(value, str) or _DOCUMENT_ID_RE.fullmatch(value) is None:
+        raise PermanentError(f"documentUUID must be a lowercase UUID, got {value!r}")
+    return value
+
+
+def field(body: Any, name: str, kind: type) -> Any:
+    """A required field of a JSON body, of the given type, or a permanent failure naming it."""
+    if not isinstance(body, dict):
+        raise PermanentError(f"message body must be a JSON object, got {type(body).__name__}")
+    value = body.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise PermanentError(f"field {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def run_of(body: Any) -> int:
+    """The processing run a command or event belongs to (1 for the first)."""
+    run = field(body, "run", int)
+    if run < 1:
+        raise PermanentError(f"field 'run' must be at least 1, got {run}")
+    return int(run)
