@@ -1,0 +1,1 @@
+"""The pipeline demo: every service, three tenants, the sample documents, one table."""
