@@ -1,0 +1,1 @@
+"""DocumentExtractor: turns an uploaded document into plain text for the DocumentProfessor."""

@@ -1,0 +1,1 @@
+"""Unit tests: no broker needed; PostgreSQL-backed cases skip when it is absent."""
