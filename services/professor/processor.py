@@ -14,7 +14,7 @@ from boost_tenancy import (
     PermanentError,
     TenantProcessor,
 )
-from services.common.blobs import LocalBlobStore
+from services.common.blobs import LocalBlobStore, check_key
 from services.common.contract import (
     CMD_INTERPRET,
     EVT_INTERPRETATION_ERROR,
@@ -49,7 +49,14 @@ class DocumentProfessor(TenantProcessor):
         document = document_id(field(body, "documentUUID", str))
         run = run_of(body)
         text_key = field(body, "textKey", str)
-        raw = self._blobs.get(ctx.tenant, text_key)
+        check_key(text_key)  # a malformed key is a malformed command: dead-lettered
+        try:
+            raw = self._blobs.get(ctx.tenant, text_key)
+        except PermanentError as exc:
+            # The document cannot be interpreted without its text: fail the document (the
+            # manager records it and a retry re-extracts) rather than leave it waiting forever.
+            self._error(ctx, document, run, f"extracted text unavailable: {exc}")
+            return
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:

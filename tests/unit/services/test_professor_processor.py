@@ -204,11 +204,16 @@ def test_each_tenant_is_interpreted_with_its_own_rules(pipeline: Pipeline) -> No
     assert by_tenant["org-globex"]["reasons"] == ["no document type matched"]
 
 
-def test_a_missing_text_blob_is_dead_lettered(pipeline: Pipeline) -> None:
+def test_a_missing_text_blob_fails_the_document_instead_of_leaving_it_waiting(
+    pipeline: Pipeline,
+) -> None:
     pipeline.start()
     pipeline.send(ACME, command())
-    [(properties, _)] = pipeline.wait_for(dead_letter_queue(CMD_INTERPRET))
-    assert "does not exist" in properties["boostError"]
+    [(properties, body)] = pipeline.wait_for(EVT_INTERPRETATION_ERROR)
+    assert properties["tenantUUID"] == "org-acme"
+    assert body["reason"].startswith("extracted text unavailable")
+    assert "does not exist" in body["reason"]
+    assert pipeline.events(dead_letter_queue(CMD_INTERPRET)) == []
 
 
 @pytest.mark.parametrize(
