@@ -4,6 +4,7 @@ Producers stamp the tenantUUID property, TenantProcessors consume through per-te
 and failures are retried, recorded and dead-lettered instead of lost.
 """
 
+from boost_tenancy.auth import AuthenticationError, JwtSettings, TenantAuthenticator
 from boost_tenancy.consumer import ProcessorRunner, RunnerSettings
 from boost_tenancy.errors import (
     BoostTenancyError,
@@ -51,6 +52,7 @@ from boost_tenancy.transports.stomp import StompSettings, StompTransport
 __all__ = [
     "TENANT_PROPERTY",
     "Ack",
+    "AuthenticationError",
     "BoostTenancyError",
     "ConfigError",
     "DeadLetter",
@@ -65,6 +67,7 @@ __all__ = [
     "HandlerError",
     "IncomingMessage",
     "InvalidTenantError",
+    "JwtSettings",
     "Message",
     "MessageDecodeError",
     "Middleware",
@@ -78,6 +81,7 @@ __all__ = [
     "Selector",
     "StompSettings",
     "StompTransport",
+    "TenantAuthenticator",
     "TenantId",
     "TenantMismatchError",
     "TenantProcessor",
