@@ -32,6 +32,7 @@ from tests.conftest import Inbox, unique_queue, wait_until
 pytestmark = [pytest.mark.slow]
 
 ARTEMIS_IMAGE = "apache/activemq-artemis:2.37.0"
+ETC_OVERRIDE = Path(__file__).resolve().parents[2] / "docker" / "artemis" / "etc-override"
 
 
 def docker_engine_missing() -> str | None:
@@ -56,6 +57,9 @@ def artemis() -> Iterator[StompSettings]:
         DockerContainer(ARTEMIS_IMAGE)
         .with_env("ARTEMIS_USER", "boost")
         .with_env("ARTEMIS_PASSWORD", "boost-test")
+        # The project's broker.xml (docker-compose.yml uses it too): anycast /queue/ prefix,
+        # dead-letter and expiry addresses.
+        .with_volume_mapping(str(ETC_OVERRIDE), "/var/lib/artemis-instance/etc-override", "ro")
         .with_exposed_ports(61613)
     )
     container.start()
@@ -120,3 +124,38 @@ def test_isolation_retries_and_dead_letters_on_artemis(
     assert sorted(processor.attempts) == [1, 1, 2, 3]
     assert out.items[0].properties["tenantUUID"] == "org-A"
     assert dlq.items[0].properties["boostDeadLetterReason"] == "exhausted"
+
+
+def test_document_pipeline_on_artemis_for_two_tenants(
+    artemis: StompSettings, tmp_path: Path
+) -> None:
+    """Every pipeline service as its own process against Artemis; two tenants' invoices."""
+    from services.demo.stack import FINAL_STATES, PROCESSORS, Stack, environment
+
+    env = environment()
+    env.update(
+        BOOST_STOMP_HOST=artemis.host,
+        BOOST_STOMP_PORT=str(artemis.port),
+        BOOST_STOMP_USER=artemis.username or "",
+        BOOST_STOMP_PASSWORD=artemis.password or "",
+    )
+    stack = Stack(tmp_path / "stack", ("org-a", "org-b"), env)
+    samples = Path(__file__).resolve().parents[2] / "services" / "samples"
+    try:
+        stack.start(*PROCESSORS, "integrations")
+        owned = {
+            stack.upload(tenant, samples / "invoice.pdf", "application/pdf"): tenant
+            for tenant in ("org-a", "org-b")
+        }
+        assert wait_until(
+            lambda: all(stack.status(t, d).get("state") in FINAL_STATES for d, t in owned.items()),
+            timeout=120,
+            interval=0.5,
+        )
+        for document, tenant in owned.items():
+            status = stack.status(tenant, document)
+            assert (status["state"], status["documentType"]) == ("ready", "invoice")
+            other = "org-b" if tenant == "org-a" else "org-a"
+            assert stack.call("GET", f"/documents/{document}", stack.token(other))[0] == 404
+    finally:
+        stack.stop()
