@@ -250,7 +250,7 @@ class _Routes:
         try:
             self._producer.send(CMD_DOCUMENT_PROCESS, tenant, process, correlation_id=new_id)
         except BoostTenancyError:
-            # The client is told to upload again (503); this document stays "uploaded".
+            # The client is told to try again (503); POST /documents/<id>/retry re-sends it.
             log.error("document_not_queued", tenant=tenant.value, document=new_id)
             raise
         if wants_thumbnail(content_type):
@@ -323,14 +323,29 @@ class _Routes:
     def retry(self, document_id: str) -> tuple[Response, int]:
         tenant = _tenant()
         doc = self._document(tenant, document_id)
-        if doc.state is not DocumentState.FAILED:
-            raise ApiError(409, "conflict", f"only a failed document can be retried: {doc.state}")
-        self._producer.send(
-            CMD_DOCUMENT_RETRY,
-            tenant,
-            {"documentUUID": doc.document_id},
-            correlation_id=doc.document_id,
-        )
+        if doc.state is DocumentState.UPLOADED:
+            # Its process command never reached the broker (the upload answered 503): send it
+            # again. A duplicate is harmless, the manager starts a document once.
+            process = {
+                "documentUUID": doc.document_id,
+                "blobKey": doc.blob_key,
+                "fileName": doc.file_name,
+                "contentType": doc.content_type,
+            }
+            self._producer.send(
+                CMD_DOCUMENT_PROCESS, tenant, process, correlation_id=doc.document_id
+            )
+        elif doc.state is DocumentState.FAILED:
+            self._producer.send(
+                CMD_DOCUMENT_RETRY,
+                tenant,
+                {"documentUUID": doc.document_id},
+                correlation_id=doc.document_id,
+            )
+        else:
+            raise ApiError(
+                409, "conflict", f"only a failed or unqueued document can be retried: {doc.state}"
+            )
         log.info("document_retry_requested", tenant=tenant.value, document=doc.document_id)
         return jsonify({"documentUUID": doc.document_id, "state": doc.state.value}), 202
 

@@ -268,7 +268,7 @@ def _paths(max_upload_bytes: int) -> dict[str, Any]:
         "/documents/{document_id}/retry": {
             "post": {
                 "operationId": "retryDocument",
-                "summary": "Process a failed document again.",
+                "summary": "Process a failed document again, or re-queue one never queued.",
                 "parameters": [_DOCUMENT_ID],
                 "responses": {
                     "202": _json(_ref("RetryAccepted"), "The retry command was sent."),

@@ -381,6 +381,17 @@ def test_the_list_limit_is_validated(server: Server) -> None:
 
 
 # -- the happy path -------------------------------------------------------------------------------
+def test_retrying_an_uploaded_document_sends_its_process_command_again(server: Server) -> None:
+    """An upload whose process command never reached the broker can be re-queued."""
+    document = server.upload_pdf()
+    response = server.call("POST", f"/documents/{document}/retry")
+    assert response.status_code == 202
+    sent = server.sent(CMD_DOCUMENT_PROCESS)
+    assert len(sent) == 2
+    assert sent[0][1] == sent[1][1], "the same process command, sent again"
+    assert server.broker.messages(CMD_DOCUMENT_RETRY) == []
+
+
 def _finish(server: Server, tenant: TenantId, document: str, *, failed: bool = False) -> None:
     """Move a document through the pipeline as the other services would, blobs included."""
     store = server.store
@@ -508,14 +519,20 @@ def test_results_are_404_until_produced_and_200_after(server: Server) -> None:
     assert (status["documentType"], status["fields"]) == ("invoice", {"invoiceNumber": "42"})
 
 
-def test_a_failed_document_can_be_retried_and_nothing_else(server: Server) -> None:
+def test_a_failed_document_can_be_retried_and_a_processing_one_cannot(server: Server) -> None:
     document = server.upload_pdf()
+    server.store.apply(ORG_A, document, StartRun(), event_id=f"{document}-start")
     conflict = server.call("POST", f"/documents/{document}/retry")
     assert conflict.status_code == 409
     assert conflict.get_json()["error"] == "conflict"
     assert server.broker.messages(CMD_DOCUMENT_RETRY) == []
 
-    _finish(server, ORG_A, document, failed=True)
+    server.store.apply(
+        ORG_A,
+        document,
+        Failed(run=1, stage="extraction", reason="unreadable"),
+        event_id=f"{document}-failed",
+    )
     status = server.call("GET", f"/documents/{document}").get_json()
     assert (status["state"], status["failedStage"], status["error"]) == (
         "failed",
