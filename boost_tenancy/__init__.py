@@ -45,6 +45,7 @@ from boost_tenancy.resilience.error_store import (
 )
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.selectors import TENANT_PROPERTY, Selector, tenant_selector
+from boost_tenancy.storage import StoreUrl, parse_store_url, redact_url
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport, TransportCapabilities
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -81,6 +82,7 @@ __all__ = [
     "Selector",
     "StompSettings",
     "StompTransport",
+    "StoreUrl",
     "TenantAuthenticator",
     "TenantId",
     "TenantMismatchError",
@@ -93,7 +95,9 @@ __all__ = [
     "TransportError",
     "dead_letter_queue",
     "open_error_store",
+    "parse_store_url",
     "parse_tenants",
     "quarantine_queue",
+    "redact_url",
     "tenant_selector",
 ]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
-from urllib.parse import urlsplit
 
 from boost_tenancy.errors import ConfigError, ErrorStoreError
+from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId
 
 if TYPE_CHECKING:
@@ -43,11 +43,6 @@ _COLUMNS: Final = (
     "error_type",
     "error_text",
     "occurred_at",
-)
-_SCHEME_RE: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_ACCEPTED_URLS: Final = (
-    "expected postgresql://..., postgres://..., sqlite:///relative/path, "
-    "sqlite:////absolute/path or a plain filesystem path"
 )
 
 
@@ -504,39 +499,12 @@ class PostgresErrorStore(_SqlErrorStore):
                 raise self._failure(f"{operation} (after reconnecting)", exc) from exc
 
 
-def _redacted(url: str) -> str:
-    """The URL with any password masked, so a configuration error never prints a secret."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url.split("://", 1)[0] + "://..."
-    if password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)).geturl()
-
-
 def open_error_store(url: str, *, table: str = _DEFAULT_TABLE) -> ErrorStore:
     """Open the error store a URL names: postgresql://, postgres://, sqlite:///path or a path."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"error store URL {url!r} is empty; {_ACCEPTED_URLS}")
-    match = _SCHEME_RE.match(url)
-    if match is None:
-        return SQLiteErrorStore(url, table=table)
-    scheme = match.group(1).lower()
-    rest = url[match.end() :]
-    if scheme in ("postgresql", "postgres"):
-        return PostgresErrorStore(f"{scheme}://{rest}", table=table)
-    if scheme == "sqlite":
-        # sqlite:///relative/path and sqlite:////absolute/path: the third slash ends the (empty)
-        # host part, so anything else (a host, or no path) is a mistake worth reporting.
-        if not rest.startswith("/") or rest == "/":
-            raise ConfigError(f"error store URL {url!r} names no SQLite file; {_ACCEPTED_URLS}")
-        return SQLiteErrorStore(rest[1:], table=table)
-    raise ConfigError(
-        f"error store URL {_redacted(url)!r} has the unsupported scheme {scheme!r}; "
-        f"{_ACCEPTED_URLS}"
-    )
+    parsed = parse_store_url(url, what="error store")
+    if parsed.backend == "postgresql":
+        return PostgresErrorStore(parsed.target, table=table)
+    return SQLiteErrorStore(parsed.target, table=table)
 
 
 __all__ = [

@@ -20,9 +20,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
-from urllib.parse import urlsplit
 
-from boost_tenancy import ConfigError, PermanentError, TenantId, TransientError
+from boost_tenancy import (
+    ConfigError,
+    PermanentError,
+    TenantId,
+    TransientError,
+    parse_store_url,
+)
 from services.common.blobs import check_key
 from services.common.contract import DocumentState, document_id
 
@@ -37,11 +42,6 @@ _MAX_TEXT: Final = 8000
 _TRUNCATION_MARKER: Final = "\u2026[truncated]"
 _NUL_REPLACEMENT: Final = "\ufffd"
 _MAX_EVENT_ID: Final = 200
-_SCHEME_RE: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_ACCEPTED_URLS: Final = (
-    "expected postgresql://..., postgres://..., sqlite:///relative/path, "
-    "sqlite:////absolute/path or a plain filesystem path"
-)
 _COLUMNS: Final = (
     "tenant",
     "document_id",
@@ -861,39 +861,12 @@ class PostgresDocumentStore(_SqlDocumentStore):
                 raise self._failure(operation, exc) from exc
 
 
-def _redacted(url: str) -> str:
-    """The URL with any password masked, so a configuration error never prints a secret."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url.split("://", 1)[0] + "://..."
-    if password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)).geturl()
-
-
 def open_document_store(url: str, *, prefix: str = _DEFAULT_PREFIX) -> DocumentStore:
     """Open the document store a URL names: postgresql://, postgres://, sqlite:///path or a path."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"document store URL {url!r} is empty; {_ACCEPTED_URLS}")
-    match = _SCHEME_RE.match(url)
-    if match is None:
-        return SQLiteDocumentStore(url, prefix=prefix)
-    scheme = match.group(1).lower()
-    rest = url[match.end() :]
-    if scheme in ("postgresql", "postgres"):
-        return PostgresDocumentStore(f"{scheme}://{rest}", prefix=prefix)
-    if scheme == "sqlite":
-        # sqlite:///relative/path and sqlite:////absolute/path: the third slash ends the (empty)
-        # host part, so anything else (a host, or no path) is a mistake worth reporting.
-        if not rest.startswith("/") or rest == "/":
-            raise ConfigError(f"document store URL {url!r} names no SQLite file; {_ACCEPTED_URLS}")
-        return SQLiteDocumentStore(rest[1:], prefix=prefix)
-    raise ConfigError(
-        f"document store URL {_redacted(url)!r} has the unsupported scheme {scheme!r}; "
-        f"{_ACCEPTED_URLS}"
-    )
+    parsed = parse_store_url(url, what="document store")
+    if parsed.backend == "postgresql":
+        return PostgresDocumentStore(parsed.target, prefix=prefix)
+    return SQLiteDocumentStore(parsed.target, prefix=prefix)
 
 
 __all__ = [
