@@ -6,6 +6,8 @@ service killed mid-pipeline that finishes the documents once restarted.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 import uuid
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from boost_tenancy import (
@@ -22,7 +25,7 @@ from boost_tenancy import (
     TenantId,
     open_error_store,
 )
-from services.demo.stack import FINAL_STATES, Stack, environment
+from services.demo.stack import AUDIENCE, FINAL_STATES, ISSUER, Stack, environment
 from services.notifier.processor import Notifier
 from tests.conftest import wait_until
 
@@ -151,3 +154,43 @@ def test_a_service_killed_mid_pipeline_finishes_its_documents_after_a_restart(
     statuses = wait_final(stack, dict.fromkeys(documents, tenant))
     assert {s["state"] for s in statuses.values()} == {"ready"}
     assert {s["run"] for s in statuses.values()} == {1}, "finished in the first run, no retry"
+
+
+def test_http_attacks_on_the_running_server_are_refused(
+    stack: Stack, tenants: tuple[str, str]
+) -> None:
+    """The real IntegrationsServer process, against a real broker: forged tokens and tenant
+    confusion get nowhere, and a tenant named in the request is ignored."""
+    owner, intruder = tenants
+    stack.start("integrations")
+    document = stack.upload(owner, SAMPLES / "receipt.txt", TEXT)
+    now = int(time.time())
+    claims = {"tenantId": owner, "aud": AUDIENCE, "iss": ISSUER, "iat": now, "exp": now + 60}
+    header = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode()
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    forged = {
+        "alg none": f"{header}.{payload}.",
+        "wrong key": jwt.encode(claims, "k" * 48, algorithm="HS256"),
+        "expired": jwt.encode({**claims, "exp": now - 3600}, stack.secret, algorithm="HS256"),
+        "wrong audience": jwt.encode({**claims, "aud": "other"}, stack.secret, algorithm="HS256"),
+        "no tenant": jwt.encode(
+            {k: v for k, v in claims.items() if k != "tenantId"}, stack.secret, algorithm="HS256"
+        ),
+    }
+    for name, token in forged.items():
+        status, body = stack.call("GET", f"/documents/{document}", token)
+        assert status == 401, (name, body)
+        assert token not in stack.log_tail("integrations", 200_000)
+    status, _ = stack.call("GET", f"/documents/{document}", stack.token(intruder))
+    assert status == 404
+    # A tenant named in the query, a header and the file name is ignored: the token decides.
+    status, body = stack.call(
+        "POST",
+        f"/documents?tenantUUID={owner}",
+        stack.token(intruder),
+        b"TOTAL 1.00 EUR",
+        {"Content-Type": "text/plain", "X-File-Name": "r.txt", "tenantUUID": owner},
+    )
+    assert status == 201
+    assert stack.status(intruder, body["documentUUID"]).get("fileName") == "r.txt"
+    assert stack.call("GET", f"/documents/{body['documentUUID']}", stack.token(owner))[0] == 404
