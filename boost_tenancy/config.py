@@ -6,50 +6,18 @@ Nothing here runs at import time; a bad value raises ConfigError naming the vari
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from boost_tenancy.consumer import RunnerSettings
+from boost_tenancy.envvars import env_float, env_int
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.processor import DispatchSettings
 from boost_tenancy.resilience.retry import RetryPolicy
+from boost_tenancy.routing import Routing
 from boost_tenancy.transports.stomp import StompSettings
 
 DEFAULT_ERROR_STORE = "sqlite:///var/boost-errors.sqlite3"
-
-N = TypeVar("N", int, float)
-
-
-def _env_number(
-    env: Mapping[str, str],
-    name: str,
-    default: N,
-    *,
-    minimum: N,
-    parse: Callable[[str], N],
-    kind: str,
-) -> N:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = parse(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
-    """An integer variable; a non-number or a value below minimum names the variable."""
-    return _env_number(env, name, default, minimum=minimum, parse=int, kind="an integer")
-
-
-def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
-    """A number variable; a non-number or a value below minimum names the variable."""
-    return _env_number(env, name, default, minimum=minimum, parse=float, kind="a number")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +29,8 @@ class AppSettings:
     error_store_url: str
     log_format: str
     log_level: str
+    routing: Routing = field(default_factory=Routing)
+    """The topology of every queue (BOOST_ROUTING, BOOST_ROUTING_OVERRIDES)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AppSettings:
@@ -96,4 +66,5 @@ class AppSettings:
             error_store_url=env.get("BOOST_ERROR_STORE", DEFAULT_ERROR_STORE),
             log_format=log_format,
             log_level=log_level,
+            routing=Routing.from_env(env),
         )

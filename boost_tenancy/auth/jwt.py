@@ -14,7 +14,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from boost_tenancy.config import env_int
+from boost_tenancy.envvars import env_int
 from boost_tenancy.errors import BoostTenancyError, ConfigError, InvalidTenantError
 from boost_tenancy.tenancy import TenantId
 

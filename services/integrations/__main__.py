@@ -29,7 +29,8 @@ from boost_tenancy import (
     TenantAuthenticator,
     TenantProducer,
 )
-from boost_tenancy.config import AppSettings, env_int
+from boost_tenancy.config import AppSettings
+from boost_tenancy.envvars import env_int
 from boost_tenancy.observability import configure_logging
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store

@@ -1,0 +1,45 @@
+"""Numbers read from environment variables, with errors that name the variable.
+
+A leaf module (it imports only the error root), so any settings class can use it without
+import cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from boost_tenancy.errors import ConfigError
+
+N = TypeVar("N", int, float)
+
+
+def _env_number(
+    env: Mapping[str, str],
+    name: str,
+    default: N,
+    *,
+    minimum: N,
+    parse: Callable[[str], N],
+    kind: str,
+) -> N:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    """An integer variable; a non-number or a value below minimum names the variable."""
+    return _env_number(env, name, default, minimum=minimum, parse=int, kind="an integer")
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+    """A number variable; a non-number or a value below minimum names the variable."""
+    return _env_number(env, name, default, minimum=minimum, parse=float, kind="a number")
