@@ -20,6 +20,7 @@ from boost_tenancy.errors import (
     TransportError,
 )
 from boost_tenancy.messages import IncomingMessage, Message
+from boost_tenancy.parking import ParkingSweeper
 from boost_tenancy.processor import (
     Ack,
     DeadLetter,
@@ -44,7 +45,14 @@ from boost_tenancy.resilience.error_store import (
     open_error_store,
 )
 from boost_tenancy.resilience.retry import RetryPolicy
-from boost_tenancy.selectors import TENANT_PROPERTY, Selector, tenant_selector
+from boost_tenancy.routing import Routing, Topology
+from boost_tenancy.selectors import (
+    TENANT_PROPERTY,
+    Selector,
+    SelectorLike,
+    TenantExclusion,
+    tenant_selector,
+)
 from boost_tenancy.storage import StoreUrl, parse_store_url, redact_url
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport, TransportCapabilities
@@ -74,21 +82,26 @@ __all__ = [
     "Middleware",
     "NotConfirmedError",
     "Outcome",
+    "ParkingSweeper",
     "PermanentError",
     "ProcessorRunner",
     "Retry",
     "RetryPolicy",
+    "Routing",
     "RunnerSettings",
     "Selector",
+    "SelectorLike",
     "StompSettings",
     "StompTransport",
     "StoreUrl",
     "TenantAuthenticator",
+    "TenantExclusion",
     "TenantId",
     "TenantMismatchError",
     "TenantProcessor",
     "TenantProducer",
     "TenantPublisher",
+    "Topology",
     "TransientError",
     "Transport",
     "TransportCapabilities",

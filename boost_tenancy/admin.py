@@ -1,7 +1,7 @@
 """Operator actions on dead letters: list a tenant's dead letters with their errors, re-drive them.
 
-Both read DLQ.<queue> through the tenant's own selector, so an operator acting for one tenant
-never touches another tenant's messages.
+Both read DLQ.<physical queue> through the tenant's own selector, so an operator acting for one
+tenant never touches another tenant's messages.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from boost_tenancy.messages import (
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery, Transport
@@ -72,11 +73,18 @@ class _Collector:
 
 
 class DeadLetterAdmin:
-    """Lists and re-drives one tenant's dead letters on a connected transport."""
+    """Lists and re-drives one tenant's dead letters on a connected transport.
 
-    def __init__(self, transport: Transport, error_store: ErrorStore) -> None:
+    queue names are logical; routing gives the tenant's broker queue, whose dead letters are in
+    DLQ.<broker queue> (DLQ.tenant.<tenant>.<queue> for a per-tenant queue).
+    """
+
+    def __init__(
+        self, transport: Transport, error_store: ErrorStore, *, routing: Routing = DEFAULT_ROUTING
+    ) -> None:
         self._transport = transport
         self._store = error_store
+        self._routing = routing
 
     def _read(
         self, tenant: TenantId, queue: str, *, limit: int, idle_s: float, max_s: float
@@ -84,7 +92,7 @@ class DeadLetterAdmin:
         collector = _Collector(limit)
         collector.last = time.monotonic()
         subscription = self._transport.subscribe(
-            dead_letter_queue(check_queue_name(queue)),
+            dead_letter_queue(self._routing.physical(queue, tenant)),
             selector=tenant_selector(tenant),
             prefetch=limit,
             on_delivery=collector,
@@ -115,7 +123,9 @@ class DeadLetterAdmin:
                 DeadLetterView(
                     message_id=message_id,
                     tenant=tenant_id,
-                    original_queue=props.get(ORIGINAL_QUEUE_PROPERTY, queue),
+                    original_queue=props.get(
+                        ORIGINAL_QUEUE_PROPERTY, self._routing.physical(queue, tenant_id)
+                    ),
                     reason=props.get(DEAD_LETTER_REASON_PROPERTY, ""),
                     attempts=int(props.get(ATTEMPT_PROPERTY, "1") or 1),
                     error_type=props.get(ERROR_TYPE_PROPERTY, ""),
@@ -147,6 +157,7 @@ class DeadLetterAdmin:
         """
         tenant_id = TenantId.parse(tenant)
         wanted = set(message_ids) if message_ids is not None else None
+        physical = self._routing.physical(queue, tenant_id)
         subscription, deliveries = self._read(
             tenant_id, queue, limit=limit, idle_s=idle_s, max_s=max_s
         )
@@ -157,17 +168,21 @@ class DeadLetterAdmin:
                 message_id = props.get(MESSAGE_ID_PROPERTY, "")
                 if wanted is not None and message_id not in wanted:
                     continue  # left unacknowledged: returns to the dead-letter queue
-                target = props.get(ORIGINAL_QUEUE_PROPERTY, queue)
+                target = props.get(ORIGINAL_QUEUE_PROPERTY, physical)
+                if target != physical and self._routing.logical(target) != target:
+                    # A per-tenant queue other than this one: the property is not to be trusted
+                    # to move a message into some tenant's own queue. Left in the DLQ.
+                    continue
                 self._store.record(
                     FailureRecord(
                         tenant=tenant_id,
-                        queue=target,
+                        queue=self._routing.logical(target),
                         message_id=message_id or "unknown",
                         correlation_id=delivery.correlation_id,
                         attempt=int(props.get(ATTEMPT_PROPERTY, "1") or 1),
                         outcome=FailureOutcome.REDRIVE,
                         error_type=props.get(ERROR_TYPE_PROPERTY, ""),
-                        error_text="re-driven by an operator from " + dead_letter_queue(queue),
+                        error_text="re-driven by an operator from " + dead_letter_queue(physical),
                         occurred_at=datetime.now(UTC),
                     )
                 )

@@ -30,7 +30,6 @@ from boost_tenancy.messages import (
     Message,
     check_id,
     check_properties,
-    check_queue_name,
     decode_json_body,
     derived_id,
     encode_json_body,
@@ -44,6 +43,7 @@ from boost_tenancy.resilience.dead_letter import (
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
 from boost_tenancy.resilience.retry import RetryPolicy, compute_backoff
+from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport
@@ -127,6 +127,8 @@ class HandlerContext:
     correlation_id: str
     attempt: int
     log: Any
+    routing: Routing = DEFAULT_ROUTING
+    """Where publish sends: the logical queue maps to this tenant's broker queue."""
     _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
 
     def publish(
@@ -138,7 +140,8 @@ class HandlerContext:
         delay_ms: int = 0,
     ) -> str:
         """Queue a message of this tenant for sending on success; returns its (stable) id."""
-        check_queue_name(queue)
+        # Resolved now so a bad name fails the handler (retry, then dead letter), not the ack.
+        self.routing.physical(queue, self.tenant)
         index = self._outbox.counts.get(queue, 0)
         self._outbox.counts[queue] = index + 1
         message = build_message(
@@ -286,8 +289,10 @@ class Dispatcher:
         middleware: Sequence[Middleware] = (),
         strategy: RedeliveryStrategy | None = None,
         observers: Sequence[DispatchObserver] = (),
+        routing: Routing = DEFAULT_ROUTING,
     ) -> None:
         self._processor = processor
+        self._routing = routing
         self._transport = transport
         self._store = error_store
         self._settings = settings or DispatchSettings()
@@ -310,10 +315,13 @@ class Dispatcher:
         message_id = delivery.properties[MESSAGE_ID_PROPERTY]
         attempt = self._strategy.attempt_of(delivery)
         correlation_id = delivery.correlation_id or message_id
+        # Handlers, logs, the error store and observers see the logical queue, whatever the
+        # topology; retries and dead letters use delivery.queue, the broker queue it came from.
+        queue = self._routing.logical(delivery.queue)
         # bind/reset rather than bound_contextvars: a third of the cost, on every message.
         tokens = structlog.contextvars.bind_contextvars(
             tenant=tenant.value,
-            queue=delivery.queue,
+            queue=queue,
             message_id=message_id,
             correlation_id=correlation_id,
             attempt=attempt,
@@ -328,7 +336,14 @@ class Dispatcher:
                     message_id=message_id,
                     attempt=attempt,
                 )
-            outcome = self._decide(tenant, delivery, message_id, correlation_id, attempt)
+            outcome = self._decide(
+                tenant,
+                delivery,
+                queue=queue,
+                message_id=message_id,
+                correlation_id=correlation_id,
+                attempt=attempt,
+            )
             return self._carry_out(tenant, delivery, outcome, message_id, attempt)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
@@ -351,6 +366,8 @@ class Dispatcher:
         self,
         tenant: TenantId,
         delivery: Delivery,
+        *,
+        queue: str,
         message_id: str,
         correlation_id: str,
         attempt: int,
@@ -370,7 +387,7 @@ class Dispatcher:
             return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.TENANCY_VIOLATION)
         message = IncomingMessage(
             tenant=tenant,
-            queue=delivery.queue,
+            queue=queue,
             body=delivery.body,
             message_id=message_id,
             correlation_id=correlation_id,
@@ -381,11 +398,12 @@ class Dispatcher:
         )
         ctx = HandlerContext(
             tenant=tenant,
-            queue=delivery.queue,
+            queue=queue,
             message_id=message_id,
             correlation_id=correlation_id,
             attempt=attempt,
             log=_handler_log,
+            routing=self._routing,
         )
         return self._handler(message, ctx)
 
@@ -398,7 +416,12 @@ class Dispatcher:
         attempt: int,
     ) -> str:
         if isinstance(outcome, Ack):
-            self._transport.forward(delivery, outcome.outputs)
+            # ctx.publish names logical queues; the same routing picks this tenant's broker queue.
+            outputs = [
+                (self._routing.physical(queue, tenant), message, delay_ms)
+                for queue, message, delay_ms in outcome.outputs
+            ]
+            self._transport.forward(delivery, outputs)
             return self._told(tenant, delivery.queue, "processed")
         if isinstance(outcome, Defer):
             self._strategy.defer(self._transport, delivery, outcome.delay_ms)
@@ -483,7 +506,7 @@ class Dispatcher:
             FailureRecord(
                 tenant=claimed,
                 raw_tenant=raw_tenant,
-                queue=delivery.queue,
+                queue=self._routing.logical(delivery.queue),
                 message_id=message_id,
                 correlation_id=delivery.correlation_id,
                 attempt=attempt,
@@ -522,7 +545,7 @@ class Dispatcher:
         self._store_record(
             FailureRecord(
                 tenant=tenant,
-                queue=delivery.queue,
+                queue=self._routing.logical(delivery.queue),
                 message_id=message_id,
                 correlation_id=delivery.correlation_id,
                 attempt=attempt,
@@ -553,8 +576,9 @@ class Dispatcher:
         )
 
     def _told(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
+        logical = self._routing.logical(queue)
         for observer in self._observers:
-            observer.on_outcome(tenant, queue, outcome)
+            observer.on_outcome(tenant, logical, outcome)
         return outcome
 
 

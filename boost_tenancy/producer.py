@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from boost_tenancy.messages import Message, check_queue_name
+from boost_tenancy.messages import Message
 from boost_tenancy.processor import build_message
+from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport
 
@@ -25,6 +26,7 @@ class ProducerBatch:
 
     _sink: BatchSink
     _count: int = 0
+    _routing: Routing = DEFAULT_ROUTING
 
     def send(
         self,
@@ -44,7 +46,7 @@ class ProducerBatch:
             correlation_id=correlation_id,
             properties=properties,
         )
-        self._sink.add(check_queue_name(queue), message.to_wire())
+        self._sink.add(self._routing.physical(queue, message.tenant), message.to_wire())
         self._count += 1
         return message
 
@@ -53,10 +55,19 @@ class ProducerBatch:
 
 
 class TenantProducer:
-    """Sends tenant-stamped messages through a connected transport."""
+    """Sends tenant-stamped messages through a connected transport.
 
-    def __init__(self, transport: Transport) -> None:
+    queue names are logical: routing picks the broker queue (the shared queue, or the tenant's
+    own tenant.<tenant>.<queue>).
+    """
+
+    def __init__(self, transport: Transport, *, routing: Routing = DEFAULT_ROUTING) -> None:
         self._transport = transport
+        self._routing = routing
+
+    @property
+    def routing(self) -> Routing:
+        return self._routing
 
     def send(
         self,
@@ -81,7 +92,11 @@ class TenantProducer:
             correlation_id=correlation_id,
             properties=properties,
         )
-        self._transport.send(check_queue_name(queue), message.to_wire(), delay_ms=max(0, delay_ms))
+        self._transport.send(
+            self._routing.physical(queue, message.tenant),
+            message.to_wire(),
+            delay_ms=max(0, delay_ms),
+        )
         return message
 
     @contextmanager
@@ -95,7 +110,7 @@ class TenantProducer:
         """
         sink = self._transport.open_batch(atomic=atomic)
         try:
-            yield ProducerBatch(sink)
+            yield ProducerBatch(sink, _routing=self._routing)
         except BaseException:
             sink.abort()
             raise

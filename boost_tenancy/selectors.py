@@ -1,7 +1,7 @@
 """The only place a JMS selector string is built.
 
-A selector is a value (tenant plus optional equality clauses) rendered with escaped string
-literals; the in-memory transport evaluates the same value, so both transports agree on meaning.
+A selector is a value (one tenant's messages, or every tenant but some) rendered with escaped
+string literals; the in-memory transport evaluates the same value, so both transports agree.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.tenancy import TenantId
@@ -22,6 +22,19 @@ _IDENTIFIER_RE: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _RESERVED_WORDS: Final = frozenset(
     {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"}
 )
+
+
+@runtime_checkable
+class SelectorLike(Protocol):
+    """What a transport needs of a selector: the text for the broker, the same test in memory."""
+
+    def render(self) -> str:
+        """The selector text sent to the broker."""
+        ...
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        """Whether a message with these properties is selected."""
+        ...
 
 
 def string_literal(value: str) -> str:
@@ -67,6 +80,36 @@ class Selector:
         if properties.get(TENANT_PROPERTY) != self.tenant.value:
             return False
         return all(properties.get(name) == value for name, value in self.clauses)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantExclusion:
+    """tenantUUID IS NULL OR tenantUUID NOT IN (...): every message but these tenants'.
+
+    The parking sweeper's selector. A message without the property is selected too (JMS
+    three-valued logic would otherwise hide it from NOT IN), so it can be quarantined.
+    """
+
+    tenants: tuple[TenantId, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tenants, str | TenantId):
+            raise ConfigError("TenantExclusion takes a sequence of tenants, not one tenant")
+        parsed = tuple(dict.fromkeys(TenantId.parse(t) for t in self.tenants))
+        if not parsed:
+            # An empty NOT IN list is not valid selector syntax; "exclude nobody" is no selector.
+            raise ConfigError("TenantExclusion needs at least one tenant to exclude")
+        object.__setattr__(self, "tenants", parsed)
+
+    def render(self) -> str:
+        """The selector text sent to the broker."""
+        listed = ", ".join(string_literal(t.value) for t in self.tenants)
+        return f"{TENANT_PROPERTY} IS NULL OR {TENANT_PROPERTY} NOT IN ({listed})"
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        """Evaluate the selector the way a broker does for string properties."""
+        value = properties.get(TENANT_PROPERTY)
+        return value is None or all(value != t.value for t in self.tenants)
 
 
 def tenant_selector(tenant: TenantId | str) -> Selector:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
-from boost_tenancy.selectors import Selector
+from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
@@ -48,7 +48,7 @@ class _Stored:
 class _Consumer:
     id: str
     queue: str
-    selector: Selector | None
+    selector: SelectorLike | None
     prefetch: int
     on_delivery: OnDelivery
     connection: InMemoryTransport
@@ -208,7 +208,7 @@ class _MemoryBatch:
 class _MemorySubscription:
     id: str
     queue: str
-    selector: Selector | None
+    selector: SelectorLike | None
 
 
 class InMemoryTransport:
@@ -256,7 +256,7 @@ class InMemoryTransport:
         return _MemoryBatch(self)
 
     def subscribe(
-        self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
+        self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
     ) -> _MemorySubscription:
         self._require_connected()
         consumer = _Consumer(
@@ -316,6 +316,10 @@ class InMemoryTransport:
         checked = [(check_queue_name(q), m, d) for q, m, d in items]
         if not self._broker._forward(consumer, seq, checked):
             raise TransportError(f"delivery from {delivery.queue!r} is no longer in flight")
+
+    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        for delivery, items in moves:
+            self.forward(delivery, items)
 
     def is_live(self, delivery: Delivery) -> bool:
         consumer, seq, generation = self._token(delivery)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from boost_tenancy.messages import Body, WireMessage
-from boost_tenancy.selectors import Selector
+from boost_tenancy.selectors import SelectorLike
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +54,7 @@ class SubscribeRequest:
     """One subscription to open: queue, selector, prefetch and where deliveries go."""
 
     queue: str
-    selector: Selector | None
+    selector: SelectorLike | None
     prefetch: int
     on_delivery: OnDelivery
 
@@ -84,7 +84,7 @@ class Subscription(Protocol):
     def queue(self) -> str: ...
 
     @property
-    def selector(self) -> Selector | None: ...
+    def selector(self) -> SelectorLike | None: ...
 
 
 class Transport(Protocol):
@@ -117,7 +117,7 @@ class Transport(Protocol):
         """Start a batch; atomic batches may stream to the broker inside a transaction."""
 
     def subscribe(
-        self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
+        self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
     ) -> Subscription:
         """Consume with individual client acknowledgement and at most prefetch unacknowledged."""
 
@@ -135,6 +135,12 @@ class Transport(Protocol):
 
         Atomic where capabilities.atomic_forward; otherwise every item is confirmed before the
         ack, so a crash in between duplicates messages and never loses one.
+        """
+
+    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        """forward() for many deliveries at once: one transaction where atomic_forward holds.
+
+        For bulk moves (parking, re-driving), where one broker commit per message is too slow.
         """
 
     def is_live(self, delivery: Delivery) -> bool:

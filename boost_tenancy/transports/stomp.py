@@ -22,7 +22,7 @@ import structlog
 
 from boost_tenancy.errors import ConfigError, NotConfirmedError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
-from boost_tenancy.selectors import Selector
+from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
@@ -116,7 +116,7 @@ class StompSubscription:
 
     id: str
     queue: str
-    selector: Selector | None
+    selector: SelectorLike | None
     prefetch: int
     on_delivery: OnDelivery
 
@@ -507,10 +507,12 @@ class StompTransport:
         self._write(conn, [frame], receipt, f"send to {queue!r}")
         self._await(receipt, pending, f"send to {queue!r}")
 
-    def _transaction(self, items: Sequence[Outgoing], ack: tuple[Any, str] | None) -> None:
-        """Send items (and ack one delivery) in one STOMP transaction, confirmed by receipt."""
+    def _transaction(
+        self, items: Sequence[Outgoing], acks: tuple[Any, Sequence[str]] | None
+    ) -> None:
+        """Send items (and ack deliveries of one connection) in one transaction, by receipt."""
         conn, generation = self._current()
-        if ack is not None and ack[0] is not conn:
+        if acks is not None and acks[0] is not conn:
             raise TransportError("delivery belongs to a lost connection")
         for queue, _, _ in items:
             check_queue_name(queue)
@@ -522,8 +524,8 @@ class StompTransport:
             yield encode_frame("BEGIN", in_tx)
             for queue, message, delay_ms in items:
                 yield self._send_frame(queue, message, delay_ms, in_tx)
-            if ack is not None:
-                yield encode_frame("ACK", {"id": ack[1], "transaction": tx})
+            for ack_id in acks[1] if acks is not None else ():
+                yield encode_frame("ACK", {"id": ack_id, "transaction": tx})
             yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
 
         self._write(conn, frames(), receipt, f"transaction {tx}")
@@ -554,7 +556,7 @@ class StompTransport:
 
     # -- consuming -----------------------------------------------------------------------------
     def subscribe(
-        self, queue: str, *, selector: Selector | None, prefetch: int, on_delivery: OnDelivery
+        self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
     ) -> StompSubscription:
         [sub] = self.subscribe_many([SubscribeRequest(queue, selector, prefetch, on_delivery)])
         return sub
@@ -704,11 +706,32 @@ class StompTransport:
         if not items:
             self.ack(delivery)
         elif self.is_classic:
-            self._transaction(items, target)
+            self._transaction(items, (target[0], [target[1]]))
         else:
             for queue, message, delay_ms in items:
                 self.send(queue, message, delay_ms=delay_ms)
             self.ack(delivery)
+
+    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        live = []
+        for delivery, items in moves:
+            target = self._ack_target(delivery)
+            if target is None:
+                continue  # its connection is gone: the broker redelivers it
+            live.append((delivery, items, target))
+        if not live:
+            return
+        if not self.is_classic:
+            for delivery, items, _ in live:
+                self.forward(delivery, items)
+            return
+        conn = live[0][2][0]
+        if any(target[0] is not conn for _, _, target in live):
+            raise TransportError("deliveries of different connections cannot share a transaction")
+        self._transaction(
+            [item for _, items, _ in live for item in items],
+            (conn, [target[1] for _, _, target in live]),
+        )
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._ack_target(delivery) is not None

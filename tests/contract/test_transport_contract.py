@@ -223,3 +223,24 @@ def test_aborted_atomic_batch_stores_nothing_even_after_streaming_a_chunk(
     assert wait_until(lambda: len(inbox) >= 1)
     time.sleep(0.5)
     assert inbox.bodies() == ["after"]
+
+
+def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
+    transport_factory: TransportFactory,
+) -> None:
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    inbox, out = Inbox(), Inbox()
+    transport.subscribe(queue, selector=None, prefetch=50, on_delivery=inbox)
+    transport.subscribe(other, selector=None, prefetch=50, on_delivery=out)
+    for index in range(30):
+        transport.send(queue, wire("t1", f"m{index}"))
+    assert wait_until(lambda: len(inbox) == 30)
+    transport.forward_many([(d, [(other, wire("t1", f"copy-{d.body}"), 0)]) for d in inbox.items])
+    assert wait_until(lambda: len(out) == 30)
+    assert sorted(map(str, out.bodies())) == sorted(f"copy-m{i}" for i in range(30))
+    transport.close()
+    again = Inbox()
+    transport_factory().subscribe(queue, selector=None, prefetch=50, on_delivery=again)
+    time.sleep(0.8)
+    assert len(again) == 0, "every forwarded original was acknowledged"

@@ -230,3 +230,46 @@ def test_dlq_list_refuses_a_wildcard_queue(cli: Cli) -> None:
     done = cli("dlq", "list", "--tenant", new_tenant("q"), "--queue", "cmd.>")
     assert done.returncode == 2
     assert "invalid queue name 'cmd.>'" in done.stderr
+
+
+def test_publish_with_per_tenant_routing_sends_to_the_tenants_own_queue(
+    cli: Cli, consumer: StompTransport
+) -> None:
+    tenant = new_tenant("route")
+    queue = f"test.cli.route.{uuid.uuid4().hex[:10]}"
+    routed = Cli({**cli.env, "BOOST_ROUTING_OVERRIDES": f"{queue}=per_tenant"}, cli.error_store)
+    (line,) = routed.ok("publish", "--queue", queue, "--tenant", tenant, "--text", "x")
+    assert (line["queue"], line["broker_queue"]) == (queue, f"tenant.{tenant}.{queue}")
+    (received,) = take(consumer, f"tenant.{tenant}.{queue}", tenant, 1)
+    assert received.body == "x"
+    bad = Cli({**cli.env, "BOOST_ROUTING": "sharded"}, cli.error_store)
+    done = bad("publish", "--queue", queue, "--tenant", tenant, "--text", "x")
+    assert done.returncode == 2
+    assert "BOOST_ROUTING" in done.stderr
+
+
+def test_park_moves_inactive_tenants_until_sigterm_and_reports_counts(
+    cli: Cli, consumer: StompTransport
+) -> None:
+    active, idle = new_tenant("active"), new_tenant("idle")
+    queue = f"test.cli.park.{uuid.uuid4().hex[:10]}"
+    park = subprocess.Popen(
+        [str(CLI), "park", "--queue", queue, "--active-tenant", active],
+        env=cli.env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        cli.ok("publish", "--queue", queue, "--tenant", idle, "--text", "i", "--count", "3")
+        cli.ok("publish", "--queue", queue, "--tenant", active, "--text", "a", "--count", "2")
+        parked = take(consumer, f"parked.{idle}.{queue}", idle, 3)
+        assert {d.body for d in parked} == {"i"}
+    finally:
+        park.send_signal(signal.SIGTERM)
+        out, err = park.communicate(timeout=30)
+    assert park.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary == {"parked": {idle: 3}, "quarantined": 0}
+    assert len(take(consumer, queue, active, 2)) == 2  # the active tenant's stayed

@@ -1,0 +1,432 @@
+"""Parking: on a shared queue, move the messages of tenants without a processor out of the way.
+
+A ParkingSweeper moves them to parked.<tenant>.<queue> so they cannot block the selector consumers
+of running tenants; ParkedRedrive brings a tenant's parked backlog back when its processor starts.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import signal
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from types import FrameType
+from typing import TypeVar
+
+import structlog
+
+from boost_tenancy.errors import ConfigError, ErrorStoreError, InvalidTenantError
+from boost_tenancy.messages import (
+    ATTEMPT_PROPERTY,
+    MESSAGE_ID_PROPERTY,
+    WireMessage,
+    check_id,
+    derived_id,
+)
+from boost_tenancy.resilience.dead_letter import (
+    DeadLetterReason,
+    dead_letter_copy,
+    quarantine_queue,
+)
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.routing import check_logical_queue, parked_queue
+from boost_tenancy.selectors import (
+    TENANT_PROPERTY,
+    SelectorLike,
+    TenantExclusion,
+    tenant_selector,
+)
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.base import (
+    Delivery,
+    Outgoing,
+    SubscribeRequest,
+    Subscription,
+    Transport,
+)
+
+log = structlog.get_logger("boost_tenancy.parking")
+
+_STORE_ATTEMPTS = 3
+
+
+def _parse_tenant(raw: str | None) -> TenantId | None:
+    if raw is None:
+        return None
+    try:
+        return TenantId.parse(raw)
+    except InvalidTenantError:
+        return None
+
+
+def _message_id(delivery: Delivery) -> str:
+    """The message's own id, or the same kind of derived id the dispatcher gives a foreign one."""
+    current = delivery.properties.get(MESSAGE_ID_PROPERTY)
+    if current is not None:
+        try:
+            return check_id("message id", current)
+        except ValueError:
+            pass
+    return derived_id(delivery.broker_message_id or f"{time.time_ns()}", delivery.queue, 0)
+
+
+def _attempt(delivery: Delivery) -> int:
+    try:
+        return max(1, int(delivery.properties.get(ATTEMPT_PROPERTY, "1")))
+    except ValueError:
+        return 1
+
+
+def _copy(delivery: Delivery) -> WireMessage:
+    """The message unchanged (tenant, ids, attempt and application properties kept)."""
+    return WireMessage(
+        body=delivery.body,
+        properties=dict(delivery.properties),
+        correlation_id=delivery.correlation_id,
+    )
+
+
+def _record(store: ErrorStore, record: FailureRecord) -> None:
+    for attempt in range(1, _STORE_ATTEMPTS + 1):
+        try:
+            store.record(record)
+            return
+        except ErrorStoreError as exc:
+            last = exc
+            time.sleep(0.05 * attempt)
+    # As in the dispatcher: the quarantined copy carries its error, the log keeps the record.
+    log.critical(
+        "error_store_write_failed",
+        error=str(last),
+        record_outcome=record.outcome.value,
+        record_error=record.error_text,
+    )
+
+
+T = TypeVar("T")
+
+_BATCH = 200
+"""Deliveries moved per broker transaction: one commit per message is far too slow for a backlog."""
+
+
+def _take_batch(inbox: queue_mod.SimpleQueue[T], timeout: float) -> list[T]:
+    """The first item within timeout, then whatever else is already waiting, up to _BATCH."""
+    try:
+        batch = [inbox.get(timeout=timeout)]
+    except queue_mod.Empty:
+        return []
+    while len(batch) < _BATCH:
+        try:
+            batch.append(inbox.get_nowait())
+        except queue_mod.Empty:
+            break
+    return batch
+
+
+@dataclass(frozen=True, slots=True)
+class _Mover:
+    """A worker thread draining deliveries handed over by the transport's receiving thread."""
+
+    handle: Callable[[list[Delivery]], None]
+    stopping: threading.Event
+    inbox: queue_mod.SimpleQueue[Delivery]
+
+    def loop(self) -> None:
+        # Never forward on the receiving thread: over STOMP it also reads the receipts.
+        while not self.stopping.is_set():
+            batch = _take_batch(self.inbox, 0.1)
+            if not batch:
+                continue
+            try:
+                self.handle(batch)
+            except Exception:
+                # Left unacknowledged: they return to their queue when the subscription ends.
+                log.exception("parking_move_failed", queue=batch[0].queue, count=len(batch))
+
+
+class ParkingSweeper:
+    """Moves every message of a shared queue whose tenant has no running processor to parking.
+
+    Subscribes with TenantExclusion(active_tenants), so the broker hands over only the other
+    tenants' messages (and those without a tenant, which are quarantined and recorded).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        queues: Sequence[str],
+        active_tenants: Iterable[TenantId | str],
+        *,
+        error_store: ErrorStore,
+        prefetch: int = 100,
+    ) -> None:
+        self._queues = tuple(dict.fromkeys(check_logical_queue(q) for q in queues))
+        if not self._queues:
+            raise ConfigError("a parking sweeper needs at least one queue")
+        if prefetch < 1:
+            raise ConfigError(f"prefetch must be at least 1, got {prefetch}")
+        self._active = tuple(dict.fromkeys(TenantId.parse(t) for t in active_tenants))
+        # No active tenant means no processor at all: every message is parked.
+        self._selector: SelectorLike | None = (
+            TenantExclusion(self._active) if self._active else None
+        )
+        self._transport = transport
+        self._store = error_store
+        self._prefetch = prefetch
+        self._lock = threading.Lock()
+        self._parked: dict[TenantId, int] = {}
+        self._quarantined = 0
+        self._inbox: queue_mod.SimpleQueue[Delivery] = queue_mod.SimpleQueue()
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._subscriptions: list[Subscription] = []
+
+    @property
+    def selector(self) -> SelectorLike | None:
+        return self._selector
+
+    @property
+    def parked(self) -> Mapping[TenantId, int]:
+        """Messages moved to parking so far, per tenant."""
+        with self._lock:
+            return dict(self._parked)
+
+    @property
+    def quarantined(self) -> int:
+        """Messages without a valid tenant moved to quarantine so far."""
+        with self._lock:
+            return self._quarantined
+
+    def start(self) -> None:
+        """Connect and subscribe to every queue; moving happens on a background thread."""
+        if self._thread is not None:
+            return
+        self._transport.connect()
+        mover = _Mover(self._move, self._stopping, self._inbox)
+        self._thread = threading.Thread(target=mover.loop, name="boost-parking", daemon=True)
+        self._thread.start()
+        self._subscriptions.extend(
+            self._transport.subscribe_many(
+                [
+                    SubscribeRequest(queue, self._selector, self._prefetch, self._inbox.put)
+                    for queue in self._queues
+                ]
+            )
+        )
+        log.info(
+            "parking_started",
+            queues=list(self._queues),
+            active_tenants=[t.value for t in self._active],
+        )
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop moving and disconnect; what was not moved yet stays on its queue."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(grace_s)
+        self._transport.close()
+        log.info("parking_stopped", parked=sum(self.parked.values()), quarantined=self.quarantined)
+
+    def request_stop(self) -> None:
+        """Ask run() to stop; safe from a signal handler."""
+        self._stop_requested.set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Start, block until SIGTERM/SIGINT or request_stop(), then stop; exit code 0."""
+        if install_signal_handlers:
+
+            def on_signal(signum: int, _frame: FrameType | None) -> None:
+                log.info("stop_signal_received", signal=signal.Signals(signum).name)
+                self.request_stop()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not self._stop_requested.wait(0.5):
+            pass
+        self.stop()
+        return 0
+
+    def _move(self, batch: list[Delivery]) -> None:
+        moves: list[tuple[Delivery, list[Outgoing]]] = []
+        tenants: list[TenantId] = []
+        for delivery in batch:
+            if not self._transport.is_live(delivery):
+                continue  # the broker redelivers it after the reconnection
+            raw = delivery.properties.get(TENANT_PROPERTY)
+            tenant = _parse_tenant(raw)
+            if tenant is None:
+                self._quarantine(delivery, raw)
+                continue
+            if tenant in self._active:
+                # Only a broker ignoring the selector does this; the tenant's processor should
+                # have it, so it stays unacknowledged and returns when the sweeper stops.
+                log.warning("parking_active_tenant_delivered", tenant=tenant.value)
+                continue
+            moves.append((delivery, [(parked_queue(delivery.queue, tenant), _copy(delivery), 0)]))
+            tenants.append(tenant)
+        if not moves:
+            return
+        self._transport.forward_many(moves)
+        with self._lock:
+            for tenant in tenants:
+                self._parked[tenant] = self._parked.get(tenant, 0) + 1
+
+    def _quarantine(self, delivery: Delivery, raw_tenant: str | None) -> None:
+        """What the dispatcher does with a message without a valid tenant: record, quarantine."""
+        message_id = _message_id(delivery)
+        delivery_with_id = replace(
+            delivery, properties={**delivery.properties, MESSAGE_ID_PROPERTY: message_id}
+        )
+        attempt = _attempt(delivery)
+        error_text = (
+            f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is not a "
+            "valid tenant"
+        )
+        _record(
+            self._store,
+            FailureRecord(
+                tenant=None,
+                raw_tenant=raw_tenant,
+                queue=delivery.queue,
+                message_id=message_id,
+                correlation_id=delivery.correlation_id,
+                attempt=attempt,
+                outcome=FailureOutcome.QUARANTINE,
+                error_type="TenancyViolation",
+                error_text=error_text,
+                occurred_at=datetime.now(UTC),
+            ),
+        )
+        copy = dead_letter_copy(
+            delivery_with_id,
+            reason=DeadLetterReason.TENANCY_VIOLATION,
+            error_type="TenancyViolation",
+            error_text=error_text,
+            attempt=attempt,
+        )
+        self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
+        with self._lock:
+            self._quarantined += 1
+        log.critical("tenancy_violation", message_tenant=raw_tenant, error=error_text)
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedMove:
+    """One tenant's parked backlog of a queue and the broker queue it goes back to."""
+
+    tenant: TenantId
+    parked: str
+    target: str
+
+
+class ParkedRedrive:
+    """Moves parked messages back to their queues on a background thread until none arrive.
+
+    It stops by itself once no message came for idle_s; stop() ends it earlier, and what was not
+    moved then stays parked for the next start.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        moves: Collection[ParkedMove],
+        *,
+        idle_s: float = 2.0,
+        prefetch: int = 100,
+    ) -> None:
+        if idle_s <= 0:
+            raise ConfigError(f"idle_s must be positive, got {idle_s}")
+        self._transport = transport
+        self._moves = tuple(moves)
+        self._idle_s = idle_s
+        self._prefetch = max(1, prefetch)
+        self._inbox: queue_mod.SimpleQueue[tuple[ParkedMove, Delivery]] = queue_mod.SimpleQueue()
+        self._lock = threading.Lock()
+        self._moved: dict[tuple[TenantId, str], int] = {}
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def moved(self) -> Mapping[tuple[TenantId, str], int]:
+        """Messages moved back so far, per (tenant, target queue)."""
+        with self._lock:
+            return dict(self._moved)
+
+    def start(self) -> None:
+        """Subscribe to every parked queue (on a connected transport) and start moving."""
+        if self._thread is not None:
+            return
+        if not self._moves:
+            self._done.set()
+            return
+        subscriptions = self._transport.subscribe_many(
+            [
+                # The parked queue holds only this tenant's messages; the selector keeps it so.
+                SubscribeRequest(
+                    move.parked, tenant_selector(move.tenant), self._prefetch, self._receiver(move)
+                )
+                for move in self._moves
+            ]
+        )
+        self._thread = threading.Thread(
+            target=self._loop, args=(list(subscriptions),), name="boost-unpark", daemon=True
+        )
+        self._thread.start()
+
+    def _receiver(self, move: ParkedMove) -> Callable[[Delivery], None]:
+        def on_delivery(delivery: Delivery) -> None:
+            self._inbox.put((move, delivery))
+
+        return on_delivery
+
+    def _loop(self, subscriptions: list[Subscription]) -> None:
+        last = time.monotonic()
+        try:
+            while not self._stopping.is_set() and time.monotonic() - last < self._idle_s:
+                batch = _take_batch(self._inbox, 0.05)
+                if not batch:
+                    continue
+                last = time.monotonic()
+                # Another tenant's message stays parked: never moved into this tenant's queue.
+                mine = [
+                    (move, delivery)
+                    for move, delivery in batch
+                    if delivery.properties.get(TENANT_PROPERTY) == move.tenant.value
+                ]
+                try:
+                    self._transport.forward_many(
+                        [(d, [(move.target, _copy(d), 0)]) for move, d in mine]
+                    )
+                except Exception:
+                    log.exception("unpark_failed", count=len(mine))
+                    continue
+                with self._lock:
+                    for move, _ in mine:
+                        key = (move.tenant, move.target)
+                        self._moved[key] = self._moved.get(key, 0) + 1
+        finally:
+            for subscription in subscriptions:
+                try:
+                    self._transport.unsubscribe(subscription)
+                except Exception:
+                    log.warning("unpark_unsubscribe_failed", queue=subscription.queue)
+            moved = self.moved
+            if moved:
+                log.info("parked_redriven", messages=sum(moved.values()))
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the redrive has finished; False if timeout passed first."""
+        return self._done.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the redrive now; unmoved messages stay parked."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,142 @@
+"""Routing topologies: which broker queue a (queue, tenant) pair uses, chosen per logical queue.
+
+SHARED keeps the Java services' shared queues with per-tenant selectors; PER_TENANT gives each
+tenant its own queue tenant.<tenant>.<queue>, which brokers can secure by prefix per tenant.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.messages import check_queue_name
+from boost_tenancy.tenancy import TenantId
+
+TENANT_QUEUE_PREFIX: Final = "tenant."
+"""Per-tenant queues: tenant.<tenant>.<queue>; Classic secures tenant.<t>.>, Artemis tenant.<t>.#"""
+PARKED_QUEUE_PREFIX: Final = "parked."
+"""Messages of tenants without a running processor wait in parked.<tenant>.<queue>."""
+
+
+class Topology(enum.StrEnum):
+    """How a logical queue maps to broker queues."""
+
+    SHARED = "shared"
+    PER_TENANT = "per_tenant"
+
+
+def _topology(value: object, what: str) -> Topology:
+    if isinstance(value, str) and value in Topology.__members__.values():
+        return Topology(value)
+    choices = ", ".join(t.value for t in Topology)
+    raise ConfigError(f"{what}: unknown topology {value!r}; expected one of {choices}")
+
+
+def _split_tenant_prefix(name: str, prefix: str) -> tuple[TenantId, str] | None:
+    """(tenant, rest) when name is <prefix><tenant>.<rest> with a valid tenant, else None."""
+    if not name.startswith(prefix):
+        return None
+    # The tenant grammar has no dot, so the first dot after the prefix ends the tenant.
+    raw_tenant, dot, rest = name[len(prefix) :].partition(".")
+    if not dot or not rest:
+        return None
+    try:
+        return TenantId.parse(raw_tenant), rest
+    except InvalidTenantError:
+        return None
+
+
+def check_logical_queue(queue: str) -> str:
+    """A queue name services may use: valid, and outside the per-tenant and parked namespaces.
+
+    A shared queue named tenant.<t>.x would fall under tenant t's broker permissions, and the
+    dispatcher would read it as t's per-tenant queue x; parked.<t>.x belongs to the sweeper.
+    """
+    check_queue_name(queue)
+    for prefix in (TENANT_QUEUE_PREFIX, PARKED_QUEUE_PREFIX):
+        if _split_tenant_prefix(queue, prefix) is not None:
+            raise ConfigError(
+                f"invalid queue name {queue!r}: {prefix}<tenant>.<queue> names are reserved "
+                "for per-tenant and parked queues"
+            )
+    return queue
+
+
+def parked_queue(queue: str, tenant: TenantId | str) -> str:
+    """parked.<tenant>.<queue>: where the sweeper moves a tenant's messages of a shared queue."""
+    tenant_id = TenantId.parse(tenant)
+    return check_queue_name(f"{PARKED_QUEUE_PREFIX}{tenant_id.value}.{check_logical_queue(queue)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """The topology of every logical queue: default, with per-queue overrides."""
+
+    default: Topology = Topology.SHARED
+    overrides: Mapping[str, Topology] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "default", _topology(self.default, "Routing.default"))
+        checked = {
+            check_logical_queue(queue): _topology(topology, f"Routing.overrides[{queue!r}]")
+            for queue, topology in dict(self.overrides).items()
+        }
+        # Read-only, so a Routing shared by producer, runner and admin cannot drift apart.
+        object.__setattr__(self, "overrides", MappingProxyType(checked))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Routing):
+            return NotImplemented
+        return self.default is other.default and dict(self.overrides) == dict(other.overrides)
+
+    def __hash__(self) -> int:
+        return hash((self.default, frozenset(self.overrides.items())))
+
+    def topology(self, queue: str) -> Topology:
+        """The topology of a logical queue."""
+        return self.overrides.get(queue, self.default)
+
+    def physical(self, queue: str, tenant: TenantId | str) -> str:
+        """The broker queue that holds tenant's messages of the logical queue."""
+        tenant_id = TenantId.parse(tenant)
+        check_logical_queue(queue)
+        if self.topology(queue) is Topology.SHARED:
+            return queue
+        return check_queue_name(f"{TENANT_QUEUE_PREFIX}{tenant_id.value}.{queue}")
+
+    def logical(self, physical_queue: str) -> str:
+        """The logical queue of a broker queue: tenant.<tenant>.<queue> becomes <queue>."""
+        split = _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
+        return physical_queue if split is None else split[1]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Routing:
+        """BOOST_ROUTING (shared|per_tenant) and BOOST_ROUTING_OVERRIDES (queue=topology,...)."""
+        raw_default = env.get("BOOST_ROUTING", "").strip()
+        default = _topology(raw_default, "BOOST_ROUTING") if raw_default else Topology.SHARED
+        overrides: dict[str, Topology] = {}
+        for item in env.get("BOOST_ROUTING_OVERRIDES", "").split(","):
+            entry = item.strip()
+            if not entry:
+                continue
+            queue, eq, value = (part.strip() for part in entry.partition("="))
+            if not eq or not queue or not value:
+                raise ConfigError(
+                    f"BOOST_ROUTING_OVERRIDES: expected queue=topology, got {entry!r}"
+                )
+            if queue in overrides:
+                raise ConfigError(f"BOOST_ROUTING_OVERRIDES: queue {queue!r} given twice")
+            try:
+                check_logical_queue(queue)
+            except ConfigError as exc:
+                raise ConfigError(f"BOOST_ROUTING_OVERRIDES: {exc}") from None
+            overrides[queue] = _topology(value, "BOOST_ROUTING_OVERRIDES")
+        return cls(default=default, overrides=overrides)
+
+
+DEFAULT_ROUTING: Final = Routing()
+"""Every queue shared: the wire contract of the Java services."""
