@@ -1,4 +1,4 @@
-"""The boost-tenancy command: local broker, publish, run a processor, dead letters and errors.
+"""The boost-tenancy command: local broker, publish, run, park, dead letters and errors.
 
 Settings come from BOOST_* environment variables and flags; every tenant given on the command
 line passes the same TenantId validation as everywhere else.
@@ -11,18 +11,21 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from boost_tenancy.admin import DeadLetterAdmin
 from boost_tenancy.config import AppSettings
 from boost_tenancy.consumer import ProcessorRunner
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.local_broker import run_cli as run_broker_cli
 from boost_tenancy.observability.logging import configure_logging
+from boost_tenancy.parking import ParkingSweeper
 from boost_tenancy.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
-from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, open_error_store
+from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.stomp import StompTransport
 
@@ -64,7 +67,7 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
     transport = StompTransport(settings.stomp)
     transport.connect()
     try:
-        producer = TenantProducer(transport)
+        producer = TenantProducer(transport, routing=settings.routing)
         with producer.batch() as batch:
             sent = [
                 batch.send(args.queue, tenant, body, correlation_id=args.correlation_id)
@@ -72,10 +75,16 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
             ]
     finally:
         transport.close()
+    broker_queue = settings.routing.physical(args.queue, tenant)
     for message in sent:
         print(
             json.dumps(
-                {"queue": args.queue, "tenant": tenant.value, "message_id": message.message_id}
+                {
+                    "queue": args.queue,
+                    "broker_queue": broker_queue,
+                    "tenant": tenant.value,
+                    "message_id": message.message_id,
+                }
             )
         )
     return 0
@@ -86,16 +95,37 @@ def _cmd_run(args: argparse.Namespace, settings: AppSettings) -> int:
     processor = load_processor(args.processor)
     store = open_error_store(settings.error_store_url)
     try:
-        runner = ProcessorRunner(
-            processor,
-            StompTransport(settings.stomp),
-            tenants,
-            error_store=store,
-            settings=settings.runner,
-        )
-        return runner.run()
+        return run_with_fairness(processor, tenants, settings, store, os.environ)
     finally:
         store.close()
+
+
+def run_with_fairness(
+    processor: TenantProcessor,
+    tenants: Sequence[TenantId],
+    settings: AppSettings,
+    store: ErrorStore,
+    env: Mapping[str, str],
+) -> int:
+    """Run a processor until SIGTERM with the fairness and accounting the environment asks for."""
+    fairness = FairnessWiring.from_env(env)
+    runner = ProcessorRunner(
+        processor,
+        StompTransport(settings.stomp),
+        tenants,
+        error_store=store,
+        settings=settings.runner,
+        routing=settings.routing,
+        middleware=fairness.middleware,
+        observers=fairness.observers,
+    )
+    if fairness.server is not None:
+        fairness.server.start()
+    try:
+        return runner.run()
+    finally:
+        if fairness.server is not None:
+            fairness.server.stop()
 
 
 def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -104,7 +134,7 @@ def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
     transport = StompTransport(settings.stomp)
     transport.connect()
     try:
-        admin = DeadLetterAdmin(transport, store)
+        admin = DeadLetterAdmin(transport, store, routing=settings.routing)
         if args.dlq_command == "list":
             for view in admin.list(tenant, args.queue):
                 print(
@@ -136,6 +166,34 @@ def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
         return 0
     finally:
         transport.close()
+        store.close()
+
+
+def _cmd_park(args: argparse.Namespace, settings: AppSettings) -> int:
+    queues = [part for value in args.queue for part in value.split(",") if part != ""]
+    for queue in queues:
+        if settings.routing.topology(queue) is not Topology.SHARED:
+            # Nothing of another tenant can wait ahead on a per-tenant queue: nothing to park.
+            raise ConfigError(f"--queue {queue!r} is routed per tenant; only shared queues park")
+    store = open_error_store(settings.error_store_url)
+    try:
+        sweeper = ParkingSweeper(
+            StompTransport(settings.stomp),
+            queues,
+            _tenants(args.active_tenant),
+            error_store=store,
+        )
+        code = sweeper.run()
+        print(
+            json.dumps(
+                {
+                    "parked": {t.value: n for t, n in sweeper.parked.items()},
+                    "quarantined": sweeper.quarantined,
+                }
+            )
+        )
+        return code
+    finally:
         store.close()
 
 
@@ -190,6 +248,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("processor", help="module:ClassName of a TenantProcessor subclass")
     run.add_argument("--tenant", action="append", required=True, help="repeat or comma-separate")
 
+    park = sub.add_parser(
+        "park",
+        help="move messages of tenants without a processor off shared queues until SIGTERM",
+    )
+    park.add_argument("--queue", action="append", required=True, help="repeat or comma-separate")
+    park.add_argument(
+        "--active-tenant",
+        action="append",
+        required=True,
+        help="a tenant whose processor runs (its messages stay); repeat or comma-separate",
+    )
+
     dlq = sub.add_parser("dlq", help="list or re-drive a tenant's dead letters")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     for name in ("list", "redrive"):
@@ -220,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "publish": _cmd_publish,
             "run": _cmd_run,
             "dlq": _cmd_dlq,
+            "park": _cmd_park,
             "errors": _cmd_errors,
         }
         return handlers[args.command](args, settings)

@@ -6,18 +6,19 @@ Stopping lets in-flight handlers finish within a deadline and leaves the rest un
 
 from __future__ import annotations
 
-import queue as queue_mod
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
+from types import FrameType, MappingProxyType
 
 import structlog
 
 from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.messages import check_queue_name
+from boost_tenancy.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.processor import (
     Dispatcher,
     DispatchObserver,
@@ -26,6 +27,7 @@ from boost_tenancy.processor import (
     TenantProcessor,
 )
 from boost_tenancy.resilience.error_store import ErrorStore
+from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscription, Transport
@@ -42,8 +44,15 @@ class RunnerSettings:
     """Unacknowledged messages per subscription (Classic activemq.prefetchSize)."""
     shutdown_grace_s: float = 30.0
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)
+    """Deliveries a tenant may start per turn of the local work queue (default 1 each)."""
 
     def __post_init__(self) -> None:
+        # Imported on use: the fairness package imports config, and config imports this module.
+
+        parse_weights(self.tenant_weights)
+        # A read-only copy: the caller's dict changing later must not change frozen settings.
+        object.__setattr__(self, "tenant_weights", MappingProxyType(dict(self.tenant_weights)))
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if self.prefetch < 1:
@@ -65,7 +74,12 @@ class ProcessorRunner:
         settings: RunnerSettings | None = None,
         middleware: Sequence[Middleware] = (),
         observers: Sequence[DispatchObserver] = (),
+        routing: Routing = DEFAULT_ROUTING,
+        redrive_parked: bool = True,
     ) -> None:
+        """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
+        parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
+        """
         if not processor.queues:
             raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
         for name in processor.queues:
@@ -73,6 +87,22 @@ class ProcessorRunner:
         self._tenants = tuple(TenantId.parse(t) for t in tenants)
         if not self._tenants:
             raise ConfigError("a runner needs at least one tenant")
+        # Resolved once, so a name the routing refuses stops the runner before it connects.
+        self._physical = {
+            (tenant, queue): routing.physical(queue, tenant)
+            for tenant in self._tenants
+            for queue in processor.queues
+        }
+        self._routing = routing
+        self._redrive: ParkedRedrive | None = None
+        if redrive_parked:
+            self._redrive = ParkedRedrive(
+                transport,
+                [
+                    ParkedMove(tenant, parked_queue(queue, tenant), physical)
+                    for (tenant, queue), physical in self._physical.items()
+                ],
+            )
         self._processor = processor
         self._transport = transport
         self._settings = settings or RunnerSettings()
@@ -83,8 +113,11 @@ class ProcessorRunner:
             settings=self._settings.dispatch,
             middleware=middleware,
             observers=observers,
+            routing=routing,
         )
-        self._work: queue_mod.SimpleQueue[tuple[TenantId, Delivery]] = queue_mod.SimpleQueue()
+
+        # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.
+        self._work: FairWorkQueue[Delivery] = FairWorkQueue(self._settings.tenant_weights)
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -96,6 +129,14 @@ class ProcessorRunner:
     @property
     def tenants(self) -> tuple[TenantId, ...]:
         return self._tenants
+
+    @property
+    def routing(self) -> Routing:
+        return self._routing
+
+    def wait_parked_redriven(self, timeout: float | None = None) -> bool:
+        """Block until the parked backlog has been moved back (True at once without redrive)."""
+        return self._redrive is None or self._redrive.wait(timeout)
 
     @property
     def in_flight(self) -> int:
@@ -115,13 +156,16 @@ class ProcessorRunner:
             worker.start()
             self._workers.append(worker)
         requests = [
+            # A per-tenant queue keeps the tenant's selector too: defence in depth.
             SubscribeRequest(
-                queue, tenant_selector(tenant), self._settings.prefetch, self._receiver(tenant)
+                physical, tenant_selector(tenant), self._settings.prefetch, self._receiver(tenant)
             )
-            for tenant in self._tenants
-            for queue in self._processor.queues
+            for (tenant, _queue), physical in self._physical.items()
         ]
         self._subscriptions.extend(self._transport.subscribe_many(requests))
+        if self._redrive is not None:
+            # After subscribing: the backlog moves while the runner already handles new messages.
+            self._redrive.start()
         log.info(
             "runner_started",
             processor=type(self._processor).__name__,
@@ -132,16 +176,16 @@ class ProcessorRunner:
 
     def _receiver(self, tenant: TenantId) -> Callable[[Delivery], None]:
         def on_delivery(delivery: Delivery) -> None:
-            self._work.put((tenant, delivery))
+            self._work.put(tenant, delivery)
 
         return on_delivery
 
     def _work_loop(self) -> None:
         while not self._stopping.is_set():
-            try:
-                tenant, delivery = self._work.get(timeout=0.2)
-            except queue_mod.Empty:
+            taken = self._work.get(timeout=0.2)
+            if taken is None:
                 continue
+            tenant, delivery = taken
             if self._stopping.is_set():
                 return  # left unacknowledged: the broker redelivers it after close
             with self._busy_lock:
@@ -164,6 +208,8 @@ class ProcessorRunner:
         unacknowledged and the broker redelivers it.
         """
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
+        if self._redrive is not None:
+            self._redrive.stop()
         self._stopping.set()
         deadline = time.monotonic() + grace
         for worker in self._workers:

@@ -15,13 +15,12 @@ from pathlib import Path
 from boost_tenancy import (
     BoostTenancyError,
     ConfigError,
-    ProcessorRunner,
-    StompTransport,
     TenantId,
     TenantProcessor,
     open_error_store,
     parse_tenants,
 )
+from boost_tenancy.cli import run_with_fairness
 from boost_tenancy.config import AppSettings
 from boost_tenancy.observability import configure_logging
 
@@ -73,14 +72,7 @@ def run_service(factory: Callable[[ServiceSettings], TenantProcessor]) -> int:
         processor = factory(settings)
         store = open_error_store(settings.app.error_store_url)
         try:
-            runner = ProcessorRunner(
-                processor,
-                StompTransport(settings.app.stomp),
-                settings.tenants,
-                error_store=store,
-                settings=settings.app.runner,
-            )
-            return runner.run()
+            return run_with_fairness(processor, settings.tenants, settings.app, store, os.environ)
         finally:
             store.close()
     except BoostTenancyError as exc:

@@ -1,0 +1,311 @@
+"""Per-tenant accounting of every delivery's fate, so nothing a fairness limit does is silent.
+
+Counters per tenant feed a tenant's own JSON view and Prometheus text, served by AccountingServer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final, Literal
+from urllib.parse import unquote, urlsplit
+
+import structlog
+
+from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.tenancy import TenantId
+
+log = structlog.get_logger("boost_tenancy.fairness.accounting")
+
+UNKNOWN_TENANT: Final = "_unknown"
+"""How a message with no valid tenant is reported; never a valid TenantId, so never a collision."""
+
+OUTCOMES: Final = ("processed", "deferred", "retried", "dead_lettered", "quarantined", "stale")
+"""Dispatcher outcomes (DispatchObserver.on_outcome), one per delivery handled."""
+
+DEFERRAL_REASONS: Final = ("rate", "concurrency")
+"""Why the fairness middleware deferred: the breakdown of the deferred outcome."""
+
+Event = Literal["admitted", "deferred_rate", "deferred_concurrency"]
+"""What the fairness middleware records; the dispatcher does not see these."""
+
+EVENTS: Final[tuple[Event, ...]] = ("admitted", "deferred_rate", "deferred_concurrency")
+
+# One slot per counter, in this order, in each tenant's list.
+_SLOTS: Final = (*OUTCOMES, *EVENTS)
+_INDEX: Final = {name: index for index, name in enumerate(_SLOTS)}
+_OUTCOME_INDEX: Final = {name: _INDEX[name] for name in OUTCOMES}
+
+_HELP: Final = {
+    "processed": "handled and acknowledged",
+    "deferred": "put back by a fairness limit without counting an attempt",
+    "retried": "failed attempts scheduled for another attempt",
+    "dead_lettered": "moved to the dead-letter queue",
+    "quarantined": "tenancy violations moved to the quarantine queue",
+    "stale": "skipped because their connection was gone (the broker redelivers them)",
+}
+
+
+class Accounting:
+    """Thread-safe per-tenant counters; a DispatchObserver, and record() for the middleware.
+
+    Definitions (a tenant's snapshot; each counter counts deliveries, not distinct messages):
+
+    - processed: handled and acknowledged (the dispatcher's processed outcome).
+    - retried: failed attempts that were scheduled for another attempt.
+    - dead_lettered: messages moved to DLQ.<queue> (permanent, undecodable or out of attempts).
+    - failed: retried + dead_lettered, derived when read; failed handling attempts.
+    - deferred: the dispatcher's deferred outcome, and only that: THE count of deliveries put back
+      without an attempt counted. deferred_rate and deferred_concurrency are the middleware's
+      breakdown of it by reason; they are never added to deferred. Their sum can be below
+      deferred (another middleware deferred) or, rarely, above it (the broker refused the defer).
+    - admitted: deliveries the fairness middleware let through to the handler.
+    - quarantined: tenancy violations, under the tenant the message claimed when that is a valid
+      id, else under None, reported as "_unknown".
+    - stale: deliveries skipped because their connection was gone; the broker redelivers them.
+
+    processed + dead_lettered + quarantined is the number of messages that reached an end.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[TenantId | None, list[int]] = {}
+
+    def on_outcome(self, tenant: TenantId | None, queue: str, outcome: str) -> None:
+        """DispatchObserver: count one outcome; never raises."""
+        index = _OUTCOME_INDEX.get(outcome)
+        if index is None:
+            # The observer must not raise; an outcome added to the dispatcher later is logged
+            # rather than dropped without a trace.
+            log.warning("accounting_unknown_outcome", outcome=outcome, queue=queue)
+            return
+        self._add(tenant, index, 1)
+
+    def record(self, tenant: TenantId | None, event: Event, n: int = 1) -> None:
+        """Count n middleware events (admitted, deferred_rate, deferred_concurrency)."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown accounting event {event!r}; expected one of {EVENTS}")
+        if n < 0:
+            raise ValueError(f"an event count cannot be negative, got {n}")
+        self._add(tenant, _INDEX[event], n)
+
+    def _add(self, tenant: TenantId | None, index: int, n: int) -> None:
+        with self._lock:
+            counts = self._counts.get(tenant)
+            if counts is None:
+                counts = self._counts[tenant] = [0] * len(_SLOTS)
+            counts[index] += n
+
+    # -- reading ---------------------------------------------------------------------------------
+    def snapshot(self, tenant: TenantId | str | None) -> dict[str, int]:
+        """One tenant's counters, JSON-ready; zeros for a tenant never seen."""
+        key = None if tenant is None else TenantId.parse(tenant)
+        with self._lock:
+            counts = list(self._counts.get(key, ()))
+        return _view(counts or [0] * len(_SLOTS))
+
+    def snapshot_all(self) -> dict[str, dict[str, int]]:
+        """Every tenant seen, keyed by tenant id ("_unknown" for None), sorted."""
+        with self._lock:
+            copied = [(_label(t), list(c)) for t, c in self._counts.items()]
+        return {label: _view(counts) for label, counts in sorted(copied)}
+
+    def prometheus(self, *, tenant_label: bool = False) -> str:
+        """Prometheus text exposition (0.0.4) of the counters.
+
+        Without tenant_label every series is summed across tenants: a tenant label multiplies
+        the series by the number of tenants, so it is an opt-in for deployments that can afford it.
+        """
+        with self._lock:
+            rows = sorted((_label(t), list(c)) for t, c in self._counts.items())
+        if not tenant_label:
+            totals = [sum(column) for column in zip(*(c for _, c in rows), strict=True)]
+            rows = [("", totals or [0] * len(_SLOTS))]
+        lines: list[str] = []
+        _family(
+            lines,
+            "boost_tenancy_messages_total",
+            "Deliveries by outcome: " + "; ".join(f"{k} = {v}" for k, v in _HELP.items()) + ".",
+            (
+                (_labels(tenant, outcome=outcome), counts[_INDEX[outcome]])
+                for outcome in OUTCOMES
+                for tenant, counts in rows
+            ),
+        )
+        _family(
+            lines,
+            "boost_tenancy_admitted_total",
+            "Deliveries the fairness middleware let through to the handler.",
+            ((_labels(tenant), counts[_INDEX["admitted"]]) for tenant, counts in rows),
+        )
+        _family(
+            lines,
+            "boost_tenancy_deferred_by_reason_total",
+            "Fairness deferrals by reason: a breakdown of outcome=deferred, not an addition to it.",
+            (
+                (_labels(tenant, reason=reason), counts[_INDEX[f"deferred_{reason}"]])
+                for reason in DEFERRAL_REASONS
+                for tenant, counts in rows
+            ),
+        )
+        return "\n".join(lines) + "\n"
+
+
+def _label(tenant: TenantId | None) -> str:
+    return UNKNOWN_TENANT if tenant is None else tenant.value
+
+
+def _view(counts: list[int]) -> dict[str, int]:
+    def get(name: str) -> int:
+        return counts[_INDEX[name]]
+
+    return {
+        "admitted": get("admitted"),
+        "deferred": get("deferred"),
+        "deferred_rate": get("deferred_rate"),
+        "deferred_concurrency": get("deferred_concurrency"),
+        "processed": get("processed"),
+        "failed": get("retried") + get("dead_lettered"),
+        "retried": get("retried"),
+        "dead_lettered": get("dead_lettered"),
+        "quarantined": get("quarantined"),
+        "stale": get("stale"),
+    }
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value for the text exposition format: backslash, double quote, newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(tenant: str, **labels: str) -> str:
+    """The {...} part; tenant "" means no tenant label."""
+    pairs = ([("tenant", tenant)] if tenant else []) + list(labels.items())
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
+
+
+def _family(
+    lines: list[str], name: str, help_text: str, samples: Iterable[tuple[str, int]]
+) -> None:
+    # HELP text escapes only backslash and newline (the exposition format's rule for HELP).
+    escaped = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+    lines.append(f"# HELP {name} {escaped}")
+    lines.append(f"# TYPE {name} counter")
+    lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+_METRICS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+_TENANT_PREFIX: Final = "/tenants/"
+
+
+class AccountingServer:
+    """Serves /metrics (Prometheus text) and /tenants/<tenant> (JSON) on 127.0.0.1 only.
+
+    There is no authentication: it binds the loopback interface so only the host (an agent,
+    a sidecar, an operator) can read it. Port 0 picks a free port; see port after start().
+    """
+
+    def __init__(
+        self, accounting: Accounting, *, port: int = 0, tenant_label: bool = False
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"port must be between 0 and 65535, got {port}")
+        self._accounting = accounting
+        self._port = port
+        self._tenant_label = tenant_label
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the chosen one once started with port 0)."""
+        return self._port if self._server is None else int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Bind and serve on a daemon thread; does nothing if already started."""
+        if self._server is not None:
+            return
+        server = ThreadingHTTPServer(("127.0.0.1", self._port), _handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="boost-accounting-http", daemon=True
+        )
+        self._thread.start()
+        log.info("accounting_server_started", port=self.port, tenant_label=self._tenant_label)
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._port = int(server.server_address[1])
+        self._server = None
+        self._thread = None
+
+    def _respond(self, path: str) -> tuple[HTTPStatus, str, bytes]:
+        route = urlsplit(path).path
+        if route == "/metrics":
+            body = self._accounting.prometheus(tenant_label=self._tenant_label)
+            return HTTPStatus.OK, _METRICS_TYPE, body.encode()
+        if route.startswith(_TENANT_PREFIX):
+            try:
+                tenant = TenantId.parse(unquote(route.removeprefix(_TENANT_PREFIX)))
+            except InvalidTenantError:
+                return _not_found()
+            snapshot = self._accounting.snapshot(tenant)
+            body_json = json.dumps({"tenant": tenant.value, **snapshot})
+            return HTTPStatus.OK, "application/json", body_json.encode()
+        return _not_found()
+
+
+def _not_found() -> tuple[HTTPStatus, str, bytes]:
+    # The path is not echoed back: the body stays the same whatever was asked.
+    return HTTPStatus.NOT_FOUND, "application/json", b'{"error": "not found"}'
+
+
+def _handler(owner: AccountingServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "boost-tenancy-accounting"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            status, content_type, body = owner._respond(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            # Request lines go to structlog at debug, not to stderr.
+            log.debug("accounting_http_request", request=format % args)
+
+    return Handler
+
+
+__all__ = [
+    "DEFERRAL_REASONS",
+    "EVENTS",
+    "OUTCOMES",
+    "UNKNOWN_TENANT",
+    "Accounting",
+    "AccountingServer",
+    "Event",
+    "escape_label_value",
+]

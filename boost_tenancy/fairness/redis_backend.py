@@ -1,0 +1,303 @@
+"""Cluster-wide fairness limits in Redis: leased concurrency slots and shared token buckets.
+
+Each check is one Lua script (atomic in Redis) timed by the Redis server's clock, not the hosts'.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.fairness.concurrency import check_limit
+from boost_tenancy.fairness.rates import (
+    DEFAULT_METER,
+    OVERSIZE_MARGIN_S,
+    TOKEN_EPSILON,
+    UNLIMITED,
+    Admission,
+    PolicyTable,
+    RatePolicy,
+    check_units,
+)
+from boost_tenancy.storage import redact_url
+from boost_tenancy.tenancy import TenantId
+
+if TYPE_CHECKING:
+    import redis
+
+log = structlog.get_logger("boost_tenancy.fairness")
+
+DEFAULT_PREFIX: Final = "boost:fairness"
+DEFAULT_LEASE_S: Final = 300.0
+
+# KEYS[1] the tenant's sorted set (member = message id, score = lease end in server ms);
+# ARGV: message id, limit, lease ms. Expired leases (a crashed holder) are dropped first.
+_ACQUIRE_LUA: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+    return 0
+  end
+end
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease)
+return 1
+"""
+
+# KEYS[1] as above; ARGV: lease ms, then the message ids whose leases are extended (held ones only).
+_RENEW_LUA: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local renewed = 0
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) > now then
+    redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+    renewed = renewed + 1
+  end
+end
+if renewed > 0 then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return renewed
+"""
+
+# KEYS[1] the bucket hash (tokens, ts in server microseconds); ARGV: rate/s, capacity, units,
+# idle ms. Mirrors rates.bucket_step; numbers go back as strings because Redis truncates Lua
+# numbers to integers.
+_TAKE_LUA: Final = """
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local idle = tonumber(ARGV[4])
+local eps = tonumber(ARGV[5])
+local margin = tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if tokens == nil or ts == nil then
+  tokens = capacity
+  ts = now
+end
+local elapsed = (now - ts) / 1000000
+if elapsed < 0 then elapsed = 0 end
+tokens = math.min(capacity, tokens + elapsed * rate)
+local admitted = 0
+local retry = 0
+if tokens + eps >= n then
+  tokens = tokens - n
+  admitted = 1
+elseif n > capacity then
+  if tokens > 0 then
+    tokens = tokens - n
+    admitted = 1
+  else
+    retry = -tokens / rate + margin
+  end
+else
+  retry = (n - tokens) / rate
+end
+redis.call('HSET', KEYS[1],
+  'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+-- Kept until idle AND refilled: expiring a bucket still in deficit would forgive its debt.
+local refill_ms = 0
+if tokens < capacity then refill_ms = math.ceil((capacity - tokens) / rate * 1000) end
+redis.call('PEXPIRE', KEYS[1], idle + refill_ms)
+return {admitted, string.format('%.17g', retry)}
+"""
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client for a redis:// or rediss:// URL; needs the `redis` extra."""
+    try:
+        import redis as redis_mod  # noqa: PLC0415  # optional dependency, imported on use
+    except ImportError as exc:
+        raise ConfigError(
+            "BOOST_REDIS_URL needs the redis package; install the `redis` extra "
+            "(pip install 'boost-tenancy[redis]')"
+        ) from exc
+    try:
+        return redis_mod.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    except ValueError as exc:
+        raise ConfigError(f"BOOST_REDIS_URL {redact_url(url)!r} is not a Redis URL: {exc}") from exc
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
+        raise ConfigError(f"Redis key prefix must be a non-empty word, got {prefix!r}")
+    return prefix
+
+
+class RedisConcurrencyLimiter:
+    """Slots shared by every process using the same Redis and prefix.
+
+    A slot is a lease of lease_s seconds in the tenant's sorted set, so the slots of a process
+    that died expire by themselves. While this process holds slots, a daemon thread renews
+    them every renew_every_s (default lease_s / 3); auto_renew=False turns that off (then call
+    renew() from long handlers, or keep handlers shorter than the lease).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        lease_s: float = DEFAULT_LEASE_S,
+        auto_renew: bool = True,
+        renew_every_s: float | None = None,
+    ) -> None:
+        if not (isinstance(lease_s, int | float) and math.isfinite(lease_s) and lease_s >= 0.001):
+            raise ConfigError(f"lease_s must be at least 0.001 seconds, got {lease_s!r}")
+        self._client = client
+        self._prefix = _check_prefix(prefix)
+        self._lease_ms = max(1, round(lease_s * 1000))
+        every = lease_s / 3 if renew_every_s is None else renew_every_s
+        if not (isinstance(every, int | float) and math.isfinite(every) and every > 0):
+            raise ConfigError(f"renew_every_s must be a positive number, got {renew_every_s!r}")
+        self._renew_every_s: float | None = float(every) if auto_renew else None
+        self._acquire = client.register_script(_ACQUIRE_LUA)
+        self._renew = client.register_script(_RENEW_LUA)
+        self._held: dict[TenantId, set[str]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def key(self, tenant: TenantId) -> str:
+        """The tenant's Redis key."""
+        return f"{self._prefix}:slots:{tenant.value}"
+
+    def try_acquire(self, tenant: TenantId, message_id: str, limit: int) -> bool:
+        check_limit(limit)
+        result = self._acquire(keys=[self.key(tenant)], args=[message_id, limit, self._lease_ms])
+        acquired = int(result) == 1
+        if acquired:
+            with self._lock:
+                self._held.setdefault(tenant, set()).add(message_id)
+                self._start_renewer()
+        return acquired
+
+    def release(self, tenant: TenantId, message_id: str) -> None:
+        with self._lock:
+            held = self._held.get(tenant)
+            if held is not None:
+                held.discard(message_id)
+                if not held:
+                    del self._held[tenant]
+        self._client.zrem(self.key(tenant), message_id)
+
+    def renew(self, tenant: TenantId, message_id: str) -> bool:
+        """Extend one lease by lease_s from now; False if the slot was already lost."""
+        renewed = self._renew(keys=[self.key(tenant)], args=[self._lease_ms, message_id])
+        return int(renewed) == 1
+
+    def renew_all(self) -> int:
+        """Extend every lease this limiter holds; returns how many were still held."""
+        with self._lock:
+            held = {tenant: sorted(ids) for tenant, ids in self._held.items()}
+        renewed = 0
+        for tenant, ids in held.items():
+            renewed += int(self._renew(keys=[self.key(tenant)], args=[self._lease_ms, *ids]))
+        return renewed
+
+    def close(self) -> None:
+        """Stop renewing; leases still held then expire after lease_s."""
+        self._stop.set()
+
+    def _start_renewer(self) -> None:
+        # Called with the lock held.
+        if self._renewer is not None or self._renew_every_s is None:
+            return
+        self._renewer = threading.Thread(
+            target=self._renew_loop,
+            args=(self._renew_every_s,),
+            name="boost-fairness-lease",
+            daemon=True,
+        )
+        self._renewer.start()
+
+    def _renew_loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                self.renew_all()
+            except Exception as exc:  # Redis down: leases lapse, the next pass tries again
+                log.warning("fairness_lease_renewal_failed", error=str(exc))
+
+
+class RedisTokenBucketLimiter:
+    """Token buckets shared by every process using the same Redis and prefix.
+
+    The same semantics as TokenBucketLimiter (deficit, clamping, reconfiguration on the next
+    take). Policies are configured in this process: every process must set the same ones. A
+    bucket expires from Redis once idle for idle_s and refilled.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        default: RatePolicy = UNLIMITED,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        idle_s: float = 600.0,
+    ) -> None:
+        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
+            raise ConfigError(f"idle_s must be a positive number, got {idle_s!r}")
+        self._client = client
+        self._prefix = _check_prefix(prefix)
+        self._idle_ms = max(1, round(idle_s * 1000))
+        self._policies = PolicyTable(default)
+        self._take = client.register_script(_TAKE_LUA)
+
+    def key(self, tenant: TenantId, meter: str = DEFAULT_METER) -> str:
+        """The bucket's Redis key."""
+        return f"{self._prefix}:bucket:{meter}:{tenant.value}"
+
+    def set_policy(
+        self, policy: RatePolicy, *, tenant: TenantId | None = None, meter: str = DEFAULT_METER
+    ) -> None:
+        """Change a limit while running: one tenant's override, or the meter's default."""
+        self._policies.set(policy, tenant=tenant, meter=meter)
+
+    def clear_policy(self, *, tenant: TenantId, meter: str = DEFAULT_METER) -> None:
+        self._policies.clear(tenant=tenant, meter=meter)
+
+    def policy_for(self, tenant: TenantId, meter: str = DEFAULT_METER) -> RatePolicy:
+        return self._policies.get(tenant, meter)
+
+    def take(self, tenant: TenantId, meter: str = DEFAULT_METER, n: int = 1) -> Admission:
+        """Admit n units of the tenant's meter, or say how long until they would be admitted."""
+        check_units(n)
+        policy = self._policies.get(tenant, meter)
+        if policy.unlimited:
+            return Admission(admitted=True)
+        result: Any = self._take(
+            keys=[self.key(tenant, meter)],
+            args=[
+                repr(policy.rate_per_s),
+                repr(policy.capacity),
+                n,
+                self._idle_ms,
+                repr(TOKEN_EPSILON),
+                repr(OVERSIZE_MARGIN_S),
+            ],
+        )
+        admitted, retry = result
+        return Admission(admitted=int(admitted) == 1, retry_after_s=float(retry))
+
+
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DEFAULT_PREFIX",
+    "RedisConcurrencyLimiter",
+    "RedisTokenBucketLimiter",
+    "redis_client",
+]

@@ -1,0 +1,366 @@
+"""Subscription tiers, their concurrency limits, where a tenant's tier is stored, and its resolver.
+
+The resolver answers from a cache at once and refreshes from the store in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import queue as queue_mod
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import structlog
+
+from boost_tenancy.envvars import env_int
+from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.storage import parse_store_url
+from boost_tenancy.tenancy import TenantId
+
+if TYPE_CHECKING:
+    import psycopg
+
+log = structlog.get_logger("boost_tenancy.fairness")
+
+_DEFAULT_TABLE: Final = "boost_tenant_tiers"
+_TABLE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_ERROR_RETRY_S: Final = 5.0
+"""After a failed lookup, the next refresh waits at most this long (or the TTL, if shorter)."""
+
+
+class Tier(enum.StrEnum):
+    """A tenant's subscription tier; the stored form is the value."""
+
+    FREE = "free"
+    PRO = "pro"
+    PRO_PLUS = "pro_plus"
+    ENTERPRISE = "enterprise"
+
+
+class TierStoreError(BoostTenancyError):
+    """The tier store could not read or write a tenant's tier."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TierLimits:
+    """Concurrent messages in handling per tenant, by tier."""
+
+    free: int = 1
+    pro: int = 3
+    pro_plus: int = 3
+    enterprise: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("free", "pro", "pro_plus", "enterprise"):
+            value: object = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"TierLimits.{name} must be an integer of at least 1: {value!r}")
+
+    def for_tier(self, tier: Tier) -> int:
+        """The concurrency limit of a tier."""
+        limit: int = getattr(self, Tier(tier).name.lower())
+        return limit
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TierLimits:
+        """Read BOOST_TIER_FREE_LIMIT, _PRO_, _PRO_PLUS_ and _ENTERPRISE_LIMIT (each >= 1)."""
+        defaults = cls()
+        return cls(
+            free=env_int(env, "BOOST_TIER_FREE_LIMIT", defaults.free, minimum=1),
+            pro=env_int(env, "BOOST_TIER_PRO_LIMIT", defaults.pro, minimum=1),
+            pro_plus=env_int(env, "BOOST_TIER_PRO_PLUS_LIMIT", defaults.pro_plus, minimum=1),
+            enterprise=env_int(env, "BOOST_TIER_ENTERPRISE_LIMIT", defaults.enterprise, minimum=1),
+        )
+
+
+# -- stores ---------------------------------------------------------------------------------------
+class TierStore(Protocol):
+    """Where tenants' tiers live; get returns None for a tenant never assigned one."""
+
+    def get(self, tenant: TenantId) -> Tier | None: ...
+
+    def set(self, tenant: TenantId, tier: Tier) -> None: ...
+
+
+def _checked_table(table: object) -> str:
+    # The table name is the only text put into SQL; anything but a plain identifier is refused.
+    if not isinstance(table, str) or _TABLE_RE.fullmatch(table) is None:
+        raise ConfigError(
+            f"tier store table {table!r} is not a plain identifier: expected 1 to 63 characters "
+            "from A-Z, a-z, 0-9 and '_', not starting with a digit"
+        )
+    return table
+
+
+class _SqlTierStore:
+    """What both backends share: the SQL text, decoding and one lock around one connection."""
+
+    def __init__(self, table: str, *, placeholder: str) -> None:
+        self._table = _checked_table(table)
+        self._create = (
+            f'CREATE TABLE IF NOT EXISTS "{self._table}" '
+            "(tenant TEXT PRIMARY KEY, tier TEXT NOT NULL)"
+        )
+        self._select = f'SELECT tier FROM "{self._table}" WHERE tenant = {placeholder}'  # noqa: S608  # checked identifier
+        # ON CONFLICT ... DO UPDATE is understood by SQLite (3.24+) and PostgreSQL alike.
+        self._upsert = (
+            f'INSERT INTO "{self._table}" (tenant, tier) VALUES ({placeholder}, {placeholder}) '  # noqa: S608  # checked identifier
+            "ON CONFLICT (tenant) DO UPDATE SET tier = excluded.tier"
+        )
+        self._lock = threading.Lock()
+        self._connection: Any = None
+        self._driver_error: type[Exception] = Exception
+
+    def get(self, tenant: TenantId) -> Tier | None:
+        """The tenant's stored tier, or None when none was set."""
+        rows = self._execute("get", self._select, (TenantId.parse(tenant).value,), fetch=True)
+        if not rows:
+            return None
+        raw = rows[0][0]
+        try:
+            return Tier(raw)
+        except ValueError as exc:
+            raise TierStoreError(
+                f"tier store table {self._table!r} holds the unknown tier {raw!r} "
+                f"for tenant {tenant.value!r}"
+            ) from exc
+
+    def set(self, tenant: TenantId, tier: Tier) -> None:
+        """Assign a tier; committed when this returns."""
+        value = Tier(tier).value
+        self._execute("set", self._upsert, (TenantId.parse(tenant).value, value), fetch=False)
+
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(self._driver_error):
+            self._connection.close()
+
+    def _failure(self, operation: str, exc: BaseException) -> TierStoreError:
+        return TierStoreError(f"tier store table {self._table!r}: {operation} failed: {exc}")
+
+    def _execute(
+        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+class SQLiteTierStore(_SqlTierStore):
+    """Tiers in one SQLite file, for a single host."""
+
+    def __init__(self, path: str | os.PathLike[str], *, table: str = _DEFAULT_TABLE) -> None:
+        super().__init__(table, placeholder="?")
+        self._driver_error = sqlite3.Error
+        location = Path(path)
+        try:
+            location.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(location, check_same_thread=False, timeout=30.0)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(self._create)
+            connection.commit()
+        except (OSError, sqlite3.Error) as exc:
+            raise self._failure(f"open {str(location)!r}", exc) from exc
+        self._connection = connection
+
+    def _execute(
+        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                cursor = self._connection.execute(sql, params)
+                if fetch:
+                    rows: list[tuple[Any, ...]] = cursor.fetchall()
+                    return rows
+                self._connection.commit()
+                return []
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._connection.rollback()
+                raise self._failure(operation, exc) from exc
+
+
+class PostgresTierStore(_SqlTierStore):
+    """Tiers in a PostgreSQL table shared by every worker host; needs psycopg 3."""
+
+    def __init__(self, dsn: str, *, table: str = _DEFAULT_TABLE) -> None:
+        super().__init__(table, placeholder="%s")
+        try:
+            # Imported here so the toolkit imports without the `postgres` extra.
+            import psycopg  # noqa: PLC0415
+        except ImportError as exc:
+            raise ConfigError(
+                "PostgresTierStore needs psycopg 3; install the `postgres` extra "
+                "(pip install 'boost-tenancy[postgres]')"
+            ) from exc
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
+        self._dsn = dsn
+        self._driver_error = psycopg.Error
+        self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
+        try:
+            self._connection = self._connect()
+            self._run(self._create, (), fetch=False)
+        except psycopg.Error as exc:
+            raise self._failure("connect", exc) from exc
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return self._connection_class.connect(self._dsn, autocommit=True)
+
+    def _run(self, sql: str, params: tuple[object, ...], *, fetch: bool) -> list[tuple[Any, ...]]:
+        with self._connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows: list[tuple[Any, ...]] = cursor.fetchall() if fetch else []
+            return rows
+
+    def _execute(
+        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
+    ) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._run(sql, params, fetch=fetch)
+            except self._driver_error as exc:
+                if not self._connection.closed:
+                    raise self._failure(operation, exc) from exc
+            # A dropped connection (restart, failover) is common: one fresh connection is tried.
+            try:
+                self._connection = self._connect()
+                return self._run(sql, params, fetch=fetch)
+            except self._driver_error as exc:
+                raise self._failure(f"{operation} (after reconnecting)", exc) from exc
+
+
+def open_tier_store(
+    url: str, *, table: str = _DEFAULT_TABLE
+) -> SQLiteTierStore | PostgresTierStore:
+    """Open the tier store a URL names: postgresql://, postgres://, sqlite:///path or a path."""
+    parsed = parse_store_url(url, what="tier store")
+    if parsed.backend == "postgresql":
+        return PostgresTierStore(parsed.target, table=table)
+    return SQLiteTierStore(parsed.target, table=table)
+
+
+# -- resolver -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    tier: Tier
+    expires_at: float
+
+
+class TierResolver:
+    """A tenant's tier without waiting on the store: cached for ttl_s, refreshed in the background.
+
+    A tenant seen for the first time is FREE until its first lookup completes; an expired entry
+    keeps answering its last value meanwhile. One lookup per tenant runs at a time, on
+    refresh_threads daemon threads. A failed lookup keeps the previous (or default) tier, logs
+    a warning and is tried again after at most five seconds.
+    """
+
+    def __init__(
+        self,
+        store: TierStore,
+        *,
+        ttl_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        default: Tier = Tier.FREE,
+        refresh_threads: int = 2,
+    ) -> None:
+        if not ttl_s > 0:
+            raise ConfigError(f"TierResolver ttl_s must be positive, got {ttl_s!r}")
+        if refresh_threads < 1:
+            raise ConfigError(f"TierResolver refresh_threads must be >= 1, got {refresh_threads}")
+        self._store = store
+        self._ttl_s = float(ttl_s)
+        self._clock = clock
+        self._default = Tier(default)
+        self._cache: dict[TenantId, _Cached] = {}
+        self._pending: set[TenantId] = set()
+        self._lock = threading.Lock()
+        self._work: queue_mod.SimpleQueue[TenantId] = queue_mod.SimpleQueue()
+        self._thread_count = refresh_threads
+        self._threads: list[threading.Thread] = []
+
+    def tier_of(self, tenant: TenantId) -> Tier:
+        """The tenant's tier as known now; never waits for the store."""
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(tenant)
+            if cached is not None and cached.expires_at > now:
+                return cached.tier
+            self._schedule(tenant)
+            return self._default if cached is None else cached.tier
+
+    def invalidate(self, tenant: TenantId) -> None:
+        """Look the tenant up again now (after its tier changed); the old value serves meanwhile."""
+        with self._lock:
+            cached = self._cache.get(tenant)
+            if cached is not None:
+                # Expired rather than dropped: dropping would answer FREE until the lookup returns.
+                self._cache[tenant] = _Cached(tier=cached.tier, expires_at=float("-inf"))
+            self._schedule(tenant)
+
+    def pending(self) -> int:
+        """Lookups queued or running (tests wait for zero)."""
+        with self._lock:
+            return len(self._pending)
+
+    def _schedule(self, tenant: TenantId) -> None:
+        # Called with the lock held.
+        if tenant in self._pending:
+            return
+        self._pending.add(tenant)
+        if not self._threads:
+            for index in range(self._thread_count):
+                thread = threading.Thread(
+                    target=self._refresh_loop, name=f"boost-tier-refresh-{index}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        self._work.put(tenant)
+
+    def _refresh_loop(self) -> None:
+        while True:
+            tenant = self._work.get()
+            try:
+                self._refresh(tenant)
+            finally:
+                with self._lock:
+                    self._pending.discard(tenant)
+
+    def _refresh(self, tenant: TenantId) -> None:
+        try:
+            found = self._store.get(tenant)
+        except Exception as exc:  # any store failure keeps the previous tier, whatever its type
+            with self._lock:
+                cached = self._cache.get(tenant)
+                tier = self._default if cached is None else cached.tier
+                retry_s = min(self._ttl_s, _ERROR_RETRY_S)
+                self._cache[tenant] = _Cached(tier=tier, expires_at=self._clock() + retry_s)
+            log.warning(
+                "tier_lookup_failed",
+                tenant=tenant.value,
+                tier=tier.value,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            return
+        tier = self._default if found is None else Tier(found)
+        with self._lock:
+            self._cache[tenant] = _Cached(tier=tier, expires_at=self._clock() + self._ttl_s)
+
+
+__all__ = [
+    "PostgresTierStore",
+    "SQLiteTierStore",
+    "Tier",
+    "TierLimits",
+    "TierResolver",
+    "TierStore",
+    "TierStoreError",
+    "open_tier_store",
+]

@@ -1,0 +1,250 @@
+"""The Redis fairness backend against a real Redis: a concurrency limit and a token bucket shared by
+two processes, and the lease that frees the slots of a process killed while holding them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boost_tenancy import ConfigError, TenantId
+from boost_tenancy.fairness import (
+    RatePolicy,
+    RedisConcurrencyLimiter,
+    RedisTokenBucketLimiter,
+)
+from tests.conftest import unavailable, wait_until
+
+pytestmark = pytest.mark.redis
+
+REDIS_URL = os.environ.get("BOOST_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+ROOT = Path(__file__).resolve().parents[2]
+TENANT = TenantId("org-shared")
+
+
+@pytest.fixture
+def client() -> Any:
+    try:
+        import redis
+    except ImportError:
+        unavailable("the redis package is not installed (pip install 'boost-tenancy[redis]')")
+    made = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        made.ping()
+    except redis.RedisError as exc:
+        unavailable(f"no Redis at BOOST_TEST_REDIS_URL={REDIS_URL}: {exc}")
+    return made
+
+
+@pytest.fixture
+def prefix(client: Any) -> Iterator[str]:
+    """A key prefix of this test alone; its keys are deleted afterwards."""
+    chosen = f"boost-test:{uuid.uuid4().hex[:12]}"
+    yield chosen
+    for key in client.scan_iter(match=f"{chosen}:*"):
+        client.delete(key)
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, REDIS_URL, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 30) -> str:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return out
+
+
+# Three threads per process contend for 2 slots; each holder bumps a shared counter in Redis and
+# records the highest value it saw, so the peak counts holders across both processes.
+HOLDER = r"""
+import sys, threading, time
+import redis
+from boost_tenancy import TenantId
+from boost_tenancy.fairness import RedisConcurrencyLimiter
+
+url, prefix, name, duration = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+client = redis.Redis.from_url(url)
+limiter = RedisConcurrencyLimiter(client, prefix=prefix, lease_s=30)
+tenant = TenantId("org-shared")
+enter = client.register_script('''
+local now = redis.call('INCR', KEYS[1])
+local peak = tonumber(redis.call('GET', KEYS[2]) or '0')
+if now > peak then redis.call('SET', KEYS[2], now) end
+return now
+''')
+held = [0, 0, 0]
+while not client.exists(prefix + ":go"):
+    time.sleep(0.002)
+deadline = time.monotonic() + duration
+
+def work(index):
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        message_id = f"{name}-{index}-{n}"
+        if limiter.try_acquire(tenant, message_id, 2):
+            enter(keys=[prefix + ":holders", prefix + ":peak"])
+            held[index] += 1
+            time.sleep(0.01)
+            client.decr(prefix + ":holders")
+            limiter.release(tenant, message_id)
+        else:
+            time.sleep(0.001)
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(sum(held))
+"""
+
+
+def test_concurrency_limit_holds_across_two_processes(client: Any, prefix: str) -> None:
+    workers = [spawn(HOLDER, prefix, name, "2.0") for name in ("p1", "p2")]
+    time.sleep(1.0)  # both started and waiting (imports take a moment)
+    client.set(f"{prefix}:go", "1")
+    held = [int(finish(worker)) for worker in workers]
+    peak = int(client.get(f"{prefix}:peak"))
+    assert peak <= 2
+    assert peak == 2  # six contenders really did compete for the two slots
+    assert all(count > 10 for count in held), held  # both processes made progress
+    assert client.zcard(f"{prefix}:slots:{TENANT.value}") == 0  # every slot given back
+
+
+# Counts what a shared bucket admits to this process during the window, with the window's ends.
+TAKER = r"""
+import sys, time
+import redis
+from boost_tenancy import TenantId
+from boost_tenancy.fairness import RatePolicy, RedisTokenBucketLimiter
+
+url, prefix, duration = sys.argv[1], sys.argv[2], float(sys.argv[3])
+client = redis.Redis.from_url(url)
+limiter = RedisTokenBucketLimiter(client, RatePolicy(rate_per_s=20, burst_s=0.5), prefix=prefix)
+tenant = TenantId("org-shared")
+while not client.exists(prefix + ":go"):
+    time.sleep(0.002)
+first = time.time()
+deadline = time.monotonic() + duration
+admitted = 0
+last = first
+while time.monotonic() < deadline:
+    if limiter.take(tenant).admitted:
+        admitted += 1
+    last = time.time()
+    time.sleep(0.002)
+print(admitted, first, last)
+"""
+
+
+def test_token_bucket_admits_the_configured_rate_shared_by_two_processes(
+    client: Any, prefix: str
+) -> None:
+    workers = [spawn(TAKER, prefix, "2.0") for _ in range(2)]
+    time.sleep(1.0)
+    client.set(f"{prefix}:go", "1")
+    results = [finish(worker).split() for worker in workers]
+    admitted = [int(result[0]) for result in results]
+    window = max(float(r[2]) for r in results) - min(float(r[1]) for r in results)
+    expected = 10 + 20 * window  # capacity 20/s x 0.5 s, then 20/s for the window
+    assert abs(sum(admitted) - expected) <= 3, (admitted, window)
+    assert all(count > 0 for count in admitted)  # both processes drew from the one bucket
+
+
+# Takes both slots and keeps them (auto-renewed leases of 1 s) until it is killed.
+CRASHER = r"""
+import sys, time
+import redis
+from boost_tenancy import TenantId
+from boost_tenancy.fairness import RedisConcurrencyLimiter
+
+url, prefix = sys.argv[1], sys.argv[2]
+limiter = RedisConcurrencyLimiter(redis.Redis.from_url(url), prefix=prefix, lease_s=1.0)
+tenant = TenantId("org-shared")
+assert limiter.try_acquire(tenant, "crash-1", 2) and limiter.try_acquire(tenant, "crash-2", 2)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_lease_expiry_frees_the_slots_of_a_killed_holder(client: Any, prefix: str) -> None:
+    crasher = spawn(CRASHER, prefix)
+    try:
+        assert crasher.stdout is not None
+        assert crasher.stdout.readline().strip() == "held"
+        limiter = RedisConcurrencyLimiter(client, prefix=prefix, lease_s=1.0)
+        assert not limiter.try_acquire(TENANT, "survivor", 2)
+        time.sleep(2.0)  # two leases long: renewal keeps a live holder's slots
+        assert not limiter.try_acquire(TENANT, "survivor", 2)
+        crasher.send_signal(signal.SIGKILL)
+        crasher.wait(timeout=10)
+        killed_at = time.monotonic()
+        assert wait_until(lambda: limiter.try_acquire(TENANT, "survivor", 2), timeout=5)
+        assert time.monotonic() - killed_at <= 2.0
+        assert limiter.try_acquire(TENANT, "second", 2)
+        limiter.release(TENANT, "survivor")
+        limiter.release(TENANT, "second")
+        limiter.close()
+    finally:
+        if crasher.poll() is None:
+            crasher.kill()
+            crasher.wait(timeout=10)
+        if crasher.stdout is not None:
+            crasher.stdout.close()
+        if crasher.stderr is not None:
+            crasher.stderr.close()
+
+
+def test_redis_slots_are_idempotent_per_message_id(client: Any, prefix: str) -> None:
+    limiter = RedisConcurrencyLimiter(client, prefix=prefix, auto_renew=False)
+    assert limiter.try_acquire(TENANT, "m-1", 1)
+    assert limiter.try_acquire(TENANT, "m-1", 1)
+    assert not limiter.try_acquire(TENANT, "m-2", 1)
+    assert limiter.renew(TENANT, "m-1")
+    assert not limiter.renew(TENANT, "m-2")
+    limiter.release(TENANT, "m-1")
+    limiter.release(TENANT, "m-1")
+    limiter.release(TENANT, "unknown")
+    assert limiter.try_acquire(TENANT, "m-2", 1)
+    with pytest.raises(ConfigError, match="limit"):
+        limiter.try_acquire(TENANT, "m-3", 0)
+
+
+def test_redis_bucket_deficit_reconfiguration_and_expiry(client: Any, prefix: str) -> None:
+    limiter = RedisTokenBucketLimiter(
+        client, RatePolicy(rate_per_s=2, burst_s=5), prefix=prefix, idle_s=60
+    )
+    assert limiter.take(TENANT, n=25).admitted  # capacity 10, admitted into a deficit of 15
+    denied = limiter.take(TENANT)
+    assert not denied.admitted
+    assert denied.retry_after_s == pytest.approx(8.0, abs=0.05)
+    # A bucket in debt outlives idle_s until refilled: 60 s + (10 - -15) / 2 s.
+    ttl_ms = client.pttl(limiter.key(TENANT))
+    assert 72_000 < ttl_ms <= 72_500
+    # Raising the tenant's rate applies on the next take.
+    limiter.set_policy(RatePolicy(rate_per_s=1000, burst_s=1), tenant=TENANT)
+    time.sleep(0.05)  # 50 units at 1000/s repay the 15 and more
+    assert limiter.take(TENANT).admitted
+    # Unlimited never touches Redis.
+    other = TenantId("org-other")
+    limiter.set_policy(RatePolicy(rate_per_s=0), tenant=other)
+    assert all(limiter.take(other).admitted for _ in range(100))
+    assert not client.exists(limiter.key(other))
