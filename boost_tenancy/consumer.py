@@ -211,6 +211,7 @@ class ProcessorRunner:
         if self._redrive is not None:
             self._redrive.stop()
         self._stopping.set()
+        self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
         deadline = time.monotonic() + grace
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -237,4 +238,5 @@ class ProcessorRunner:
         while not self._stop_requested.wait(0.5):
             pass
         self.stop()
+        self._processor.close()
         return 0

@@ -202,6 +202,9 @@ class TenantProcessor(abc.ABC):
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
         """Handle one message. Raise PermanentError to dead-letter it, anything else to retry."""
 
+    def close(self) -> None:  # noqa: B027  # an optional hook, empty by default on purpose
+        """Release what the processor holds (stores, clients); run() calls it after stopping."""
+
 
 Handler = Callable[[IncomingMessage, HandlerContext], Outcome]
 

@@ -149,6 +149,9 @@ class DocumentManager(TenantProcessor):
     def __init__(self, documents: DocumentStore) -> None:
         self._documents = documents
 
+    def close(self) -> None:
+        self._documents.close()
+
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
         to_transition = _TRANSITIONS.get(message.queue)
         if to_transition is None:
