@@ -5,28 +5,23 @@ The resolver answers from a cache at once and refreshes from the store in the ba
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 import queue as queue_mod
 import re
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final, Protocol
 
 import structlog
 
 from boost_tenancy.envvars import env_int
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.sqlstore import PostgresBackend, SqlBackend, SQLiteBackend
 from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId
-
-if TYPE_CHECKING:
-    import psycopg
 
 log = structlog.get_logger("boost_tenancy.fairness")
 
@@ -101,27 +96,23 @@ def _checked_table(table: object) -> str:
 
 
 class _SqlTierStore:
-    """What both backends share: the SQL text, decoding and one lock around one connection."""
+    """What both backends share: the SQL text and decoding, over one backend connection."""
 
-    def __init__(self, table: str, *, placeholder: str) -> None:
-        self._table = _checked_table(table)
-        self._create = (
-            f'CREATE TABLE IF NOT EXISTS "{self._table}" '
-            "(tenant TEXT PRIMARY KEY, tier TEXT NOT NULL)"
-        )
-        self._select = f'SELECT tier FROM "{self._table}" WHERE tenant = {placeholder}'  # noqa: S608  # checked identifier
+    def __init__(self, table: str, backend: SqlBackend) -> None:
+        self._table = table
+        self._backend = backend
+        placeholder = backend.placeholder
+        self._select = f'SELECT tier FROM "{table}" WHERE tenant = {placeholder}'  # noqa: S608  # checked identifier
         # ON CONFLICT ... DO UPDATE is understood by SQLite (3.24+) and PostgreSQL alike.
         self._upsert = (
-            f'INSERT INTO "{self._table}" (tenant, tier) VALUES ({placeholder}, {placeholder}) '  # noqa: S608  # checked identifier
+            f'INSERT INTO "{table}" (tenant, tier) VALUES ({placeholder}, {placeholder}) '  # noqa: S608  # checked identifier
             "ON CONFLICT (tenant) DO UPDATE SET tier = excluded.tier"
         )
-        self._lock = threading.Lock()
-        self._connection: Any = None
-        self._driver_error: type[Exception] = Exception
 
     def get(self, tenant: TenantId) -> Tier | None:
         """The tenant's stored tier, or None when none was set."""
-        rows = self._execute("get", self._select, (TenantId.parse(tenant).value,), fetch=True)
+        params = (TenantId.parse(tenant).value,)
+        rows = self._backend.execute("get", self._select, params, fetch=True)
         if not rows:
             return None
         raw = rows[0][0]
@@ -136,103 +127,56 @@ class _SqlTierStore:
     def set(self, tenant: TenantId, tier: Tier) -> None:
         """Assign a tier; committed when this returns."""
         value = Tier(tier).value
-        self._execute("set", self._upsert, (TenantId.parse(tenant).value, value), fetch=False)
+        params = (TenantId.parse(tenant).value, value)
+        self._backend.execute("set", self._upsert, params, fetch=False)
 
     def close(self) -> None:
-        with self._lock, contextlib.suppress(self._driver_error):
-            self._connection.close()
-
-    def _failure(self, operation: str, exc: BaseException) -> TierStoreError:
-        return TierStoreError(f"tier store table {self._table!r}: {operation} failed: {exc}")
-
-    def _execute(
-        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+        self._backend.close()
 
 
+def _create_sql(table: str) -> tuple[str]:
+    return (f'CREATE TABLE IF NOT EXISTS "{table}" (tenant TEXT PRIMARY KEY, tier TEXT NOT NULL)',)
+
+
+def _what(table: str) -> str:
+    return f"tier store table {table!r}"
+
+
+# The tier stores keep their historic rules: SQLite keeps its default synchronous setting, a failed
+# schema setup is reported as the failure to open or connect, a failed close is ignored, and a
+# call after close() is left to the driver.
 class SQLiteTierStore(_SqlTierStore):
     """Tiers in one SQLite file, for a single host."""
 
     def __init__(self, path: str | os.PathLike[str], *, table: str = _DEFAULT_TABLE) -> None:
-        super().__init__(table, placeholder="?")
-        self._driver_error = sqlite3.Error
-        location = Path(path)
-        try:
-            location.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(location, check_same_thread=False, timeout=30.0)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(self._create)
-            connection.commit()
-        except (OSError, sqlite3.Error) as exc:
-            raise self._failure(f"open {str(location)!r}", exc) from exc
-        self._connection = connection
-
-    def _execute(
-        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        with self._lock:
-            try:
-                cursor = self._connection.execute(sql, params)
-                if fetch:
-                    rows: list[tuple[Any, ...]] = cursor.fetchall()
-                    return rows
-                self._connection.commit()
-                return []
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    self._connection.rollback()
-                raise self._failure(operation, exc) from exc
+        table = _checked_table(table)
+        backend = SQLiteBackend(
+            path,
+            error=TierStoreError,
+            what=_what(table),
+            schema=_create_sql(table),
+            schema_step=None,
+            synchronous_full=False,
+            strict=False,
+        )
+        super().__init__(table, backend)
 
 
 class PostgresTierStore(_SqlTierStore):
     """Tiers in a PostgreSQL table shared by every worker host; needs psycopg 3."""
 
     def __init__(self, dsn: str, *, table: str = _DEFAULT_TABLE) -> None:
-        super().__init__(table, placeholder="%s")
-        try:
-            # Imported here so the toolkit imports without the `postgres` extra.
-            import psycopg  # noqa: PLC0415
-        except ImportError as exc:
-            raise ConfigError(
-                "PostgresTierStore needs psycopg 3; install the `postgres` extra "
-                "(pip install 'boost-tenancy[postgres]')"
-            ) from exc
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
-        self._dsn = dsn
-        self._driver_error = psycopg.Error
-        self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
-        try:
-            self._connection = self._connect()
-            self._run(self._create, (), fetch=False)
-        except psycopg.Error as exc:
-            raise self._failure("connect", exc) from exc
-
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        return self._connection_class.connect(self._dsn, autocommit=True)
-
-    def _run(self, sql: str, params: tuple[object, ...], *, fetch: bool) -> list[tuple[Any, ...]]:
-        with self._connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows: list[tuple[Any, ...]] = cursor.fetchall() if fetch else []
-            return rows
-
-    def _execute(
-        self, operation: str, sql: str, params: tuple[object, ...], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        with self._lock:
-            try:
-                return self._run(sql, params, fetch=fetch)
-            except self._driver_error as exc:
-                if not self._connection.closed:
-                    raise self._failure(operation, exc) from exc
-            # A dropped connection (restart, failover) is common: one fresh connection is tried.
-            try:
-                self._connection = self._connect()
-                return self._run(sql, params, fetch=fetch)
-            except self._driver_error as exc:
-                raise self._failure(f"{operation} (after reconnecting)", exc) from exc
+        table = _checked_table(table)
+        backend = PostgresBackend(
+            dsn,
+            error=TierStoreError,
+            what=_what(table),
+            needed_by="PostgresTierStore",
+            schema=_create_sql(table),
+            schema_step=None,
+            strict=False,
+        )
+        super().__init__(table, backend)
 
 
 def open_tier_store(

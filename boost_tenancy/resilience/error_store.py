@@ -5,25 +5,19 @@ SQLite serves a single host and PostgreSQL a fleet; both share one schema and on
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import hashlib
 import os
 import re
-import sqlite3
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from boost_tenancy.errors import ConfigError, ErrorStoreError
+from boost_tenancy.sqlstore import PostgresBackend, SqlBackend, SQLiteBackend
 from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId
-
-if TYPE_CHECKING:
-    import psycopg
 
 _DEFAULT_TABLE: Final = "boost_failures"
 _TABLE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -254,33 +248,22 @@ def _stored_values(record: FailureRecord, occurred_at: object) -> tuple[object, 
 class _SqlErrorStore:
     """What both backends share: validation, the SQL text, row decoding and the tenant check."""
 
-    def __init__(self, table: str, *, placeholder: str) -> None:
-        self._table = _checked_table(table)
-        self._placeholder = placeholder
-        self._insert = _insert_sql(self._table, placeholder)
-        # One connection serves every worker thread; the lock serialises its use.
-        self._lock = threading.Lock()
-        self._closed = False
-        self._connection: Any = None
-        self._driver_error: type[Exception] = Exception
+    def __init__(self, table: str, backend: SqlBackend) -> None:
+        self._table = table
+        self._backend = backend
+        self._placeholder = backend.placeholder
+        self._insert = _insert_sql(table, backend.placeholder)
 
     def close(self) -> None:
         """Close the connection; later calls fail with ErrorStoreError."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._connection.close()
-            except self._driver_error as exc:
-                raise self._failure("close", exc) from exc
+        self._backend.close()
 
     def record(self, record: FailureRecord) -> None:
         """Store one failure; it is durable (committed) when this returns."""
         if not isinstance(record, FailureRecord):
             raise ErrorStoreError(f"expected a FailureRecord, got {type(record).__name__}")
         values = _stored_values(record, self._encode_time(record.occurred_at))
-        self._execute("record", self._insert, values, fetch=False)
+        self._backend.execute("record", self._insert, values, fetch=False)
 
     def failures(
         self,
@@ -305,7 +288,7 @@ class _SqlErrorStore:
             outcome=outcome,
             limit=limit,
         )
-        rows = self._execute("failures", sql, params, fetch=True)
+        rows = self._backend.execute("failures", sql, params, fetch=True)
         records = [self._decode(row) for row in rows]
         # The WHERE clause already isolates tenants; this check turns a query bug into an error
         # instead of a cross-tenant leak.
@@ -346,53 +329,28 @@ class _SqlErrorStore:
                 f"error store table {self._table!r} holds an unreadable row: {exc}"
             ) from exc
 
-    def _failure(self, operation: str, exc: BaseException) -> ErrorStoreError:
-        return ErrorStoreError(f"error store table {self._table!r}: {operation} failed: {exc}")
-
-    def _check_open(self, operation: str) -> None:
-        if self._closed:
-            raise ErrorStoreError(f"error store table {self._table!r}: {operation} after close")
-
     def _encode_time(self, when: datetime) -> object:
         raise NotImplementedError
 
     def _decode_time(self, value: Any) -> datetime:
         raise NotImplementedError
 
-    def _execute(
-        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+
+def _what(table: str) -> str:
+    return f"error store table {table!r}"
 
 
 class SQLiteErrorStore(_SqlErrorStore):
     """An error store in one SQLite file (WAL journal), for a single host."""
 
     def __init__(self, path: str | os.PathLike[str], *, table: str = _DEFAULT_TABLE) -> None:
-        super().__init__(table, placeholder="?")
-        self._driver_error = sqlite3.Error
-        location = Path(path)
-        create, index = _schema_sql(
-            self._table, id_column="INTEGER PRIMARY KEY AUTOINCREMENT", timestamp_type="TEXT"
+        table = _checked_table(table)
+        schema = _schema_sql(
+            table, id_column="INTEGER PRIMARY KEY AUTOINCREMENT", timestamp_type="TEXT"
         )
-        try:
-            location.parent.mkdir(parents=True, exist_ok=True)
-            # The timeout lets workers in other processes wait out each other's write lock.
-            connection = sqlite3.connect(location, check_same_thread=False, timeout=30.0)
-        except (OSError, sqlite3.Error) as exc:
-            raise self._failure(f"open {str(location)!r}", exc) from exc
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            # In WAL mode a NORMAL sync can lose the last commits on power loss; record() promises
-            # durability on return.
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute(create)
-            connection.execute(index)
-            connection.commit()
-        except sqlite3.Error as exc:
-            connection.close()
-            raise self._failure("create schema", exc) from exc
-        self._connection = connection
+        # synchronous=FULL (the default): record() promises durability on return.
+        backend = SQLiteBackend(path, error=ErrorStoreError, what=_what(table), schema=schema)
+        super().__init__(table, backend)
 
     def _encode_time(self, when: datetime) -> object:
         # Fixed-width UTC text sorts in time order, which ORDER BY occurred_at relies on.
@@ -403,60 +361,21 @@ class SQLiteErrorStore(_SqlErrorStore):
             raise ErrorStoreError(f"occurred_at is not ISO-8601 text: {value!r}")
         return datetime.fromisoformat(value)
 
-    def _execute(
-        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        with self._lock:
-            self._check_open(operation)
-            try:
-                cursor = self._connection.execute(sql, params)
-                if fetch:
-                    rows: list[tuple[Any, ...]] = cursor.fetchall()
-                    return rows
-                self._connection.commit()
-                return []
-            except sqlite3.Error as exc:
-                # The original error is the one worth reporting; a failed rollback adds nothing.
-                with contextlib.suppress(sqlite3.Error):
-                    self._connection.rollback()
-                raise self._failure(operation, exc) from exc
-
 
 class PostgresErrorStore(_SqlErrorStore):
     """An error store in a PostgreSQL table, shared by every worker host; needs psycopg 3."""
 
     def __init__(self, dsn: str, *, table: str = _DEFAULT_TABLE) -> None:
-        super().__init__(table, placeholder="%s")
-        try:
-            # Imported here so the toolkit installs and imports without the `postgres` extra.
-            import psycopg  # noqa: PLC0415
-        except ImportError as exc:
-            raise ConfigError(
-                "PostgresErrorStore needs psycopg 3; install the `postgres` extra "
-                "(pip install 'boost-tenancy[postgres]')"
-            ) from exc
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
-        self._dsn = dsn
-        self._driver_error = psycopg.Error
-        self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
-        create, index = _schema_sql(
-            self._table, id_column="BIGSERIAL PRIMARY KEY", timestamp_type="TIMESTAMPTZ"
+        table = _checked_table(table)
+        schema = _schema_sql(table, id_column="BIGSERIAL PRIMARY KEY", timestamp_type="TIMESTAMPTZ")
+        backend = PostgresBackend(
+            dsn,
+            error=ErrorStoreError,
+            what=_what(table),
+            needed_by="PostgresErrorStore",
+            schema=schema,
         )
-        try:
-            self._connection = self._connect()
-        except self._driver_error as exc:
-            raise self._failure("connect", exc) from exc
-        try:
-            self._run(self._connection, create, (), fetch=False)
-            self._run(self._connection, index, (), fetch=False)
-        except self._driver_error as exc:
-            self._connection.close()
-            raise self._failure("create schema", exc) from exc
-
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        # Autocommit: each INSERT is its own committed transaction, durable when execute returns.
-        return self._connection_class.connect(self._dsn, autocommit=True)
+        super().__init__(table, backend)
 
     def _encode_time(self, when: datetime) -> object:
         return when
@@ -466,37 +385,6 @@ class PostgresErrorStore(_SqlErrorStore):
             raise ErrorStoreError(f"occurred_at is not a timestamp: {value!r}")
         # Returned in the connection's TimeZone setting; FailureRecord converts it back to UTC.
         return value
-
-    @staticmethod
-    def _run(
-        connection: psycopg.Connection[tuple[Any, ...]],
-        sql: str,
-        params: Sequence[object],
-        *,
-        fetch: bool,
-    ) -> list[tuple[Any, ...]]:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if fetch else []
-
-    def _execute(
-        self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
-    ) -> list[tuple[Any, ...]]:
-        with self._lock:
-            self._check_open(operation)
-            try:
-                return self._run(self._connection, sql, params, fetch=fetch)
-            except self._driver_error as exc:
-                if not self._connection.closed:
-                    raise self._failure(operation, exc) from exc
-            # A dropped connection (server restart, failover, idle timeout) is common enough that
-            # one fresh connection is worth trying before a failure record is lost. If the lost
-            # INSERT had in fact committed, the retry duplicates it: a duplicate beats a gap.
-            try:
-                self._connection = self._connect()
-                return self._run(self._connection, sql, params, fetch=fetch)
-            except self._driver_error as exc:
-                raise self._failure(f"{operation} (after reconnecting)", exc) from exc
 
 
 def open_error_store(url: str, *, table: str = _DEFAULT_TABLE) -> ErrorStore:
