@@ -6,17 +6,17 @@ Stopping lets in-flight handlers finish within a deadline and leaves the rest un
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType, MappingProxyType
+from types import MappingProxyType
 
 import structlog
 
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
+from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.processor import (
@@ -226,17 +226,11 @@ class ProcessorRunner:
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         """Start, block until SIGTERM/SIGINT or request_stop(), stop gracefully; exit code 0."""
-        if install_signal_handlers:
-
-            def on_signal(signum: int, _frame: FrameType | None) -> None:
-                log.info("stop_signal_received", signal=signal.Signals(signum).name)
-                self.request_stop()
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        while not self._stop_requested.wait(0.5):
-            pass
-        self.stop()
+        run_until_stopped(
+            self.start,
+            self.stop,
+            self._stop_requested,
+            install_signal_handlers=install_signal_handlers,
+        )
         self._processor.close()
         return 0

@@ -7,18 +7,17 @@ of running tenants; ParkedRedrive brings a tenant's parked backlog back when its
 from __future__ import annotations
 
 import queue as queue_mod
-import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from types import FrameType
 from typing import TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, ErrorStoreError, InvalidTenantError
+from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     MESSAGE_ID_PROPERTY,
@@ -31,7 +30,12 @@ from boost_tenancy.resilience.dead_letter import (
     dead_letter_copy,
     quarantine_queue,
 )
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.resilience.error_store import (
+    ErrorStore,
+    FailureOutcome,
+    FailureRecord,
+    record_failure,
+)
 from boost_tenancy.routing import check_logical_queue, parked_queue
 from boost_tenancy.selectors import (
     TENANT_PROPERTY,
@@ -49,8 +53,6 @@ from boost_tenancy.transports.base import (
 )
 
 log = structlog.get_logger("boost_tenancy.parking")
-
-_STORE_ATTEMPTS = 3
 
 
 def _parse_tenant(raw: str | None) -> TenantId | None:
@@ -86,23 +88,6 @@ def _copy(delivery: Delivery) -> WireMessage:
         body=delivery.body,
         properties=dict(delivery.properties),
         correlation_id=delivery.correlation_id,
-    )
-
-
-def _record(store: ErrorStore, record: FailureRecord) -> None:
-    for attempt in range(1, _STORE_ATTEMPTS + 1):
-        try:
-            store.record(record)
-            return
-        except ErrorStoreError as exc:
-            last = exc
-            time.sleep(0.05 * attempt)
-    # As in the dispatcher: the quarantined copy carries its error, the log keeps the record.
-    log.critical(
-        "error_store_write_failed",
-        error=str(last),
-        record_outcome=record.outcome.value,
-        record_error=record.error_text,
     )
 
 
@@ -237,18 +222,12 @@ class ParkingSweeper:
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         """Start, block until SIGTERM/SIGINT or request_stop(), then stop; exit code 0."""
-        if install_signal_handlers:
-
-            def on_signal(signum: int, _frame: FrameType | None) -> None:
-                log.info("stop_signal_received", signal=signal.Signals(signum).name)
-                self.request_stop()
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        while not self._stop_requested.wait(0.5):
-            pass
-        self.stop()
+        run_until_stopped(
+            self.start,
+            self.stop,
+            self._stop_requested,
+            install_signal_handlers=install_signal_handlers,
+        )
         return 0
 
     def _move(self, batch: list[Delivery]) -> None:
@@ -287,7 +266,7 @@ class ParkingSweeper:
             f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is not a "
             "valid tenant"
         )
-        _record(
+        record_failure(
             self._store,
             FailureRecord(
                 tenant=None,

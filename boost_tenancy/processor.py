@@ -18,7 +18,6 @@ import structlog
 
 from boost_tenancy.errors import (
     ConfigError,
-    ErrorStoreError,
     MessageDecodeError,
     PermanentError,
     TenantMismatchError,
@@ -40,7 +39,12 @@ from boost_tenancy.resilience.dead_letter import (
     dead_letter_queue,
     quarantine_queue,
 )
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.resilience.error_store import (
+    ErrorStore,
+    FailureOutcome,
+    FailureRecord,
+    record_failure,
+)
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
 from boost_tenancy.resilience.retry import RetryPolicy, compute_backoff
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
@@ -560,23 +564,7 @@ class Dispatcher:
         )
 
     def _store_record(self, record: FailureRecord) -> None:
-        last: ErrorStoreError | None = None
-        for attempt in range(1, self._settings.error_store_attempts + 1):
-            try:
-                self._store.record(record)
-                return
-            except ErrorStoreError as exc:
-                last = exc
-                time.sleep(0.05 * attempt)
-        # The store is down: the failure still goes on (the message carries its error), and the
-        # full record goes to the log so it is not lost.
-        log.critical(
-            "error_store_write_failed",
-            error=str(last),
-            record_outcome=record.outcome.value,
-            record_error_type=record.error_type,
-            record_error=record.error_text,
-        )
+        record_failure(self._store, record, attempts=self._settings.error_store_attempts)
 
     def _told(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
         logical = self._routing.logical(queue)

@@ -9,15 +9,20 @@ import enum
 import hashlib
 import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+import structlog
+
 from boost_tenancy.errors import ConfigError, ErrorStoreError
 from boost_tenancy.sqlstore import PostgresBackend, SqlBackend, SQLiteBackend
 from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId
+
+log = structlog.get_logger("boost_tenancy.error_store")
 
 _DEFAULT_TABLE: Final = "boost_failures"
 _TABLE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -395,6 +400,30 @@ def open_error_store(url: str, *, table: str = _DEFAULT_TABLE) -> ErrorStore:
     return SQLiteErrorStore(parsed.target, table=table)
 
 
+def record_failure(store: ErrorStore, record: FailureRecord, *, attempts: int = 3) -> bool:
+    """Record a failure, trying a few times; if the store stays down, log the whole record.
+
+    Never raises: a message must not get stuck because the store is down (it carries its error
+    on its retry or dead-letter copy), and the log keeps what the store could not.
+    """
+    last: ErrorStoreError | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            store.record(record)
+            return True
+        except ErrorStoreError as exc:
+            last = exc
+            time.sleep(0.05 * attempt)
+    log.critical(
+        "error_store_write_failed",
+        error=str(last),
+        record_outcome=record.outcome.value,
+        record_error_type=record.error_type,
+        record_error=record.error_text,
+    )
+    return False
+
+
 __all__ = [
     "ErrorStore",
     "FailureOutcome",
@@ -402,4 +431,5 @@ __all__ = [
     "PostgresErrorStore",
     "SQLiteErrorStore",
     "open_error_store",
+    "record_failure",
 ]
