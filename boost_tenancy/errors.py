@@ -40,6 +40,14 @@ class MessageDecodeError(BoostTenancyError):
     """A delivered body cannot be decoded (invalid UTF-8 or JSON); the message is dead-lettered."""
 
 
+class MessageEncodeError(BoostTenancyError, ValueError):
+    """A message cannot be put on the wire as it is (a text body that is not encodable UTF-8).
+
+    Raised before any byte is written, so the connection stays healthy and the caller can settle
+    the message another way; never reported as a lost connection.
+    """
+
+
 class HandlerError(BoostTenancyError):
     """Base for errors a handler raises to tell the toolkit how to treat a failed message."""
 
