@@ -23,6 +23,7 @@ from boost_tenancy.fairness.redis_backend import (
     DEFAULT_PREFIX,
     RedisConcurrencyLimiter,
     RedisTokenBucketLimiter,
+    redis_breaker,
     redis_client,
 )
 from boost_tenancy.fairness.tiers import TierLimits, TierResolver, open_tier_store
@@ -227,8 +228,14 @@ def build_fairness(
     rates: TokenBucketLimiter | RedisTokenBucketLimiter
     if settings.redis_url:
         client = redis_client(settings.redis_url)
-        concurrency = RedisConcurrencyLimiter(client, prefix=settings.redis_prefix)
-        rates = RedisTokenBucketLimiter(client, settings.rate, prefix=settings.redis_prefix)
+        # One breaker for both: one Redis, so one timeout opens the circuit for every check.
+        breaker = redis_breaker()
+        concurrency = RedisConcurrencyLimiter(
+            client, prefix=settings.redis_prefix, breaker=breaker
+        )
+        rates = RedisTokenBucketLimiter(
+            client, settings.rate, prefix=settings.redis_prefix, breaker=breaker
+        )
     else:
         concurrency = InMemoryConcurrencyLimiter()
         rates = TokenBucketLimiter(settings.rate)

@@ -1,17 +1,21 @@
 """Cluster-wide fairness limits in Redis: leased concurrency slots and shared token buckets.
 
 Each check is one Lua script (atomic in Redis) timed by the Redis server's clock, not the hosts'.
+Every call goes through a circuit breaker, so an unreachable Redis costs one timeout per cool-down.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
 from boost_tenancy.errors import ConfigError
+from boost_tenancy.fairness.breaker import BreakerPolicy, CircuitBreaker, CircuitOpenError
 from boost_tenancy.fairness.concurrency import check_limit
 from boost_tenancy.fairness.rates import (
     DEFAULT_METER,
@@ -132,6 +136,24 @@ def redis_client(url: str) -> redis.Redis:
         raise ConfigError(f"BOOST_REDIS_URL {redact_url(url)!r} is not a Redis URL: {exc}") from exc
 
 
+def redis_breaker(
+    policy: BreakerPolicy | None = None, *, clock: Callable[[], float] = time.monotonic
+) -> CircuitBreaker:
+    """A breaker for the limiters of one Redis: pass the same one to both limiters of a client.
+
+    Only connection errors and timeouts open it (Redis unreachable, hung, loading, refusing the
+    login); an error Redis answers with (a script error) proves Redis reachable.
+    """
+    failures: tuple[type[BaseException], ...] = (OSError,)
+    try:
+        import redis.exceptions as redis_errors  # noqa: PLC0415  # optional dependency
+    except ImportError:  # a stand-in client without the redis package: socket errors only
+        pass
+    else:
+        failures = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+    return CircuitBreaker("redis", failures=failures, policy=policy, clock=clock)
+
+
 def _check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
         raise ConfigError(f"Redis key prefix must be a non-empty word, got {prefix!r}")
@@ -145,6 +167,11 @@ class RedisConcurrencyLimiter:
     that died expire by themselves. While this process holds slots, a daemon thread renews
     them every renew_every_s (default lease_s / 3); auto_renew=False turns that off (then call
     renew() from long handlers, or keep handlers shorter than the lease).
+
+    Every Redis call goes through `breaker` (share one with the RedisTokenBucketLimiter of the
+    same client, see redis_breaker; default: a breaker of this limiter's own). While it is open,
+    try_acquire, release, renew and renew_all raise CircuitOpenError at once; callers treat it
+    as they treat Redis's own connection errors (the middleware fails open).
     """
 
     def __init__(
@@ -155,6 +182,7 @@ class RedisConcurrencyLimiter:
         lease_s: float = DEFAULT_LEASE_S,
         auto_renew: bool = True,
         renew_every_s: float | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         if not (isinstance(lease_s, int | float) and math.isfinite(lease_s) and lease_s >= 0.001):
             raise ConfigError(f"lease_s must be at least 0.001 seconds, got {lease_s!r}")
@@ -171,6 +199,11 @@ class RedisConcurrencyLimiter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._breaker = breaker if breaker is not None else redis_breaker()
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
 
     def key(self, tenant: TenantId) -> str:
         """The tenant's Redis key."""
@@ -178,7 +211,9 @@ class RedisConcurrencyLimiter:
 
     def try_acquire(self, tenant: TenantId, message_id: str, limit: int) -> bool:
         check_limit(limit)
-        result = self._acquire(keys=[self.key(tenant)], args=[message_id, limit, self._lease_ms])
+        result = self._breaker.call(
+            self._acquire, keys=[self.key(tenant)], args=[message_id, limit, self._lease_ms]
+        )
         acquired = int(result) == 1
         if acquired:
             with self._lock:
@@ -193,11 +228,13 @@ class RedisConcurrencyLimiter:
                 held.discard(message_id)
                 if not held:
                     del self._held[tenant]
-        self._client.zrem(self.key(tenant), message_id)
+        self._breaker.call(self._client.zrem, self.key(tenant), message_id)
 
     def renew(self, tenant: TenantId, message_id: str) -> bool:
         """Extend one lease by lease_s from now; False if the slot was already lost."""
-        renewed = self._renew(keys=[self.key(tenant)], args=[self._lease_ms, message_id])
+        renewed = self._breaker.call(
+            self._renew, keys=[self.key(tenant)], args=[self._lease_ms, message_id]
+        )
         return int(renewed) == 1
 
     def renew_all(self) -> int:
@@ -206,7 +243,11 @@ class RedisConcurrencyLimiter:
             held = {tenant: sorted(ids) for tenant, ids in self._held.items()}
         renewed = 0
         for tenant, ids in held.items():
-            renewed += int(self._renew(keys=[self.key(tenant)], args=[self._lease_ms, *ids]))
+            renewed += int(
+                self._breaker.call(
+                    self._renew, keys=[self.key(tenant)], args=[self._lease_ms, *ids]
+                )
+            )
         return renewed
 
     def close(self) -> None:
@@ -226,9 +267,13 @@ class RedisConcurrencyLimiter:
         self._renewer.start()
 
     def _renew_loop(self, every_s: float) -> None:
+        # One pass per every_s whatever happens: a failed or refused pass waits like a good one,
+        # so an outage never turns this thread into a busy loop.
         while not self._stop.wait(every_s):
             try:
                 self.renew_all()
+            except CircuitOpenError:  # the breaker logged the outage; leases may lapse meanwhile
+                continue
             except Exception as exc:  # Redis down: leases lapse, the next pass tries again
                 log.warning("fairness_lease_renewal_failed", error=str(exc))
 
@@ -239,6 +284,10 @@ class RedisTokenBucketLimiter:
     The same semantics as TokenBucketLimiter (deficit, clamping, reconfiguration on the next
     take). Policies are configured in this process: every process must set the same ones. A
     bucket expires from Redis once idle for idle_s and refilled.
+
+    Every Redis call goes through `breaker`, as for RedisConcurrencyLimiter: while it is open,
+    take raises CircuitOpenError at once (the middleware then admits the message). Unlimited
+    policies touch neither Redis nor the breaker.
     """
 
     def __init__(
@@ -248,6 +297,7 @@ class RedisTokenBucketLimiter:
         *,
         prefix: str = DEFAULT_PREFIX,
         idle_s: float = 600.0,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
             raise ConfigError(f"idle_s must be a positive number, got {idle_s!r}")
@@ -256,6 +306,11 @@ class RedisTokenBucketLimiter:
         self._idle_ms = max(1, round(idle_s * 1000))
         self._policies = PolicyTable(default)
         self._take = client.register_script(_TAKE_LUA)
+        self._breaker = breaker if breaker is not None else redis_breaker()
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
 
     def key(self, tenant: TenantId, meter: str = DEFAULT_METER) -> str:
         """The bucket's Redis key."""
@@ -279,7 +334,8 @@ class RedisTokenBucketLimiter:
         policy = self._policies.get(tenant, meter)
         if policy.unlimited:
             return Admission(admitted=True)
-        result: Any = self._take(
+        result: Any = self._breaker.call(
+            self._take,
             keys=[self.key(tenant, meter)],
             args=[
                 repr(policy.rate_per_s),
@@ -299,5 +355,6 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RedisConcurrencyLimiter",
     "RedisTokenBucketLimiter",
+    "redis_breaker",
     "redis_client",
 ]

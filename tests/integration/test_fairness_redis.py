@@ -1,26 +1,42 @@
 """The Redis fairness backend against a real Redis: a concurrency limit and a token bucket shared by
-two processes, and the lease that frees the slots of a process killed while holding them."""
+two processes, the lease that frees the slots of a process killed while holding them, and the
+circuit breaker against a Redis that hangs, then answers again."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from structlog.testing import capture_logs
 
-from boost_tenancy import ConfigError, TenantId
+from boost_tenancy import Ack, ConfigError, Defer, HandlerContext, IncomingMessage, TenantId
 from boost_tenancy.fairness import (
+    FairnessMiddleware,
     RatePolicy,
     RedisConcurrencyLimiter,
     RedisTokenBucketLimiter,
+    Tier,
+    TierLimits,
+    TierResolver,
+    redis_client,
 )
+from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
+from boost_tenancy.fairness.redis_backend import redis_breaker
+from boost_tenancy.processor import Outcome
 from tests.conftest import unavailable, wait_until
 
 pytestmark = pytest.mark.redis
@@ -248,3 +264,231 @@ def test_redis_bucket_deficit_reconfiguration_and_expiry(client: Any, prefix: st
     limiter.set_policy(RatePolicy(rate_per_s=0), tenant=other)
     assert all(limiter.take(other).admitted for _ in range(100))
     assert not client.exists(limiter.key(other))
+
+
+# -- an unreachable Redis: the circuit breaker ----------------------------------------------------
+class RedisSwitch:
+    """A TCP proxy in front of the real Redis that hangs (accepts, never answers) or forwards.
+
+    Counts the connections it accepts: redis-py drops a connection after each timeout, so the
+    count is the number of calls that reached the hung Redis.
+    """
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        self._target = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.05)  # lets the accept loop notice close()
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@" if userinfo else ""
+        port = self._server.getsockname()[1]
+        self.url = urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{port}"))
+        self.accepted = 0
+        self._forwarding = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    def forward(self) -> None:
+        """From now on, new connections reach the real Redis."""
+        with self._lock:
+            self._forwarding = True
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(5)
+        self._server.close()
+        with self._lock:
+            for held in self._sockets:
+                held.close()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            with self._lock:
+                self.accepted += 1
+                self._sockets.append(conn)
+                forwarding = self._forwarding
+            if forwarding:
+                upstream = socket.create_connection(self._target, timeout=5)
+                upstream.settimeout(None)
+                with self._lock:
+                    self._sockets.append(upstream)
+                for src, dst in ((conn, upstream), (upstream, conn)):
+                    threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (src, dst):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def switch() -> Iterator[RedisSwitch]:
+    """Starts hanging; the Redis behind it is BOOST_TEST_REDIS_URL."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        unavailable("the redis package is not installed (pip install 'boost-tenancy[redis]')")
+    made = RedisSwitch(REDIS_URL)
+    yield made
+    made.close()
+
+
+class NoTiers:
+    """Every tenant is Free (concurrency limit 1)."""
+
+    def get(self, tenant: TenantId) -> Tier | None:
+        return None
+
+    def set(self, tenant: TenantId, tier: Tier) -> None:
+        pass
+
+
+def fairness_through(
+    url: str, prefix: str, rate: RatePolicy, policy: BreakerPolicy
+) -> tuple[FairnessMiddleware, RedisConcurrencyLimiter, Counter[str]]:
+    """The middleware on both Redis limiters of one client (production timeouts), one breaker."""
+    client = redis_client(url)
+    breaker = redis_breaker(policy)
+    slots = RedisConcurrencyLimiter(client, prefix=prefix, breaker=breaker)
+    rates = RedisTokenBucketLimiter(client, rate, prefix=prefix, breaker=breaker)
+    events: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def on_event(_tenant: TenantId, event: str) -> None:
+        with lock:
+            events[event] += 1
+
+    middleware = FairnessMiddleware(
+        concurrency=slots,
+        tiers=TierResolver(NoTiers()),
+        limits=TierLimits(),
+        rates=rates,
+        jitter_ms=0,
+        on_event=on_event,
+    )
+    return middleware, slots, events
+
+
+def delivery(message_id: str) -> tuple[IncomingMessage, HandlerContext]:
+    incoming = IncomingMessage(
+        tenant=TENANT,
+        queue="cmd.test",
+        body="{}",
+        message_id=message_id,
+        correlation_id=message_id,
+        attempt=1,
+        redelivered=False,
+        properties={},
+    )
+    ctx = HandlerContext(
+        tenant=TENANT,
+        queue="cmd.test",
+        message_id=message_id,
+        correlation_id=message_id,
+        attempt=1,
+        log=None,
+    )
+    return incoming, ctx
+
+
+def ack(_message: IncomingMessage, _ctx: HandlerContext) -> Outcome:
+    return Ack()
+
+
+def test_hung_redis_admits_every_message_and_costs_one_timeout_per_cooldown(
+    switch: RedisSwitch,
+) -> None:
+    """Without the breaker, 200 messages pay the 2 s socket timeout on acquire, take and release
+    (5 minutes over 4 workers: 200 x 3 x 2 s / 4); with it, the first calls time out and
+    open it, and every later call is refused at once until the next probe."""
+    prefix = f"boost-test:{uuid.uuid4().hex[:12]}"  # nothing reaches Redis: no keys to delete
+    middleware, slots, events = fairness_through(
+        switch.url, prefix, RatePolicy(rate_per_s=1, burst_s=1), BreakerPolicy(cooldown_s=1.0)
+    )
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def worker(first: int) -> None:
+        for index in range(first, 200, 4):
+            outcome = middleware(*delivery(f"m-{index}"), ack)
+            time.sleep(0.05)  # a handler's worth of time, so the cool-down ends mid-run
+            with lock:
+                outcomes[type(outcome).__name__] += 1
+
+    workers = [threading.Thread(target=worker, args=(first,)) for first in range(4)]
+    started = time.monotonic()
+    with capture_logs() as logs:
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(60)
+    took = time.monotonic() - started
+    slots.close()
+    assert outcomes == {"Ack": 200}  # failing open: over the rate (1/s) and the slot limit (1)
+    assert events == {"admitted": 200}
+    assert took < 20, took
+    # The first calls of each worker, then one probe per cool-down (1 s, 2 s, 4 s, ...).
+    assert switch.accepted <= 4 + math.ceil(took), (switch.accepted, took)
+    assert slots.breaker.phase is not Phase.CLOSED
+    kinds = Counter(entry["event"] for entry in logs)
+    assert kinds["fairness_circuit_opened"] == 1
+    assert kinds["fairness_circuit_closed"] == 0
+    # The middleware's own warnings stay at one per kind per minute.
+    assert kinds["fairness_concurrency_unavailable"] <= 1
+    assert kinds["fairness_rate_unavailable"] <= 1
+
+
+def test_limits_are_enforced_again_once_redis_answers_after_the_cooldown(
+    client: Any, switch: RedisSwitch, prefix: str
+) -> None:
+    cooldown = 3.0
+    middleware, slots, events = fairness_through(
+        switch.url,
+        prefix,
+        RatePolicy(rate_per_s=0.1, burst_s=20),
+        BreakerPolicy(cooldown_s=cooldown),
+    )
+    # Hung: the first message waits out one timeout and opens the breaker; all are admitted,
+    # though the rate's capacity is 2.
+    started = time.monotonic()
+    assert [middleware(*delivery(f"hung-{i}"), ack) for i in range(10)] == [Ack()] * 10
+    assert time.monotonic() - started < 5
+    opened_at = time.monotonic()
+    # Redis answers again, but the breaker keeps refusing until the cool-down is over.
+    switch.forward()
+    accepted = switch.accepted
+    assert middleware(*delivery("cooling"), ack) == Ack()
+    assert switch.accepted == accepted  # refused without a connection
+    assert time.monotonic() - opened_at < cooldown  # (the assertions above were in the window)
+    time.sleep(cooldown)
+    # The probe closes the breaker: the rate (capacity 2) and the slot limit (1) hold again.
+    assert middleware(*delivery("back-1"), ack) == Ack()
+    assert slots.breaker.phase is Phase.CLOSED
+    assert middleware(*delivery("back-2"), ack) == Ack()
+    over = middleware(*delivery("back-3"), ack)
+    assert isinstance(over, Defer)
+    assert over.reason == "rate"
+    assert 9_000 < over.delay_ms <= 10_000  # the next unit at 0.1/s
+    holder = RedisConcurrencyLimiter(client, prefix=prefix, auto_renew=False)
+    assert holder.try_acquire(TENANT, "holder", 1)
+    deferred = middleware(*delivery("back-4"), ack)
+    assert isinstance(deferred, Defer)
+    assert deferred.reason == "concurrency"
+    holder.release(TENANT, "holder")
+    slots.close()
+    assert events["deferred_rate"] == 1
+    assert events["deferred_concurrency"] == 1
