@@ -1,0 +1,295 @@
+"""Kill storm: workers SIGKILLed at random and the broker restarted twice lose and leak nothing.
+
+Three tenants' persistent messages wait on one shared queue of a dedicated broker (its own home
+and ports, never the shared one). Worker processes (`boost-tenancy run`) consume them while the
+test SIGKILLs the worker ten times at random moments, restarts the broker cleanly once and kills
+it (-9) once; a last worker drains the queue. Every sent message must have been handled, by its
+own tenant only, with duplicates no more than the deliveries in flight at the failures.
+Replay a run with KILL_STORM_SEED=<the printed seed>.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from boost_tenancy import (
+    StompSettings,
+    StompTransport,
+    TenantProducer,
+    dead_letter_queue,
+    quarantine_queue,
+)
+from boost_tenancy.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from tests.conftest import unavailable, unique_queue, wait_until
+from tests.integration.storm_processors import HANDLE_MS_ENV, LOG_ENV, QUEUE_ENV
+from tests.integration.worker_support import (
+    Worker,
+    WorkerPool,
+    message_ids,
+    read_queue,
+    worker_pool,
+)
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+PROCESSOR = "tests.integration.storm_processors:StormRecorder"
+SEED_ENV = "KILL_STORM_SEED"
+
+TENANTS = ("org-storm-a", "org-storm-b", "org-storm-c")
+TENANT_WEIGHTS = (5, 3, 2)
+"""Uneven on purpose: one tenant's backlog outlasts the others'."""
+TOTAL = 2_000
+SEND_BATCH = 100
+KILLS = 10
+BROKER_RESTARTS = 2
+"""One clean stop and start, one kill -9 and start."""
+WORKERS = 2
+PREFETCH = 4
+HANDLE_MS = 3
+SUBSCRIPTIONS = len(TENANTS)
+"""Every worker runs all three tenants on the one queue: one subscription per tenant."""
+
+# A delivery is handled again only if its acknowledgement never reached the broker, and the
+# broker keeps at most PREFETCH unacknowledged deliveries per subscription of the one worker
+# process (the WORKERS handlers only ever run prefetched deliveries). So a SIGKILL of the worker,
+# and likewise a broker restart that drops its connection, can make at most
+# PREFETCH x SUBSCRIPTIONS = 4 x 3 = 12 extra handlings; the storm at most
+# (10 kills + 2 restarts) x 12 = 144. The final worker stops by SIGTERM once the queue is
+# drained, which duplicates nothing.
+IN_FLIGHT_BOUND = PREFETCH * SUBSCRIPTIONS
+DUPLICATE_BOUND = (KILLS + BROKER_RESTARTS) * IN_FLIGHT_BOUND
+
+PROGRESS_BETWEEN_FAILURES = (40, 110)
+"""Handled messages (lines of the log) between two failures, drawn at random. At most 12 x 110 =
+1,320 lines for 2,000 messages: the storm never runs out of work, the last worker always has
+some left to drain."""
+EXTRA_DELAY_S = (0.0, 0.03)
+"""Drawn after the progress is reached, so the failure falls anywhere within a handler."""
+WAIT_S = 120.0
+
+
+def _free_or(preferred: int) -> int:
+    """preferred, unless something already listens there (then any free loopback port)."""
+    with socket.socket() as sock:
+        # Connections of an earlier broker in TIME_WAIT do not make the port taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def storm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    if not ACTIVEMQ_JAR.is_file() or shutil.which("java") is None:
+        unavailable(f"ActiveMQ or Java is not installed ({ACTIVEMQ_JAR}; java on PATH)")
+    broker = LocalBroker(
+        LocalBrokerSettings(
+            home=tmp_path_factory.mktemp("storm-broker"),
+            stomp_port=_free_or(62713),
+            openwire_port=_free_or(62716),
+        )
+    )
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop(timeout_s=30)
+
+
+@pytest.fixture
+def storm_settings(storm_broker: LocalBroker) -> StompSettings:
+    return StompSettings(
+        host=storm_broker.settings.host,
+        port=storm_broker.settings.stomp_port,
+        receipt_timeout_s=10.0,
+        reconnect_wait_s=60.0,
+    )
+
+
+@pytest.fixture
+def workers(tmp_path: Path, storm_settings: StompSettings) -> Iterator[WorkerPool]:
+    yield from worker_pool(tmp_path, storm_settings)
+
+
+class Record(NamedTuple):
+    """One line of the processor's log: one handling of one delivery."""
+
+    tenant: str
+    """The tenant of the subscription (and handler) that got the delivery."""
+    message_id: str
+    attempt: int
+    property_tenant: str
+    body_tenant: str
+    pid: int
+
+
+def _records(path: Path) -> list[Record]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        tenant, message_id, attempt, property_tenant, body_tenant, pid = line.split(" ")
+        records.append(
+            Record(tenant, message_id, int(attempt), property_tenant, body_tenant, int(pid))
+        )
+    return records
+
+
+def _line_count(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _send_all(settings: StompSettings, queue: str, rng: random.Random) -> dict[str, str]:
+    """Send TOTAL persistent messages, tenants drawn by rng; the tenant each id was sent for."""
+    sent_for: dict[str, str] = {}
+    transport = StompTransport(settings)
+    transport.connect()
+    try:
+        producer = TenantProducer(transport)
+        tenants = rng.choices(TENANTS, weights=TENANT_WEIGHTS, k=TOTAL)
+        for start in range(0, TOTAL, SEND_BATCH):
+            with producer.batch() as batch:
+                sent = [
+                    (batch.send(queue, tenant, {"n": n}), tenant)
+                    for n, tenant in enumerate(tenants[start : start + SEND_BATCH], start)
+                ]
+            sent_for.update((message.message_id, tenant) for message, tenant in sent)
+    finally:
+        transport.close()
+    return sent_for
+
+
+def _progress(worker: Worker, log: Path, lines: int, what: str) -> None:
+    """Wait until the log has `lines` lines; fail at once if the worker exits by itself."""
+    reached = wait_until(lambda: _line_count(log) >= lines or not worker.running(), timeout=WAIT_S)
+    if not worker.running():
+        pytest.fail(f"the worker exited by itself ({what}):\n{worker.text()[-4000:]}")
+    if not reached:
+        pytest.fail(
+            f"no progress ({what}): {_line_count(log)} of {lines} lines after {WAIT_S:.0f}s\n"
+            f"{worker.text()[-4000:]}"
+        )
+
+
+def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
+    storm_broker: LocalBroker,
+    storm_settings: StompSettings,
+    workers: WorkerPool,
+    tmp_path: Path,
+) -> None:
+    seed = int(os.environ.get(SEED_ENV) or secrets.randbits(32))
+    print(f"\nkill storm: seed={seed} (replay with {SEED_ENV}={seed})")
+    rng = random.Random(seed)
+    began = time.monotonic()
+
+    queue = unique_queue("storm")
+    log = tmp_path / "handled.log"
+    sent_for = _send_all(storm_settings, queue, rng)
+    assert len(sent_for) == TOTAL
+    send_s = time.monotonic() - began
+
+    env = {
+        QUEUE_ENV: queue,
+        LOG_ENV: str(log),
+        HANDLE_MS_ENV: str(HANDLE_MS),
+        "BOOST_WORKERS": str(WORKERS),
+        "BOOST_PREFETCH": str(PREFETCH),
+        "BOOST_SHUTDOWN_GRACE_S": "10",
+    }
+    failures = ["kill"] * KILLS + ["broker-restart", "broker-kill"]
+    rng.shuffle(failures)
+
+    worker = workers.start(PROCESSOR, TENANTS, env)
+    started = 1
+    for number, failure in enumerate(failures, 1):
+        lines = _line_count(log) + rng.randint(*PROGRESS_BETWEEN_FAILURES)
+        _progress(worker, log, lines, f"before failure {number}, {failure}")
+        time.sleep(rng.uniform(*EXTRA_DELAY_S))
+        if failure == "kill":
+            worker.signal(signal.SIGKILL)
+            assert worker.wait(10) == -signal.SIGKILL
+            worker = workers.start(PROCESSOR, TENANTS, env)
+            started += 1
+        elif failure == "broker-restart":
+            storm_broker.restart()
+        else:
+            storm_broker.kill()
+            storm_broker.start()
+    storm_s = time.monotonic() - began - send_s
+
+    # The last worker drains the queue; then time for late redeliveries before SIGTERM.
+    def drained() -> bool:
+        return set(sent_for) <= {r.message_id for r in _records(log)} or not worker.running()
+
+    wait_until(drained, timeout=WAIT_S, interval=0.2)
+    assert worker.running(), f"the last worker exited by itself:\n{worker.text()[-4000:]}"
+    lines = -1
+    while lines != _line_count(log):
+        lines = _line_count(log)
+        time.sleep(2.0)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.text()[-4000:]
+
+    records = _records(log)
+    handled = Counter(r.message_id for r in records)
+    # Nothing may be left behind, dead-lettered, quarantined, or in the broker's own DLQ.
+    left = read_queue(storm_settings, queue, tenant=None, expect=0)
+    dead = read_queue(storm_settings, dead_letter_queue(queue), tenant=None, expect=0)
+    quarantined = read_queue(storm_settings, quarantine_queue(queue), tenant=None, expect=0)
+    broker_dlq = read_queue(storm_settings, "ActiveMQ.DLQ", tenant=None, expect=0)
+    run_s = time.monotonic() - began
+
+    lost = sorted(set(sent_for) - set(handled) - set(message_ids(dead)))
+    phantom = sorted(set(handled) - set(sent_for))
+    leaked = [
+        r
+        for r in records
+        if r.message_id in sent_for
+        and not (r.tenant == r.property_tenant == r.body_tenant == sent_for[r.message_id])
+    ]
+    duplicates = {m: n for m, n in handled.items() if n > 1}
+    extra = sum(handled.values()) - len(handled)
+    per_tenant = Counter(sent_for.values())
+    print(
+        f"kill storm: seed={seed} messages={TOTAL} "
+        f"({', '.join(f'{t}={per_tenant[t]}' for t in TENANTS)}) kills={KILLS} "
+        f"broker_restarts={BROKER_RESTARTS} ({', '.join(f for f in failures if f != 'kill')} "
+        f"at positions {[i for i, f in enumerate(failures, 1) if f != 'kill']}) "
+        f"workers_started={started} handlings={len(records)} lost={len(lost)} "
+        f"leaked={len(leaked)} dead={len(dead)} duplicates={len(duplicates)} "
+        f"extra_handlings={extra} bound={DUPLICATE_BOUND} "
+        f"max_attempt={max((r.attempt for r in records), default=0)} "
+        f"send={send_s:.1f}s storm={storm_s:.1f}s run={run_s:.1f}s"
+    )
+    if duplicates:
+        print(f"kill storm: handled more than once: {dict(sorted(duplicates.items()))}")
+
+    assert lost == [], f"{len(lost)} sent messages never handled: {lost}"
+    assert phantom == [], f"handled ids nobody sent: {phantom}"
+    assert leaked == [], f"{len(leaked)} handlings outside the message's tenant: {leaked[:20]}"
+    assert message_ids(dead) == [], "nothing fails, so nothing is dead-lettered"
+    assert message_ids(quarantined) == [], "no delivery reached another tenant's subscription"
+    assert broker_dlq == [], "the broker dead-lettered nothing by itself"
+    assert message_ids(left) == [], "every message was acknowledged"
+    assert extra <= DUPLICATE_BOUND, (
+        f"{extra} extra handlings exceed what the {KILLS + BROKER_RESTARTS} failures had in "
+        f"flight (at most {DUPLICATE_BOUND}): {duplicates}"
+    )
