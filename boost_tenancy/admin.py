@@ -13,17 +13,20 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import (
-    ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
     ERROR_TEXT_PROPERTY,
     ERROR_TYPE_PROPERTY,
-    MESSAGE_ID_PROPERTY,
-    ORIGINAL_QUEUE_PROPERTY,
     check_queue_name,
 )
-from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy, source_queue
+from boost_tenancy.resilience.error_store import (
+    ErrorStore,
+    FailureOutcome,
+    FailureRecord,
+    record_failure,
+)
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
@@ -116,29 +119,39 @@ class DeadLetterAdmin:
         # Unacknowledged on purpose: unsubscribing returns them to the dead-letter queue.
         self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
         views = []
+        # Where a re-drive sends them: derived from the dead-letter queue's name, never from
+        # what a message claims.
+        original = source_queue(dead_letter_queue(self._routing.physical(queue, tenant_id)))
         for delivery in deliveries[:limit]:
-            props = delivery.properties
-            message_id = props.get(MESSAGE_ID_PROPERTY, "")
+            adopted = adopt(delivery, dead_letter=True)
+            props = adopted.delivery.properties
             views.append(
                 DeadLetterView(
-                    message_id=message_id,
+                    message_id=adopted.message_id,
                     tenant=tenant_id,
-                    original_queue=props.get(
-                        ORIGINAL_QUEUE_PROPERTY, self._routing.physical(queue, tenant_id)
-                    ),
+                    original_queue=original,
                     reason=props.get(DEAD_LETTER_REASON_PROPERTY, ""),
-                    attempts=int(props.get(ATTEMPT_PROPERTY, "1") or 1),
+                    attempts=adopted.attempt,
                     error_type=props.get(ERROR_TYPE_PROPERTY, ""),
                     error=props.get(ERROR_TEXT_PROPERTY, ""),
                     body=delivery.body,
                     failures=tuple(
-                        self._store.failures(tenant=tenant_id, message_id=message_id)
-                        if message_id
-                        else ()
+                        self._store.failures(tenant=tenant_id, message_id=adopted.message_id)
                     ),
                 )
             )
         return views
+
+    def count(
+        self, tenant: TenantId | str, queue: str, *, cap: int = 10_000, idle_s: float = 1.0
+    ) -> int:
+        """How many of a tenant's dead letters of queue wait (at most cap); they stay there."""
+        tenant_id = TenantId.parse(tenant)
+        subscription, deliveries = self._read(
+            tenant_id, queue, limit=cap, idle_s=idle_s, max_s=60.0
+        )
+        self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
+        return len(deliveries)
 
     def redrive(
         self,
@@ -157,39 +170,38 @@ class DeadLetterAdmin:
         """
         tenant_id = TenantId.parse(tenant)
         wanted = set(message_ids) if message_ids is not None else None
-        physical = self._routing.physical(queue, tenant_id)
+        dead_letters = dead_letter_queue(self._routing.physical(queue, tenant_id))
+        # The only destination: the queue this dead-letter queue belongs to, derived from its
+        # name. A boostOriginalQueue property could name any queue, another tenant's included.
+        target = check_queue_name(source_queue(dead_letters))
         subscription, deliveries = self._read(
             tenant_id, queue, limit=limit, idle_s=idle_s, max_s=max_s
         )
         redriven: builtins.list[str] = []
         try:
             for delivery in deliveries:
-                props = delivery.properties
-                message_id = props.get(MESSAGE_ID_PROPERTY, "")
-                if wanted is not None and message_id not in wanted:
+                adopted = adopt(delivery, dead_letter=True)
+                props = adopted.delivery.properties
+                if wanted is not None and adopted.message_id not in wanted:
                     continue  # left unacknowledged: returns to the dead-letter queue
-                target = props.get(ORIGINAL_QUEUE_PROPERTY, physical)
-                if target != physical and self._routing.logical(target) != target:
-                    # A per-tenant queue other than this one: the property is not to be trusted
-                    # to move a message into some tenant's own queue. Left in the DLQ.
-                    continue
-                self._store.record(
+                self._transport.forward(
+                    delivery, [(target, redrive_copy(props, adopted.delivery), 0)]
+                )
+                record_failure(
+                    self._store,
                     FailureRecord(
                         tenant=tenant_id,
                         queue=self._routing.logical(target),
-                        message_id=message_id or "unknown",
-                        correlation_id=delivery.correlation_id,
-                        attempt=int(props.get(ATTEMPT_PROPERTY, "1") or 1),
+                        message_id=adopted.message_id,
+                        correlation_id=adopted.delivery.correlation_id,
+                        attempt=adopted.attempt,
                         outcome=FailureOutcome.REDRIVE,
                         error_type=props.get(ERROR_TYPE_PROPERTY, ""),
-                        error_text="re-driven by an operator from " + dead_letter_queue(physical),
+                        error_text="re-driven by an operator from " + dead_letters,
                         occurred_at=datetime.now(UTC),
-                    )
+                    ),
                 )
-                self._transport.forward(
-                    delivery, [(check_queue_name(target), redrive_copy(props, delivery), 0)]
-                )
-                redriven.append(message_id)
+                redriven.append(adopted.message_id)
         finally:
             self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
         return redriven

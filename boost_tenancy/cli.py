@@ -162,7 +162,14 @@ def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
                 )
             return 0
         ids = admin.redrive(tenant, args.queue, message_ids=args.message_id or None)
-        print(json.dumps({"redriven": ids, "count": len(ids)}))
+        # A re-drive moves at most one batch; say what is left so nobody assumes it was all.
+        remaining = admin.count(tenant, args.queue)
+        print(json.dumps({"redriven": ids, "count": len(ids), "remaining": remaining}))
+        if remaining and not args.message_id:
+            print(
+                f"boost-tenancy: {remaining} dead letter(s) remain; run dlq redrive again",
+                file=sys.stderr,
+            )
         return 0
     finally:
         transport.close()
@@ -218,6 +225,7 @@ def _cmd_errors(args: argparse.Namespace, settings: AppSettings) -> int:
                         "outcome": record.outcome.value,
                         "error_type": record.error_type,
                         "error": record.error_text,
+                        "trace": record.trace,
                         "at": record.occurred_at.isoformat(),
                     }
                 )

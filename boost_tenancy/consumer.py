@@ -6,6 +6,7 @@ Stopping lets in-flight handlers finish within a deadline and leaves the rest un
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,10 @@ from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscripti
 
 log = structlog.get_logger("boost_tenancy.consumer")
 
+EXIT_HANDLERS_ABANDONED = 3
+"""run()'s exit code when the grace period ended with handlers still running: their messages
+were left unacknowledged (the broker redelivers them), which an operator should know of."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunnerSettings:
@@ -57,8 +62,10 @@ class RunnerSettings:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if self.prefetch < 1:
             raise ConfigError(f"prefetch must be at least 1, got {self.prefetch}")
-        if self.shutdown_grace_s < 0:
-            raise ConfigError(f"shutdown_grace_s must be >= 0, got {self.shutdown_grace_s}")
+        if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
+            raise ConfigError(
+                f"shutdown_grace_s must be a finite number >= 0, got {self.shutdown_grace_s}"
+            )
 
 
 class ProcessorRunner:
@@ -150,11 +157,7 @@ class ProcessorRunner:
         self._started = True
         self._transport.connect()
         for index in range(self._settings.workers):
-            worker = threading.Thread(
-                target=self._work_loop, name=f"boost-worker-{index}", daemon=True
-            )
-            worker.start()
-            self._workers.append(worker)
+            self._workers.append(self._start_worker(index))
         requests = [
             # A per-tenant queue keeps the tenant's selector too: defence in depth.
             SubscribeRequest(
@@ -180,6 +183,28 @@ class ProcessorRunner:
 
         return on_delivery
 
+    def _start_worker(self, index: int) -> threading.Thread:
+        worker = threading.Thread(target=self._work_loop, name=f"boost-worker-{index}", daemon=True)
+        worker.start()
+        return worker
+
+    def supervise(self) -> int:
+        """Replace any worker thread that ended while the runner runs; returns how many.
+
+        The dispatcher turns whatever a handler raises into an outcome, so a worker ending is a
+        defect: it is logged at critical level and replaced, so the runner never keeps running
+        with fewer workers (or none) than it was given.
+        """
+        if self._stopping.is_set():
+            return 0
+        replaced = 0
+        for index, worker in enumerate(self._workers):
+            if not worker.is_alive():
+                log.critical("worker_died_replaced", worker=worker.name)
+                self._workers[index] = self._start_worker(index)
+                replaced += 1
+        return replaced
+
     def _work_loop(self) -> None:
         while not self._stopping.is_set():
             taken = self._work.get(timeout=0.2)
@@ -195,8 +220,8 @@ class ProcessorRunner:
             except TransportError as exc:
                 # Not acknowledged: the broker redelivers it once the connection is back.
                 log.warning("delivery_settle_failed", queue=delivery.queue, error=str(exc))
-            except Exception:
-                log.exception("dispatcher_failed", queue=delivery.queue)
+            except BaseException:  # a worker must outlive any defect; supervise() is the backstop
+                log.critical("dispatcher_failed", queue=delivery.queue, exc_info=True)
             finally:
                 with self._busy_lock:
                     self._busy -= 1
@@ -225,12 +250,16 @@ class ProcessorRunner:
         self._stop_requested.set()
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
-        """Start, block until SIGTERM/SIGINT or request_stop(), stop gracefully; exit code 0."""
-        run_until_stopped(
+        """Start, block until SIGTERM/SIGINT or request_stop(), stop gracefully.
+
+        Returns 0, or EXIT_HANDLERS_ABANDONED when the grace period ended with handlers running.
+        """
+        finished = run_until_stopped(
             self.start,
             self.stop,
             self._stop_requested,
             install_signal_handlers=install_signal_handlers,
+            tick=self.supervise,
         )
         self._processor.close()
-        return 0
+        return 0 if finished is not False else EXIT_HANDLERS_ABANDONED

@@ -9,20 +9,27 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
 
 import structlog
 
 log = structlog.get_logger("boost_tenancy.lifecycle")
 
+T = TypeVar("T")
+
 
 def run_until_stopped(
     start: Callable[[], object],
-    stop: Callable[[], object],
+    stop: Callable[[], T],
     stop_requested: threading.Event,
     *,
     install_signal_handlers: bool,
-) -> None:
-    """Start, block until SIGTERM/SIGINT (when handlers are installed) or stop_requested, stop."""
+    tick: Callable[[], object] | None = None,
+) -> T:
+    """Start, block until SIGTERM/SIGINT (when handlers are installed) or stop_requested, stop.
+
+    tick runs about twice a second while waiting (a supervisor); returns what stop returned.
+    """
     if install_signal_handlers:
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -34,5 +41,6 @@ def run_until_stopped(
     start()
     # A bounded wait: the main thread wakes regularly, so signal handlers always get to run.
     while not stop_requested.wait(0.5):
-        pass
-    stop()
+        if tick is not None:
+            tick()
+    return stop()

@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from boost_tenancy.errors import ConfigError, MessageDecodeError, TenantMismatchError
+from boost_tenancy.errors import (
+    ConfigError,
+    MessageDecodeError,
+    MessageEncodeError,
+    TenantMismatchError,
+)
 from boost_tenancy.selectors import TENANT_PROPERTY, check_property_name
 from boost_tenancy.tenancy import TenantId
 
@@ -39,6 +44,15 @@ BODY_TENANT_KEYS: Final = ("tenantUUID", "organizationId")
 
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_ATTEMPT_RE: Final = re.compile(r"[1-9][0-9]{0,6}")
+MAX_ATTEMPT: Final = 1_000_000
+"""The largest boostAttempt trusted off the wire; beyond it a value is foreign (it would overflow
+the error store's INTEGER column long before any real retry policy got there)."""
+HEADER_TEXT_LIMIT: Final = 2_000
+"""Characters of free text (an error) the toolkit writes into one header."""
+# Characters no header can carry: NUL ends a STOMP frame, other C0 controls and lone surrogates
+# are refused or mangled by brokers and JMS clients. TAB is kept: it survives everywhere.
+_UNSAFE_HEADER_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 Body = str | bytes
 
@@ -57,6 +71,79 @@ def check_id(kind: str, value: str) -> str:
     if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
         raise ConfigError(f"invalid {kind} {value!r}: expected 1-128 characters [A-Za-z0-9._:-]")
     return value
+
+
+def parse_attempt(raw: str | None) -> int | None:
+    """The attempt a boostAttempt value claims: 1 when absent, None when malformed or out of
+    range (1..MAX_ATTEMPT), so a foreign value is never trusted."""
+    if raw is None:
+        return 1
+    if not isinstance(raw, str) or _ATTEMPT_RE.fullmatch(raw) is None:
+        return None
+    value = int(raw)
+    return value if value <= MAX_ATTEMPT else None
+
+
+def wire_safe(value: str) -> str:
+    """A header value every broker and client carries intact: unsafe characters become U+FFFD."""
+    if value.isascii() and value.isprintable():
+        return value  # the common case, checked in C
+    return _UNSAFE_HEADER_RE.sub("\ufffd", value)
+
+
+def header_text(value: str, limit: int = HEADER_TEXT_LIMIT) -> str:
+    """Free text made fit for a header: unsafe characters replaced by U+FFFD, length capped."""
+    if len(value) > limit:
+        value = value[: limit - 1] + "\u2026"
+    return wire_safe(value)
+
+
+def wire_body(body: Body) -> bytes:
+    """The bytes a body goes on the wire as. A text body that came in as invalid UTF-8 (decoded
+    with surrogateescape) goes back out as the very same bytes; any other lone surrogate has no
+    UTF-8 form and is refused before anything is written."""
+    if isinstance(body, bytes):
+        return body
+    try:
+        return body.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise MessageEncodeError(
+            f"text body is not encodable as UTF-8 ({exc.reason} at position {exc.start}: "
+            f"{body[exc.start : exc.end]!r}); send valid text or bytes"
+        ) from exc
+
+
+_FOREIGN_ID_RE: Final = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+def sanitized_id(value: str) -> str:
+    """A valid id made from a foreign one: other characters become '_', long ones are cut and
+    given a digest so two long ids sharing a prefix stay apart. Deterministic."""
+    if _ID_RE.fullmatch(value):
+        return value
+    cleaned = _FOREIGN_ID_RE.sub("_", value)
+    if not cleaned or not cleaned[0].isalnum() or not cleaned[0].isascii():
+        cleaned = "x" + cleaned
+    if len(cleaned) > 128 or cleaned != value:
+        digest = uuid.uuid5(_DERIVED_NAMESPACE, value).hex[:12]
+        cleaned = f"{cleaned[:110]}-{digest}"
+    return cleaned
+
+
+def check_text_body(body: str) -> str:
+    """A text body the wire can carry: no NUL (STOMP ends a text frame with it), valid UTF-8."""
+    if "\x00" in body:
+        # STOMP frames a text body without content-length by its NUL terminator.
+        raise ConfigError("a text body cannot contain NUL characters; send bytes instead")
+    if not body.isascii():
+        try:
+            body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MessageEncodeError(
+                f"text body is not encodable as UTF-8 ({exc.reason} at position {exc.start}: "
+                f"{body[exc.start : exc.end]!r}); send valid text or bytes"
+            ) from exc
+    return body
 
 
 def new_id() -> str:
@@ -83,7 +170,15 @@ def encode_json_body(tenant: TenantId, body: Mapping[str, Any]) -> str:
             raise TenantMismatchError(
                 f"body field {key}={claimed!r} does not match the message tenant {tenant.value!r}"
             )
-    return json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=False)
+    text = json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (decoded from a "\\ud83d" escape) has no UTF-8 form; the escaped
+            # JSON text carries the same value and every JSON parser reads it back.
+            text = json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=True)
+    return text
 
 
 def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
@@ -127,10 +222,9 @@ class Message:
         check_id("message id", self.message_id)
         if self.correlation_id is not None:
             check_id("correlation id", self.correlation_id)
-        if isinstance(self.body, str) and "\x00" in self.body:
-            # STOMP frames a text body without content-length by its NUL terminator.
-            raise ConfigError("a text body cannot contain NUL characters; send bytes instead")
-        if not isinstance(self.body, str | bytes):
+        if isinstance(self.body, str):
+            check_text_body(self.body)
+        elif not isinstance(self.body, bytes):
             raise ConfigError(f"message body must be str or bytes, got {type(self.body).__name__}")
         if self.attempt < 1:
             raise ConfigError(f"attempt must be at least 1, got {self.attempt}")
@@ -166,13 +260,21 @@ class IncomingMessage:
 
     @property
     def text(self) -> str:
-        """The body as text; a bytes body that is not UTF-8 is a decode error."""
-        if isinstance(self.body, str):
-            return self.body
-        try:
-            return self.body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MessageDecodeError(f"body is not UTF-8 text: {exc}") from exc
+        """The body as text; a body that is not UTF-8 is a decode error."""
+        return body_text(self.body)
+
+
+def body_text(body: Body) -> str:
+    """A body as valid text, or MessageDecodeError: bytes that are not UTF-8, and text a
+    transport decoded from invalid UTF-8 (it holds surrogate escapes), are not text."""
+    try:
+        if isinstance(body, bytes):
+            return body.decode("utf-8")
+        if not body.isascii():
+            body.encode("utf-8")
+    except UnicodeError as exc:
+        raise MessageDecodeError(f"body is not UTF-8 text: {exc}") from exc
+    return body
 
 
 def decode_json_body(text: str, tenant: TenantId) -> Any:
@@ -181,6 +283,11 @@ def decode_json_body(text: str, tenant: TenantId) -> Any:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MessageDecodeError(f"body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise MessageDecodeError("body is JSON nested too deeply to decode") from exc
+    except (ValueError, TypeError, MemoryError) as exc:
+        # e.g. an integer of more digits than Python converts (sys.set_int_max_str_digits).
+        raise MessageDecodeError(f"body is JSON that cannot be decoded: {exc}") from exc
     if isinstance(data, dict):
         for key in BODY_TENANT_KEYS:
             claimed = data.get(key)

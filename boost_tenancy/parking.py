@@ -10,20 +10,17 @@ import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
 import structlog
 
 from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.inbound import adopt
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import (
-    ATTEMPT_PROPERTY,
-    MESSAGE_ID_PROPERTY,
     WireMessage,
-    check_id,
-    derived_id,
 )
 from boost_tenancy.resilience.dead_letter import (
     DeadLetterReason,
@@ -62,24 +59,6 @@ def _parse_tenant(raw: str | None) -> TenantId | None:
         return TenantId.parse(raw)
     except InvalidTenantError:
         return None
-
-
-def _message_id(delivery: Delivery) -> str:
-    """The message's own id, or the same kind of derived id the dispatcher gives a foreign one."""
-    current = delivery.properties.get(MESSAGE_ID_PROPERTY)
-    if current is not None:
-        try:
-            return check_id("message id", current)
-        except ValueError:
-            pass
-    return derived_id(delivery.broker_message_id or f"{time.time_ns()}", delivery.queue, 0)
-
-
-def _attempt(delivery: Delivery) -> int:
-    try:
-        return max(1, int(delivery.properties.get(ATTEMPT_PROPERTY, "1")))
-    except ValueError:
-        return 1
 
 
 def _copy(delivery: Delivery) -> WireMessage:
@@ -257,11 +236,8 @@ class ParkingSweeper:
 
     def _quarantine(self, delivery: Delivery, raw_tenant: str | None) -> None:
         """What the dispatcher does with a message without a valid tenant: record, quarantine."""
-        message_id = _message_id(delivery)
-        delivery_with_id = replace(
-            delivery, properties={**delivery.properties, MESSAGE_ID_PROPERTY: message_id}
-        )
-        attempt = _attempt(delivery)
+        adopted = adopt(delivery)
+        message_id, attempt = adopted.message_id, adopted.attempt
         error_text = (
             f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is not a "
             "valid tenant"
@@ -282,7 +258,7 @@ class ParkingSweeper:
             ),
         )
         copy = dead_letter_copy(
-            delivery_with_id,
+            adopted.delivery,
             reason=DeadLetterReason.TENANCY_VIOLATION,
             error_type="TenancyViolation",
             error_text=error_text,

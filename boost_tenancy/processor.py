@@ -7,10 +7,10 @@ ends in exactly one outcome (ack, retry, dead letter, quarantine or defer) that 
 from __future__ import annotations
 
 import abc
+import inspect
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
@@ -19,15 +19,17 @@ import structlog
 from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
+    NotConfirmedError,
     PermanentError,
     TenantMismatchError,
+    TransportError,
 )
+from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import (
-    MESSAGE_ID_PROPERTY,
     Body,
     IncomingMessage,
     Message,
-    check_id,
+    body_text,
     check_properties,
     decode_json_body,
     derived_id,
@@ -38,6 +40,7 @@ from boost_tenancy.resilience.dead_letter import (
     dead_letter_copy,
     dead_letter_queue,
     quarantine_queue,
+    raw_dead_letter_copy,
 )
 from boost_tenancy.resilience.error_store import (
     ErrorStore,
@@ -45,6 +48,7 @@ from boost_tenancy.resilience.error_store import (
     FailureRecord,
     record_failure,
 )
+from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
 from boost_tenancy.resilience.retry import RetryPolicy, compute_backoff
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
@@ -57,25 +61,6 @@ _handler_log = structlog.get_logger("boost_tenancy.handler")
 
 
 # -- outcomes -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorInfo:
-    """A failure as recorded: the exception's qualified type and its text."""
-
-    type: str
-    text: str
-
-    @classmethod
-    def of(cls, exc: BaseException) -> ErrorInfo:
-        kind = type(exc)
-        name = (
-            kind.__qualname__
-            if kind.__module__ == "builtins"
-            else (f"{kind.__module__}.{kind.__qualname__}")
-        )
-        detail = "".join(traceback.format_exception_only(kind, exc)).strip()
-        return cls(type=name, text=detail)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ack:
     """Handled: send what the handler published, then acknowledge."""
@@ -107,7 +92,17 @@ class Defer:
     reason: str
 
 
-Outcome = Ack | Retry | DeadLetter | Defer
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quarantine:
+    """A message of a tenant other than its subscription's (by property or body): never handled,
+    recorded and moved to the quarantine queue."""
+
+    error: ErrorInfo
+    claimed: str | None
+    """The tenant the message claims, as received (may be missing or invalid)."""
+
+
+Outcome = Ack | Retry | DeadLetter | Defer | Quarantine
 
 
 # -- handler context ------------------------------------------------------------------------------
@@ -204,10 +199,28 @@ class TenantProcessor(abc.ABC):
 
     @abc.abstractmethod
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        """Handle one message. Raise PermanentError to dead-letter it, anything else to retry."""
+        """Handle one message. Raise PermanentError to dead-letter it, anything else to retry.
+
+        A plain def: it runs on a worker thread. An async def is refused when the processor is
+        loaded (check_processor), because nothing would ever await it.
+        """
 
     def close(self) -> None:  # noqa: B027  # an optional hook, empty by default on purpose
         """Release what the processor holds (stores, clients); run() calls it after stopping."""
+
+
+def check_processor(processor: TenantProcessor) -> None:
+    """Refuse a processor the runner cannot run correctly, before any message is taken."""
+    handle = getattr(processor, "handle", None)
+    name = type(processor).__name__
+    if not callable(handle):
+        raise ConfigError(f"{name} has no handle(message, ctx) method")
+    if inspect.iscoroutinefunction(handle) or inspect.isasyncgenfunction(handle):
+        raise ConfigError(
+            f"{name}.handle is declared async def, but handlers run on worker threads and "
+            "nothing would await it (every message would be acknowledged unhandled). Declare "
+            "it as a plain def; to call async code, run it inside with asyncio.run(...)."
+        )
 
 
 Handler = Callable[[IncomingMessage, HandlerContext], Outcome]
@@ -233,18 +246,24 @@ class RetryMiddleware:
     ) -> Outcome:
         try:
             return call_next(message, ctx)
-        except (PermanentError, MessageDecodeError, TenantMismatchError) as exc:
-            return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.PERMANENT)
-        except Exception as exc:
-            error = ErrorInfo.of(exc)
-            if not self.policy.should_retry(message.attempt):
-                return DeadLetter(error=error, reason=DeadLetterReason.EXHAUSTED)
-            delay = (
-                compute_backoff(self.policy, message.attempt)
-                if self.rand is None
-                else compute_backoff(self.policy, message.attempt, self.rand)
-            )
-            return Retry(error=error, delay_ms=delay)
+        except BaseException as exc:  # SystemExit too: a handler must never end a worker
+            return self.failed(exc, message.attempt)
+
+    def failed(self, exc: BaseException, attempt: int) -> DeadLetter | Retry:
+        """The outcome of an attempt that raised exc: dead letter or retry after a backoff."""
+        error = ErrorInfo.of(exc)
+        if isinstance(exc, PermanentError | MessageDecodeError | TenantMismatchError):
+            return DeadLetter(error=error, reason=DeadLetterReason.PERMANENT)
+        if not isinstance(exc, Exception):
+            log.critical("handler_raised_base_exception", error_type=error.type, error=error.text)
+        if not self.policy.should_retry(attempt):
+            return DeadLetter(error=error, reason=DeadLetterReason.EXHAUSTED)
+        delay = (
+            compute_backoff(self.policy, attempt)
+            if self.rand is None
+            else compute_backoff(self.policy, attempt, self.rand)
+        )
+        return Retry(error=error, delay_ms=delay)
 
 
 def _chain(middleware: Sequence[Middleware], handler: Handler) -> Handler:
@@ -275,16 +294,33 @@ class DispatchSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     error_store_attempts: int = 3
     """Writes tried before a failure is logged as unrecorded and handled anyway (never stuck)."""
+    error_store_timeout_s: float = 5.0
+    """The longest a worker waits for the error store, all tries included; then it logs the
+    failure at critical level and settles the message anyway."""
+    last_resort_attempts: int = 3
+    """Tries to move a message whose outcome could not be carried out, as raw bytes."""
 
     def __post_init__(self) -> None:
         if self.error_store_attempts < 1:
             raise ConfigError(
                 f"error_store_attempts must be at least 1, got {self.error_store_attempts}"
             )
+        if not 0 < self.error_store_timeout_s < 3600:
+            raise ConfigError(
+                f"error_store_timeout_s must be between 0 and 3600, got "
+                f"{self.error_store_timeout_s}"
+            )
+        if self.last_resort_attempts < 1:
+            raise ConfigError(
+                f"last_resort_attempts must be at least 1, got {self.last_resort_attempts}"
+            )
 
 
 class Dispatcher:
-    """Runs one delivery of one subscription through checks, middleware and handler."""
+    """Runs one delivery of one subscription through checks, middleware and handler, and settles
+    it: whatever its bytes, headers and handler do, it ends in exactly one carried-out outcome,
+    or stays unacknowledged only when its connection is gone (the broker then redelivers it).
+    """
 
     def __init__(
         self,
@@ -298,6 +334,7 @@ class Dispatcher:
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
     ) -> None:
+        check_processor(processor)
         self._processor = processor
         self._routing = routing
         self._transport = transport
@@ -305,12 +342,21 @@ class Dispatcher:
         self._settings = settings or DispatchSettings()
         self._strategy = strategy or strategy_for(transport)
         self._observers = tuple(observers)
-        self._handler = _chain(
-            [*middleware, RetryMiddleware(self._settings.retry)], self._call_handler
-        )
+        self._retry = RetryMiddleware(self._settings.retry)
+        self._handler = _chain([*middleware, self._retry], self._call_handler)
 
     def _call_handler(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
-        self._processor.handle(message, ctx)
+        result: object = self._processor.handle(message, ctx)
+        if inspect.isawaitable(result):
+            # A handler that hands back a coroutine did nothing yet: acknowledging would lose
+            # the message. (check_processor refuses async def; this catches wrapped ones.)
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()
+            raise PermanentError(
+                f"{type(self._processor).__name__}.handle returned an awaitable; handlers must "
+                "do their work before returning (async handlers are not supported)"
+            )
         return Ack(outputs=ctx.outputs)
 
     def dispatch(self, tenant: TenantId, delivery: Delivery) -> str:
@@ -318,8 +364,11 @@ class Dispatcher:
         if not self._transport.is_live(delivery):
             log.info("delivery_skipped_stale", queue=delivery.queue)
             return "stale"
-        delivery = self._with_message_id(delivery)
-        message_id = delivery.properties[MESSAGE_ID_PROPERTY]
+        # Before anything reads or copies it: bounded attempt, valid ids, foreign toolkit
+        # properties renamed.
+        adopted = adopt(delivery)
+        delivery = adopted.delivery
+        message_id = adopted.message_id
         attempt = self._strategy.attempt_of(delivery)
         correlation_id = delivery.correlation_id or message_id
         # Handlers, logs, the error store and observers see the logical queue, whatever the
@@ -334,40 +383,32 @@ class Dispatcher:
             attempt=attempt,
         )
         try:
+            if adopted.foreign:
+                log.warning("foreign_toolkit_headers_renamed", headers=list(adopted.foreign))
             raw_tenant = delivery.properties.get(TENANT_PROPERTY)
             if raw_tenant != tenant.value:
-                return self._quarantine(
+                outcome: Outcome = Quarantine(
+                    error=ErrorInfo(
+                        type="TenancyViolation",
+                        text=(
+                            f"tenantUUID property {raw_tenant!r} delivered to the subscription "
+                            f"of tenant {tenant.value!r}"
+                        ),
+                    ),
+                    claimed=raw_tenant,
+                )
+            else:
+                outcome = self._decide(
                     tenant,
-                    delivery=delivery,
-                    raw_tenant=raw_tenant,
+                    delivery,
+                    queue=queue,
                     message_id=message_id,
+                    correlation_id=correlation_id,
                     attempt=attempt,
                 )
-            outcome = self._decide(
-                tenant,
-                delivery,
-                queue=queue,
-                message_id=message_id,
-                correlation_id=correlation_id,
-                attempt=attempt,
-            )
-            return self._carry_out(tenant, delivery, outcome, message_id, attempt)
+            return self._settle(tenant, delivery, outcome, message_id, attempt)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
-
-    @staticmethod
-    def _with_message_id(delivery: Delivery) -> Delivery:
-        """Give a message from a foreign producer a stable id before anything copies it."""
-        current = delivery.properties.get(MESSAGE_ID_PROPERTY)
-        if current is not None:
-            try:
-                check_id("message id", current)
-                return delivery
-            except ValueError:
-                pass
-        seed = delivery.broker_message_id or f"{time.time_ns()}"
-        new = derived_id(seed, delivery.queue, 0)
-        return replace(delivery, properties={**delivery.properties, MESSAGE_ID_PROPERTY: new})
 
     def _decide(
         self,
@@ -380,18 +421,16 @@ class Dispatcher:
         attempt: int,
     ) -> Outcome:
         data: Any = None
-        try:
-            if self._processor.json_body:
-                text = (
-                    delivery.body
-                    if isinstance(delivery.body, str)
-                    else delivery.body.decode("utf-8")
+        if self._processor.json_body:
+            try:
+                data = decode_json_body(body_text(delivery.body), tenant)
+            except TenantMismatchError as exc:
+                # Recorded under the property's tenant, the one the broker routed it by.
+                return Quarantine(
+                    error=ErrorInfo.of(exc), claimed=delivery.properties.get(TENANT_PROPERTY)
                 )
-                data = decode_json_body(text, tenant)
-        except (MessageDecodeError, UnicodeDecodeError) as exc:
-            return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNDECODABLE)
-        except TenantMismatchError as exc:
-            return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.TENANCY_VIOLATION)
+            except Exception as exc:  # any decoding failure is the message's, never a stall
+                return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNDECODABLE)
         message = IncomingMessage(
             tenant=tenant,
             queue=queue,
@@ -412,146 +451,223 @@ class Dispatcher:
             log=_handler_log,
             routing=self._routing,
         )
-        return self._handler(message, ctx)
+        try:
+            return self._handler(message, ctx)
+        except BaseException as exc:  # raised by a middleware, outside RetryMiddleware
+            return self._retry.failed(exc, attempt)
 
-    def _carry_out(
+    # -- settling ---------------------------------------------------------------------------------
+    def _settle(
+        self, tenant: TenantId, delivery: Delivery, outcome: Outcome, message_id: str, attempt: int
+    ) -> str:
+        """Carry the outcome out; when that fails for this message (not for the connection),
+        fall back to a raw dead letter. The failure is recorded after the broker took the
+        message's copy, so the store never records a move that did not happen."""
+        try:
+            name = self._carry_out(tenant, delivery, outcome)
+        except NotConfirmedError:
+            raise  # whether the broker holds the copy is unknown: leave it to redelivery
+        except TransportError as exc:
+            if not self._transport.is_live(delivery):
+                raise  # the connection is gone; the broker redelivers the message
+            return self._last_resort(
+                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
+            )
+        except Exception as exc:  # an output or copy the wire cannot carry
+            return self._last_resort(
+                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
+            )
+        self._record_outcome(tenant, delivery, outcome, message_id, attempt)
+        return self.notify_observers(_claimed_tenant(tenant, outcome), delivery.queue, name)
+
+    def _carry_out(self, tenant: TenantId, delivery: Delivery, outcome: Outcome) -> str:
+        match outcome:
+            case Ack(outputs=outputs):
+                # ctx.publish names logical queues; the same routing picks the broker queue.
+                self._transport.forward(
+                    delivery,
+                    [
+                        (self._routing.physical(queue, tenant), message, delay_ms)
+                        for queue, message, delay_ms in outputs
+                    ],
+                )
+                return "processed"
+            case Defer(delay_ms=delay_ms, reason=reason):
+                self._strategy.defer(self._transport, delivery, delay_ms)
+                log.debug("message_deferred", delay_ms=delay_ms, reason=reason)
+                return "deferred"
+            case Retry(error=error, delay_ms=delay_ms):
+                self._strategy.retry(self._transport, delivery, delay_ms, error)
+                log.warning(
+                    "message_retry_scheduled",
+                    delay_ms=delay_ms,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                return "retried"
+            case DeadLetter(error=error, reason=reason):
+                copy = dead_letter_copy(
+                    delivery,
+                    reason=reason,
+                    error_type=error.type,
+                    error_text=error.text,
+                    attempt=self._strategy.attempt_of(delivery),
+                )
+                self._transport.forward(delivery, [(dead_letter_queue(delivery.queue), copy, 0)])
+                log.error(
+                    "message_dead_lettered",
+                    reason=reason.value,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                return "dead_lettered"
+            case Quarantine(error=error, claimed=claimed):
+                copy = dead_letter_copy(
+                    delivery,
+                    reason=DeadLetterReason.TENANCY_VIOLATION,
+                    error_type=error.type,
+                    error_text=error.text,
+                    attempt=self._strategy.attempt_of(delivery),
+                )
+                self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
+                log.critical(
+                    "tenancy_violation",
+                    subscription_tenant=tenant.value,
+                    message_tenant=claimed,
+                    error=error.text,
+                )
+                return "quarantined"
+
+    def _last_resort(
         self,
         tenant: TenantId,
         delivery: Delivery,
         outcome: Outcome,
-        message_id: str,
-        attempt: int,
-    ) -> str:
-        if isinstance(outcome, Ack):
-            # ctx.publish names logical queues; the same routing picks this tenant's broker queue.
-            outputs = [
-                (self._routing.physical(queue, tenant), message, delay_ms)
-                for queue, message, delay_ms in outcome.outputs
-            ]
-            self._transport.forward(delivery, outputs)
-            return self._told(tenant, delivery.queue, "processed")
-        if isinstance(outcome, Defer):
-            self._strategy.defer(self._transport, delivery, outcome.delay_ms)
-            log.debug("message_deferred", delay_ms=outcome.delay_ms, reason=outcome.reason)
-            return self._told(tenant, delivery.queue, "deferred")
-        if isinstance(outcome, Retry):
-            self._record(
-                tenant,
-                delivery=delivery,
-                message_id=message_id,
-                attempt=attempt,
-                outcome=FailureOutcome.RETRY,
-                error=outcome.error,
-            )
-            self._strategy.retry(self._transport, delivery, outcome.delay_ms)
-            log.warning(
-                "message_retry_scheduled",
-                delay_ms=outcome.delay_ms,
-                error_type=outcome.error.type,
-                error=outcome.error.text,
-            )
-            return self._told(tenant, delivery.queue, "retried")
-        if outcome.reason is DeadLetterReason.TENANCY_VIOLATION:
-            raw = delivery.properties.get(TENANT_PROPERTY)
-            return self._quarantine(
-                tenant,
-                delivery=delivery,
-                raw_tenant=raw,
-                message_id=message_id,
-                attempt=attempt,
-                error=outcome.error,
-            )
-        self._record(
-            tenant,
-            delivery=delivery,
-            message_id=message_id,
-            attempt=attempt,
-            outcome=FailureOutcome.DEAD_LETTER,
-            error=outcome.error,
-        )
-        copy = dead_letter_copy(
-            delivery,
-            reason=outcome.reason,
-            error_type=outcome.error.type,
-            error_text=outcome.error.text,
-            attempt=attempt,
-        )
-        self._transport.forward(delivery, [(dead_letter_queue(delivery.queue), copy, 0)])
-        log.error(
-            "message_dead_lettered",
-            reason=outcome.reason.value,
-            error_type=outcome.error.type,
-            error=outcome.error.text,
-        )
-        return self._told(tenant, delivery.queue, "dead_lettered")
-
-    def _quarantine(
-        self,
-        tenant: TenantId,
+        exc: Exception,
         *,
-        delivery: Delivery,
-        raw_tenant: str | None,
         message_id: str,
         attempt: int,
-        error: ErrorInfo | None = None,
     ) -> str:
-        """A message of the wrong tenant never reaches the handler: record, quarantine, alert."""
-        if error is None:
-            error = ErrorInfo(
-                type="TenancyViolation",
-                text=(
-                    f"tenantUUID property {raw_tenant!r} delivered to the subscription of "
-                    f"tenant {tenant.value!r}"
-                ),
-            )
-        claimed: TenantId | None
-        try:
-            claimed = TenantId.parse(raw_tenant) if raw_tenant is not None else None
-        except ValueError:
-            claimed = None
-        self._store_record(
-            FailureRecord(
-                tenant=claimed,
-                raw_tenant=raw_tenant,
-                queue=self._routing.logical(delivery.queue),
-                message_id=message_id,
-                correlation_id=delivery.correlation_id,
-                attempt=attempt,
-                outcome=FailureOutcome.QUARANTINE,
-                error_type=error.type,
-                error_text=error.text,
-                occurred_at=datetime.now(UTC),
-            )
+        """The outcome could not be carried out: move the original bytes, with only the
+        toolkit's own properties, to the dead-letter (or quarantine) queue; a bounded number of
+        tries, then the message is left unacknowledged and reported (it holds one prefetch slot
+        of its subscription until the connection ends, never its tenant's other messages)."""
+        failure = ErrorInfo.of(exc)
+        error = ErrorInfo(
+            type=failure.type,
+            text=f"{type(outcome).__name__} could not be carried out: {failure.text}",
+            trace=failure.trace,
         )
-        copy = dead_letter_copy(
+        target = (
+            quarantine_queue(delivery.queue)
+            if isinstance(outcome, Quarantine)
+            else dead_letter_queue(delivery.queue)
+        )
+        copy = raw_dead_letter_copy(
             delivery,
-            reason=DeadLetterReason.TENANCY_VIOLATION,
+            message_id=message_id,
             error_type=error.type,
             error_text=error.text,
             attempt=attempt,
         )
-        self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
+        last: Exception = exc
+        for retry in range(self._settings.last_resort_attempts):
+            try:
+                self._transport.forward(delivery, [(target, copy, 0)])
+            except NotConfirmedError:
+                raise
+            except TransportError as again:
+                if not self._transport.is_live(delivery):
+                    raise
+                last = again
+            except Exception as again:  # reported below, with the message kept
+                last = again
+            else:
+                log.error(
+                    "message_dead_lettered",
+                    reason=DeadLetterReason.UNSETTLEABLE.value,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                self._record(
+                    _claimed_tenant(tenant, outcome),
+                    delivery,
+                    FailureOutcome.QUARANTINE
+                    if isinstance(outcome, Quarantine)
+                    else FailureOutcome.DEAD_LETTER,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                    raw_tenant=outcome.claimed if isinstance(outcome, Quarantine) else None,
+                )
+                return self.notify_observers(
+                    _claimed_tenant(tenant, outcome),
+                    delivery.queue,
+                    "quarantined" if isinstance(outcome, Quarantine) else "dead_lettered",
+                )
+            time.sleep(0.05 * (retry + 1))
         log.critical(
-            "tenancy_violation",
-            subscription_tenant=tenant.value,
-            message_tenant=raw_tenant,
+            "message_unsettleable",
+            error_type=error.type,
             error=error.text,
+            last_error=str(last),
         )
-        return self._told(claimed, delivery.queue, "quarantined")
+        return self.notify_observers(tenant, delivery.queue, "unsettled")
+
+    # -- recording --------------------------------------------------------------------------------
+    def _record_outcome(
+        self, tenant: TenantId, delivery: Delivery, outcome: Outcome, message_id: str, attempt: int
+    ) -> None:
+        match outcome:
+            case Retry(error=error):
+                self._record(
+                    tenant,
+                    delivery,
+                    FailureOutcome.RETRY,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                )
+            case DeadLetter(error=error):
+                self._record(
+                    tenant,
+                    delivery,
+                    FailureOutcome.DEAD_LETTER,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                )
+            case Quarantine(error=error, claimed=claimed):
+                self._record(
+                    _claimed_tenant(tenant, outcome),
+                    delivery,
+                    FailureOutcome.QUARANTINE,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                    raw_tenant=claimed,
+                )
+            case Ack() | Defer():
+                pass
 
     def _record(
         self,
-        tenant: TenantId,
-        *,
+        tenant: TenantId | None,
         delivery: Delivery,
-        message_id: str,
-        attempt: int,
         outcome: FailureOutcome,
         error: ErrorInfo,
+        *,
+        message_id: str,
+        attempt: int,
+        raw_tenant: str | None = None,
     ) -> None:
-        self._store_record(
+        """Bounded in time whatever the store does (record_failure); a failure to record is
+        logged at critical level, and the copy carries the error anyway."""
+        record_failure(
+            self._store,
             FailureRecord(
                 tenant=tenant,
+                raw_tenant=raw_tenant,
                 queue=self._routing.logical(delivery.queue),
                 message_id=message_id,
                 correlation_id=delivery.correlation_id,
@@ -559,18 +675,32 @@ class Dispatcher:
                 outcome=outcome,
                 error_type=error.type,
                 error_text=error.text,
+                trace=error.trace,
                 occurred_at=datetime.now(UTC),
-            )
+            ),
+            attempts=self._settings.error_store_attempts,
+            timeout_s=self._settings.error_store_timeout_s,
         )
 
-    def _store_record(self, record: FailureRecord) -> None:
-        record_failure(self._store, record, attempts=self._settings.error_store_attempts)
-
-    def _told(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
+    def notify_observers(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
+        """Tell every observer of an outcome (by logical queue); returns the outcome's name."""
         logical = self._routing.logical(queue)
         for observer in self._observers:
             observer.on_outcome(tenant, logical, outcome)
         return outcome
+
+
+def _claimed_tenant(tenant: TenantId, outcome: Outcome) -> TenantId | None:
+    """Whose a failure is: the subscription's tenant, except for a quarantined message, which
+    belongs to the tenant it claims (None when that is not a valid tenant)."""
+    if not isinstance(outcome, Quarantine):
+        return tenant
+    if outcome.claimed is None:
+        return None
+    try:
+        return TenantId.parse(outcome.claimed)
+    except ValueError:
+        return None
 
 
 __all__ = [
@@ -583,8 +713,10 @@ __all__ = [
     "HandlerContext",
     "Middleware",
     "Outcome",
+    "Quarantine",
     "Retry",
     "RetryMiddleware",
     "TenantProcessor",
     "build_message",
+    "check_processor",
 ]

@@ -14,15 +14,16 @@ from boost_tenancy.messages import (
     DEAD_LETTER_REASON_PROPERTY,
     ERROR_TEXT_PROPERTY,
     ERROR_TYPE_PROPERTY,
+    MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
     WireMessage,
+    header_text,
 )
+from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.transports.base import Delivery
 
 DLQ_PREFIX = "DLQ."
 QUARANTINE_SUFFIX = ".quarantine"
-_ERROR_PROPERTY_LIMIT = 2_000
-"""Error text carried on the message itself; the error store keeps the full text."""
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -32,6 +33,9 @@ class DeadLetterReason(enum.StrEnum):
     EXHAUSTED = "exhausted"
     UNDECODABLE = "undecodable"
     TENANCY_VIOLATION = "tenancy-violation"
+    UNSETTLEABLE = "unsettleable"
+    """Its outcome could not be carried out (a copy the broker or the wire refused): the
+    original bytes are kept with only the toolkit's own properties."""
 
 
 def dead_letter_queue(queue: str) -> str:
@@ -44,6 +48,23 @@ def quarantine_queue(queue: str) -> str:
     return DLQ_PREFIX + queue + QUARANTINE_SUFFIX
 
 
+def source_queue(dead_letter_queue_name: str) -> str:
+    """The queue a dead-letter queue belongs to, derived from its own name: the only place a
+    re-drive may send to, whatever a message's properties claim."""
+    name = dead_letter_queue_name.removeprefix(DLQ_PREFIX)
+    return name.removesuffix(QUARANTINE_SUFFIX)
+
+
+def with_error(
+    properties: Mapping[str, str], *, error_type: str, error_text: str
+) -> dict[str, str]:
+    """properties plus the error, in the header-safe form every copy carries it."""
+    updated = dict(properties)
+    updated[ERROR_TYPE_PROPERTY] = header_text(error_type, 200)
+    updated[ERROR_TEXT_PROPERTY] = header_text(error_text)
+    return updated
+
+
 def dead_letter_copy(
     delivery: Delivery,
     *,
@@ -53,16 +74,46 @@ def dead_letter_copy(
     attempt: int,
 ) -> WireMessage:
     """The message as it goes to a dead-letter queue: body and properties plus the error."""
-    properties = dict(delivery.properties)
-    properties[ORIGINAL_QUEUE_PROPERTY] = delivery.properties.get(
-        ORIGINAL_QUEUE_PROPERTY, delivery.queue
-    )
+    properties = with_error(delivery.properties, error_type=error_type, error_text=error_text)
+    # The queue it came from, never a value it arrived with (adopt() renames those).
+    properties[ORIGINAL_QUEUE_PROPERTY] = delivery.queue
     properties[DEAD_LETTER_REASON_PROPERTY] = reason.value
-    properties[ERROR_TYPE_PROPERTY] = error_type
-    properties[ERROR_TEXT_PROPERTY] = error_text[:_ERROR_PROPERTY_LIMIT]
     properties[ATTEMPT_PROPERTY] = str(attempt)
     return WireMessage(
         body=delivery.body, properties=properties, correlation_id=delivery.correlation_id
+    )
+
+
+def raw_bytes(text: str) -> bytes:
+    """The bytes a text body came as: surrogateescape gives back exactly what a transport
+    decoded that way; any other lone surrogate has no UTF-8 form and keeps its code units."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def raw_dead_letter_copy(
+    delivery: Delivery, *, message_id: str, error_type: str, error_text: str, attempt: int
+) -> WireMessage:
+    """The last resort when a full copy could not be sent: the original bytes, and of the
+    properties only the tenant and the toolkit's own, each made header-safe."""
+    body = delivery.body
+    if isinstance(body, str):
+        body = raw_bytes(body)
+    properties = {
+        MESSAGE_ID_PROPERTY: message_id,
+        ORIGINAL_QUEUE_PROPERTY: delivery.queue,
+        DEAD_LETTER_REASON_PROPERTY: DeadLetterReason.UNSETTLEABLE.value,
+        ATTEMPT_PROPERTY: str(attempt),
+    }
+    tenant = delivery.properties.get(TENANT_PROPERTY)
+    if tenant is not None:
+        properties[TENANT_PROPERTY] = header_text(tenant, 200)
+    return WireMessage(
+        body=body,
+        properties=with_error(properties, error_type=error_type, error_text=error_text),
+        correlation_id=None,
     )
 
 

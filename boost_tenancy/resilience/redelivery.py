@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage
+from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
+from boost_tenancy.resilience.dead_letter import with_error
+from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.transports.base import Delivery, Transport
 
 
@@ -18,24 +20,27 @@ class RedeliveryStrategy(Protocol):
     def attempt_of(self, delivery: Delivery) -> int:
         """1 for a first delivery, n for the n-th."""
 
-    def retry(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
-        """Make the message come back once after delay_ms, counted as one more attempt."""
+    def retry(
+        self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
+    ) -> None:
+        """Make the message come back once after delay_ms, counted as one more attempt, with
+        the error that failed this attempt on it."""
 
     def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
         """Make the message come back after delay_ms without counting an attempt."""
 
 
 def _attempt_property(delivery: Delivery) -> int:
-    raw = delivery.properties.get(ATTEMPT_PROPERTY, "1")
-    try:
-        return max(1, int(raw))
-    except ValueError:
-        # A foreign producer (a Java service) may not stamp it; treat as a first attempt.
-        return 1
+    # A foreign producer (a Java service) may not stamp it, or stamp nonsense: a first attempt.
+    return parse_attempt(delivery.properties.get(ATTEMPT_PROPERTY)) or 1
 
 
-def _copy_with_attempt(delivery: Delivery, attempt: int) -> WireMessage:
+def _copy_with_attempt(
+    delivery: Delivery, attempt: int, error: ErrorInfo | None = None
+) -> WireMessage:
     properties = dict(delivery.properties)
+    if error is not None:
+        properties = with_error(properties, error_type=error.type, error_text=error.text)
     properties[ATTEMPT_PROPERTY] = str(attempt)
     return WireMessage(
         body=delivery.body, properties=properties, correlation_id=delivery.correlation_id
@@ -52,8 +57,10 @@ class RepublishRedelivery:
     def attempt_of(self, delivery: Delivery) -> int:
         return _attempt_property(delivery)
 
-    def retry(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
-        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1)
+    def retry(
+        self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
+    ) -> None:
+        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1, error)
         transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
 
     def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:

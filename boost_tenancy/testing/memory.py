@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from boost_tenancy.errors import TransportError
-from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.messages import WireMessage, check_queue_name, wire_body, wire_safe
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
     Delivery,
@@ -30,6 +30,20 @@ MEMORY_CAPABILITIES = TransportCapabilities(
     delayed_delivery=True,
     atomic_forward=True,
 )
+
+
+def _on_wire(message: WireMessage) -> WireMessage:
+    """The message as it would come back from a STOMP broker: headers made wire-safe (as the
+    STOMP transport encodes them); a body the wire cannot carry raises MessageEncodeError."""
+    wire_body(message.body)
+    properties = {wire_safe(k): wire_safe(v) for k, v in message.properties.items()}
+    correlation = message.correlation_id
+    return WireMessage(
+        body=message.body,
+        properties=properties,
+        correlation_id=None if correlation is None else wire_safe(correlation),
+        persistent=message.persistent,
+    )
 
 
 @dataclass(slots=True)
@@ -81,6 +95,7 @@ class InMemoryBroker:
 
     def put_many(self, items: Sequence[tuple[str, WireMessage, int]]) -> None:
         """Store several messages at once (a committed transaction)."""
+        items = [(queue, _on_wire(message), delay_ms) for queue, message, delay_ms in items]
         with self._cond:
             now = self._clock()
             for queue, message, delay_ms in items:
@@ -125,6 +140,7 @@ class InMemoryBroker:
             return True
 
     def _forward(self, consumer: _Consumer, seq: int, items: Sequence[Outgoing]) -> bool:
+        items = [(queue, _on_wire(message), delay_ms) for queue, message, delay_ms in items]
         with self._cond:
             if seq not in consumer.in_flight:
                 return False

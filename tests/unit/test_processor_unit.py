@@ -253,7 +253,10 @@ def test_other_failures_are_retried_below_the_cap(exc: Exception, attempt: int) 
     )
     assert isinstance(outcome, Retry)
     assert outcome.delay_ms == 150 * 2 ** (attempt - 1)
-    assert outcome.error == ErrorInfo.of(exc)
+    assert (outcome.error.type, outcome.error.text) == (
+        ErrorInfo.of(exc).type,
+        ErrorInfo.of(exc).text,
+    )
 
 
 @pytest.mark.parametrize("attempt", [3, 4])
@@ -261,7 +264,9 @@ def test_other_failures_are_dead_lettered_as_exhausted_at_the_cap(attempt: int) 
     outcome = RetryMiddleware(FAST)(incoming(attempt), context(attempt), raising(RuntimeError("x")))
     assert isinstance(outcome, DeadLetter)
     assert outcome.reason is DeadLetterReason.EXHAUSTED
-    assert outcome.error == ErrorInfo(type="RuntimeError", text="RuntimeError: x")
+    assert (outcome.error.type, outcome.error.text) == ("RuntimeError", "RuntimeError: x")
+    assert outcome.error.trace is not None
+    assert 'raise exc' in outcome.error.trace, "the trace names the line that raised"
 
 
 def test_single_attempt_policy_dead_letters_the_first_failure() -> None:
@@ -278,9 +283,16 @@ def test_success_passes_the_handlers_outcome_through() -> None:
     assert outcome is ack
 
 
-def test_base_exceptions_are_not_turned_into_outcomes() -> None:
-    with pytest.raises(KeyboardInterrupt):
-        RetryMiddleware(FAST)(incoming(), context(), raising(KeyboardInterrupt()))
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3), GeneratorExit()])
+def test_base_exceptions_from_a_handler_are_failures_that_never_end_a_worker(
+    exc: BaseException,
+) -> None:
+    outcome = RetryMiddleware(FAST)(incoming(), context(), raising(exc))
+    assert isinstance(outcome, Retry)
+    assert outcome.error.type == type(exc).__name__
+    last = RetryMiddleware(FAST)(incoming(3), context(3), raising(exc))
+    assert isinstance(last, DeadLetter)
+    assert last.reason is DeadLetterReason.EXHAUSTED
 
 
 def test_error_info_names_builtins_plainly_and_others_by_module() -> None:

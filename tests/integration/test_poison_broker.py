@@ -1,0 +1,364 @@
+"""Poison messages on the real broker: each kind settles, and never stalls its tenant or another.
+
+For every poison kind, 10 poison messages of org-A are queued ahead of good messages of org-A
+and org-B: every good message must be handled, every poison message must end settled (handled,
+dead-lettered or quarantined, as its kind calls for), and nothing may be left on the source
+queue. The poison is sent as raw STOMP frames, the way a foreign producer (or a bug) sends it.
+The hostile generator of the in-memory property suite then drives a bounded run here too, and a
+worker process given every kind at once stops on SIGTERM within its grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from boost_tenancy import (
+    DispatchSettings,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    StompSettings,
+    StompTransport,
+    dead_letter_queue,
+)
+from boost_tenancy.admin import DeadLetterAdmin
+from boost_tenancy.resilience.dead_letter import quarantine_queue
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from tests.conftest import unique_queue, wait_until
+from tests.hostile import (
+    BEHAVIOUR,
+    KEY,
+    TENANTS,
+    Ends,
+    HostileMessage,
+    HostileProcessor,
+    expected_end,
+    hostile_batches,
+    output_queue,
+)
+from tests.integration.worker_support import WorkerPool, read_queue, worker_pool
+
+pytestmark = [pytest.mark.broker]
+
+IMMEDIATE = RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
+
+
+# -- raw STOMP: what a foreign producer can put on the wire ----------------------------------------
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+
+
+def raw_frame(
+    queue: str, headers: Mapping[str, str], body: bytes, *, content_length: bool
+) -> bytes:
+    """A SEND frame as written by hand; without content-length the body is a JMS TextMessage."""
+    head = {"destination": f"/queue/{queue}", "persistent": "true", **headers}
+    if content_length:
+        head["content-length"] = str(len(body))
+    lines = "".join(f"{_escape(k)}:{_escape(v)}\n" for k, v in head.items())
+    return f"SEND\n{lines}\n".encode() + body + b"\x00"
+
+
+def raw_send(settings: StompSettings, frames: Sequence[bytes]) -> None:
+    """Send frames on a plain socket and wait for a receipt after the last one."""
+    with socket.create_connection((settings.host, settings.port), timeout=15) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        _read_until(sock, b"CONNECTED")
+        sock.sendall(b"".join(frames) + b"DISCONNECT\nreceipt:done\n\n\x00")
+        _read_until(sock, b"RECEIPT")
+
+
+def _read_until(sock: socket.socket, word: bytes) -> None:
+    data = b""
+    while word not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"broker closed the connection before {word!r}: {data!r}")
+        data += chunk
+        if b"ERROR" in data:
+            raise AssertionError(f"broker answered with an ERROR frame: {data!r}")
+
+
+# -- the poison kinds ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """One kind of poison: how it goes on the wire and where it must end."""
+
+    body: bytes
+    behaviour: str = "ok"
+    headers: tuple[tuple[str, str], ...] = ()
+    content_length: bool = False
+    ends_in: str = "dlq"
+
+
+POISONS = {
+    "nested-200k-brackets": Poison(body=b"[" * 200_000),
+    "integer-of-5000-digits": Poison(body=b"1" * 5_000),
+    "lone-surrogate-republished": Poison(
+        body=b'{"tenantUUID": "org-A", "x": "\\ud83d"}', behaviour="echo", ends_in="out"
+    ),
+    "invalid-utf8-text": Poison(body=b'{"x": "caf\xe9 \xff"}'),
+    "invalid-utf8-bytes": Poison(body=b"\xff\xfe\x00\x01", content_length=True),
+    "attempt-overflow": Poison(
+        body=b'{"n": 1}',
+        behaviour="raise",
+        headers=(("boostAttempt", "99999999999999999999999"),),
+    ),
+    "system-exit": Poison(body=b'{"n": 1}', behaviour="system_exit"),
+    "keyboard-interrupt": Poison(body=b'{"n": 1}', behaviour="keyboard_interrupt"),
+    "nul-in-error": Poison(body=b'{"n": 1}', behaviour="nul_error"),
+    "foreign-correlation-id": Poison(
+        body=b'{"n": 1}', headers=(("correlation-id", "a b/c=d"),), ends_in="out"
+    ),
+    "forged-original-queue": Poison(
+        body=b'{"n": 1}',
+        behaviour="permanent",
+        headers=(("boostOriginalQueue", "parked.org-B.elsewhere"),),
+    ),
+    "returns-awaitable": Poison(body=b'{"n": 1}', behaviour="return_awaitable"),
+}
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "errors.sqlite3"
+
+
+def _runner(settings: StompSettings, queue: str, store: SQLiteErrorStore) -> ProcessorRunner:
+    return ProcessorRunner(
+        HostileProcessor(queue),
+        StompTransport(settings),
+        TENANTS,
+        error_store=store,
+        settings=RunnerSettings(workers=4, prefetch=10, dispatch=DispatchSettings(retry=IMMEDIATE)),
+        redrive_parked=False,
+    )
+
+
+def _good(queue: str, tenant: str, n: int) -> bytes:
+    body = json.dumps({"tenantUUID": tenant, "n": n}).encode()
+    return raw_frame(
+        queue, {"tenantUUID": tenant, KEY: f"good-{tenant}-{n}"}, body, content_length=False
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(POISONS))
+def test_poison_of_one_tenant_settles_and_stalls_no_tenant(
+    kind: str, stomp_settings: StompSettings, store_path: Path
+) -> None:
+    poison = POISONS[kind]
+    queue = unique_queue("poison")
+    frames = [
+        raw_frame(
+            queue,
+            {
+                "tenantUUID": "org-A",
+                KEY: f"poison-{i}",
+                BEHAVIOUR: poison.behaviour,
+                **dict(poison.headers),
+            },
+            poison.body,
+            content_length=poison.content_length,
+        )
+        for i in range(10)
+    ]
+    frames += [_good(queue, tenant, n) for tenant in TENANTS for n in range(5)]
+    raw_send(stomp_settings, frames)
+    store = SQLiteErrorStore(store_path)
+    runner = _runner(stomp_settings, queue, store)
+    runner.start()
+    try:
+        expected_out = 10 + (10 if poison.ends_in == "out" else 0)
+        outputs = read_queue(
+            stomp_settings, output_queue(queue), tenant=None, expect=expected_out, timeout_s=60
+        )
+    finally:
+        assert runner.stop(grace_s=15), "a handler was still running at the deadline"
+        store.close()
+    keys = sorted(d.properties[KEY] for d in outputs)
+    good = sorted(f"good-{tenant}-{n}" for tenant in TENANTS for n in range(5))
+    assert [k for k in keys if k.startswith("good-")] == good, "every good message is handled once"
+    dead = read_queue(
+        stomp_settings,
+        dead_letter_queue(queue),
+        tenant=None,
+        expect=10 if poison.ends_in == "dlq" else 0,
+    )
+    if poison.ends_in == "dlq":
+        assert sorted(d.properties.get(KEY, "") for d in dead) == sorted(
+            f"poison-{i}" for i in range(10)
+        )
+        assert all("\x00" not in d.properties.get("boostError", "x\x00") for d in dead)
+        assert all(d.properties["boostOriginalQueue"] == queue for d in dead)
+    else:
+        assert dead == []
+        assert sorted(k for k in keys if k.startswith("poison-")) == sorted(
+            f"poison-{i}" for i in range(10)
+        )
+    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.5) == [], (
+        "nothing is left on the source queue"
+    )
+
+
+def test_dead_letters_with_nul_errors_and_forged_queues_list_and_redrive_to_their_source(
+    stomp_settings: StompSettings, store_path: Path
+) -> None:
+    queue = unique_queue("poison")
+    frames = [
+        raw_frame(
+            queue,
+            {
+                "tenantUUID": "org-A",
+                KEY: f"p-{i}",
+                BEHAVIOUR: "nul_error" if i % 2 else "permanent",
+                "boostOriginalQueue": f"parked.org-B.{queue}",
+            },
+            b'{"n": 1}',
+            content_length=False,
+        )
+        for i in range(6)
+    ]
+    raw_send(stomp_settings, frames)
+    store = SQLiteErrorStore(store_path)
+    runner = _runner(stomp_settings, queue, store)
+    runner.start()
+    transport = StompTransport(stomp_settings)
+    try:
+        transport.connect()
+        admin = DeadLetterAdmin(transport, store)
+        assert wait_until(lambda: admin.count("org-A", queue, idle_s=0.5) == 6, timeout=60)
+        assert runner.stop(grace_s=15)
+        views = admin.list("org-A", queue, idle_s=1.0)
+        assert len(views) == 6
+        assert all(v.original_queue == queue and "\x00" not in v.error for v in views)
+        assert all(v.failures and v.failures[-1].trace for v in views), "failures keep a trace"
+        redriven = admin.redrive("org-A", queue, idle_s=1.0)
+        assert len(redriven) == 6
+        assert admin.count("org-A", queue, idle_s=0.5) == 0
+    finally:
+        transport.close()
+        store.close()
+    back = read_queue(stomp_settings, queue, tenant="org-A", expect=6)
+    assert sorted(d.properties[KEY] for d in back) == sorted(f"p-{i}" for i in range(6))
+    assert all("boostOriginalQueue" not in d.properties for d in back)
+    assert (
+        read_queue(stomp_settings, f"parked.org-B.{queue}", tenant=None, expect=0, quiet_s=0.5)
+        == []
+    )
+
+
+# -- the hostile generator, bounded, on the real broker -------------------------------------------
+@given(messages=hostile_batches(max_size=6))
+@settings(
+    max_examples=4,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+def test_hostile_generator_on_the_real_broker_settles_every_delivery(
+    messages: list[HostileMessage], stomp_settings: StompSettings, tmp_path: Path
+) -> None:
+    queue = unique_queue("hostile")
+    sender = StompTransport(stomp_settings)
+    sender.connect()
+    try:
+        for message in messages:
+            sender.send(queue, message.message)
+    finally:
+        sender.close()
+    store = SQLiteErrorStore(tmp_path / f"{queue}.sqlite3")
+    runner = _runner(stomp_settings, queue, store)
+    runner.start()
+    ends = [expected_end(m) for m in messages]
+    try:
+        read = {
+            place: read_queue(
+                stomp_settings, name, tenant=None, expect=ends.count(place), timeout_s=60
+            )
+            for place, name in (
+                ("out", output_queue(queue)),
+                ("dlq", dead_letter_queue(queue)),
+                ("quarantine", quarantine_queue(queue)),
+            )
+        }
+    finally:
+        assert runner.stop(grace_s=15)
+        store.close()
+    found = Ends()
+    for place, deliveries in read.items():
+        found.add(place, (d.properties for d in deliveries))
+    problems = found.check(messages, exactly_once=True)
+    assert not problems, "\n".join(problems)
+    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.0) == []
+
+
+# -- a worker process given every poison kind stops on SIGTERM within its grace period -------------
+@pytest.fixture
+def workers(tmp_path: Path, stomp_settings: StompSettings) -> Iterator[WorkerPool]:
+    yield from worker_pool(tmp_path, stomp_settings)
+
+
+@pytest.mark.slow
+def test_worker_given_every_poison_kind_handles_the_good_and_stops_on_sigterm_in_grace(
+    workers: WorkerPool, stomp_settings: StompSettings
+) -> None:
+    queue = unique_queue("poison")
+    frames = [
+        raw_frame(
+            queue,
+            {"tenantUUID": "org-A", KEY: f"{kind}-{i}", BEHAVIOUR: p.behaviour, **dict(p.headers)},
+            p.body,
+            content_length=p.content_length,
+        )
+        for kind, p in sorted(POISONS.items())
+        for i in range(10)
+    ]
+    frames += [_good(queue, tenant, n) for tenant in TENANTS for n in range(20)]
+    raw_send(stomp_settings, frames)
+    grace_s = 5.0
+    worker = workers.start(
+        "tests.integration.poison_processors:PoisonProcessor",
+        list(TENANTS),
+        {
+            "POISON_QUEUE": queue,
+            "BOOST_MAX_ATTEMPTS": "3",
+            "BOOST_RETRY_BASE_MS": "0",
+            "BOOST_RETRY_MAX_MS": "0",
+            "BOOST_SHUTDOWN_GRACE_S": str(grace_s),
+        },
+    )
+    poison_out = sum(10 for p in POISONS.values() if p.ends_in == "out")
+    outputs = read_queue(
+        stomp_settings, output_queue(queue), tenant=None, expect=40 + poison_out, timeout_s=90
+    )
+    good = {d.properties[KEY] for d in outputs if d.properties[KEY].startswith("good-")}
+    assert len(good) == 40, worker.text()[-3000:]
+    dead = read_queue(
+        stomp_settings,
+        dead_letter_queue(queue),
+        tenant=None,
+        expect=10 * len(POISONS) - poison_out,
+        timeout_s=90,
+    )
+    assert len(dead) == 10 * len(POISONS) - poison_out, worker.text()[-3000:]
+    worker.signal(signal.SIGTERM)
+    started = time.monotonic()
+    code = worker.wait(grace_s + 10)
+    assert code == 0, (
+        f"exit {code} after {time.monotonic() - started:.1f}s\n{worker.text()[-3000:]}"
+    )
+    assert all(e.get("event") != "worker_died_replaced" for e in worker.events())
+    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.0) == []

@@ -1,0 +1,132 @@
+"""Every delivery ends settled, whatever its bytes, headers and handler: a property-based suite
+on the in-memory transport (tests/hostile.py generates the deliveries; the same generator
+drives a bounded run against the real broker in tests/integration/test_poison_broker.py).
+
+Settled means: each message ends in exactly one of its handled output, the dead-letter queue or
+the quarantine queue, in the place its body and behaviour call for; nothing is left on the
+source queue; every dead letter is in the error store; every worker is alive at the end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from boost_tenancy import (
+    DispatchSettings,
+    FailureOutcome,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    TenantId,
+    dead_letter_queue,
+)
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.processor import Dispatcher, TenantProcessor
+from boost_tenancy.resilience.dead_letter import quarantine_queue
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.conftest import unique_queue, wait_until
+from tests.hostile import (
+    TENANTS,
+    Ends,
+    HostileMessage,
+    HostileProcessor,
+    hostile_batches,
+    output_queue,
+)
+
+IMMEDIATE = RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
+
+
+def run_hostile(messages: list[HostileMessage], directory: Path) -> tuple[Ends, list[str]]:
+    """Send messages, run a runner for both tenants until the source queue is empty, and read
+    back where each ended; returns the ends and any problems seen on the way."""
+    broker = InMemoryBroker()
+    queue = unique_queue("hostile")
+    store = SQLiteErrorStore(directory / f"{queue}.sqlite3")
+    transport = InMemoryTransport(broker)
+    processor = HostileProcessor(queue)
+    runner = ProcessorRunner(
+        processor,
+        transport,
+        TENANTS,
+        error_store=store,
+        settings=RunnerSettings(workers=3, prefetch=4, dispatch=DispatchSettings(retry=IMMEDIATE)),
+        redrive_parked=False,
+    )
+    problems: list[str] = []
+    try:
+        runner.start()
+        for message in messages:
+            broker.put(queue, message.message)
+
+        def settled() -> bool:
+            ended = sum(
+                broker.depth(q)
+                for q in (output_queue(queue), dead_letter_queue(queue), quarantine_queue(queue))
+            )
+            return broker.depth(queue) == 0 and ended >= len(messages)
+
+        if not wait_until(settled, timeout=30):
+            problems.append(f"not settled within 30 s: {broker.depth(queue)} left on {queue}")
+        if not all(worker.is_alive() for worker in runner._workers):
+            problems.append("a worker thread died")
+    finally:
+        clean = runner.stop(grace_s=10)
+    if not clean:
+        problems.append("stop() found handlers still running")
+    ends = Ends()
+    ends.add("out", (m.properties for m in broker.messages(output_queue(queue))))
+    dead = broker.messages(dead_letter_queue(queue))
+    ends.add("dlq", (m.properties for m in dead))
+    ends.add("quarantine", (m.properties for m in broker.messages(quarantine_queue(queue))))
+    for copy in dead:
+        tenant = TenantId.parse(copy.properties["tenantUUID"])
+        recorded = store.failures(tenant=tenant, message_id=copy.properties["boostMessageId"])
+        if FailureOutcome.DEAD_LETTER not in {r.outcome for r in recorded}:
+            problems.append(f"dead letter {copy.properties.get('hostileKey')} not recorded")
+        if not all(r.trace for r in recorded if r.error_type not in {"MessageDecodeError"}):
+            problems.append(f"a failure of {copy.properties.get('hostileKey')} has no trace")
+        if "\x00" in copy.properties.get("boostError", ""):
+            problems.append("a NUL went into a header")
+    store.close()
+    broker.close()
+    return ends, problems
+
+
+@given(messages=hostile_batches())
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+def test_every_hostile_delivery_ends_settled_exactly_once(messages: list[HostileMessage]) -> None:
+    # A directory per example: hypothesis runs many examples inside one test call.
+    with tempfile.TemporaryDirectory() as directory:
+        ends, problems = run_hostile(messages, Path(directory))
+    problems += ends.check(messages, exactly_once=True)
+    assert not problems, "\n".join(problems)
+
+
+class AsyncHandle(TenantProcessor):
+    queues = ("cmd",)
+
+    async def handle(self, message: object, ctx: object) -> None:  # type: ignore[override]
+        raise AssertionError("never called")
+
+
+def test_async_handle_is_refused_when_the_processor_is_loaded(tmp_path: Path) -> None:
+    broker = InMemoryBroker()
+    store = SQLiteErrorStore(tmp_path / "e.sqlite3")
+    try:
+        with pytest.raises(ConfigError, match=r"async def.*plain def"):
+            Dispatcher(AsyncHandle(), InMemoryTransport(broker), store)
+        with pytest.raises(ConfigError, match="async def"):
+            ProcessorRunner(AsyncHandle(), InMemoryTransport(broker), ["org-A"], error_store=store)
+    finally:
+        store.close()
+        broker.close()
