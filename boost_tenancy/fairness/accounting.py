@@ -23,7 +23,15 @@ log = structlog.get_logger("boost_tenancy.fairness.accounting")
 UNKNOWN_TENANT: Final = "_unknown"
 """How a message with no valid tenant is reported; never a valid TenantId, so never a collision."""
 
-OUTCOMES: Final = ("processed", "deferred", "retried", "dead_lettered", "quarantined", "stale")
+OUTCOMES: Final = (
+    "processed",
+    "deferred",
+    "retried",
+    "dead_lettered",
+    "quarantined",
+    "stale",
+    "unsettled",
+)
 """Dispatcher outcomes (DispatchObserver.on_outcome), one per delivery handled."""
 
 DEFERRAL_REASONS: Final = ("rate", "concurrency")
@@ -46,6 +54,7 @@ _HELP: Final = {
     "dead_lettered": "moved to the dead-letter queue",
     "quarantined": "tenancy violations moved to the quarantine queue",
     "stale": "skipped because their connection was gone (the broker redelivers them)",
+    "unsettled": "left unacknowledged after the broker refused even their raw dead letter",
 }
 
 

@@ -59,6 +59,7 @@ ZERO = {
     "dead_lettered": 0,
     "quarantined": 0,
     "stale": 0,
+    "unsettled": 0,
 }
 
 
@@ -228,6 +229,7 @@ def test_prometheus_sums_across_tenants_by_default() -> None:
         "dead_lettered": 0,
         "quarantined": 1,
         "stale": 0,
+        "unsettled": 0,
     }
     assert ("boost_tenancy_admitted_total", {}, 6) in samples
     reasons = {
@@ -253,7 +255,7 @@ def test_prometheus_tenant_label_is_opt_in() -> None:
 
 def test_an_empty_accounting_still_exposes_every_series() -> None:
     samples = parse_exposition(Accounting().prometheus())
-    assert len(samples) == 6 + 1 + 2
+    assert len(samples) == 7 + 1 + 2
     assert all(value == 0 for _, _, value in samples)
     assert parse_exposition(Accounting().prometheus(tenant_label=True)) == []
 
