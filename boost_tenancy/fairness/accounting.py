@@ -75,6 +75,8 @@ class Accounting:
     - quarantined: tenancy violations, under the tenant the message claimed when that is a valid
       id, else under None, reported as "_unknown".
     - stale: deliveries skipped because their connection was gone; the broker redelivers them.
+    - unsettled: deliveries left unacknowledged because the broker refused even their raw dead
+      letter (docs/resilience.md); they come back when the connection ends.
 
     processed + dead_lettered + quarantined is the number of messages that reached an end.
     """
@@ -182,6 +184,7 @@ def _view(counts: list[int]) -> dict[str, int]:
         "dead_lettered": get("dead_lettered"),
         "quarantined": get("quarantined"),
         "stale": get("stale"),
+        "unsettled": get("unsettled"),
     }
 
 
