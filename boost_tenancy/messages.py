@@ -131,18 +131,14 @@ def sanitized_id(value: str) -> str:
 
 
 def check_text_body(body: str) -> str:
-    """A text body the wire can carry: no NUL (STOMP ends a text frame with it), valid UTF-8."""
+    """A text body the wire can carry: no NUL (STOMP ends a text frame with it), no lone
+    surrogate other than the escapes of a received body that was not valid UTF-8."""
     if "\x00" in body:
         # STOMP frames a text body without content-length by its NUL terminator.
         raise ConfigError("a text body cannot contain NUL characters; send bytes instead")
     if not body.isascii():
-        try:
-            body.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise MessageEncodeError(
-                f"text body is not encodable as UTF-8 ({exc.reason} at position {exc.start}: "
-                f"{body[exc.start : exc.end]!r}); send valid text or bytes"
-            ) from exc
+        # A received body decoded from invalid UTF-8 passes (it goes out as the same bytes).
+        wire_body(body)
     return body
 
 

@@ -230,9 +230,7 @@ def build_fairness(
         client = redis_client(settings.redis_url)
         # One breaker for both: one Redis, so one timeout opens the circuit for every check.
         breaker = redis_breaker()
-        concurrency = RedisConcurrencyLimiter(
-            client, prefix=settings.redis_prefix, breaker=breaker
-        )
+        concurrency = RedisConcurrencyLimiter(client, prefix=settings.redis_prefix, breaker=breaker)
         rates = RedisTokenBucketLimiter(
             client, settings.rate, prefix=settings.redis_prefix, breaker=breaker
         )

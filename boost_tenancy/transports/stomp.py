@@ -8,19 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import queue as queue_mod
 import random
+import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import stomp
 import structlog
 
-from boost_tenancy.errors import ConfigError, NotConfirmedError, TransportError
+from boost_tenancy.envvars import env_float
+from boost_tenancy.errors import (
+    ConfigError,
+    MessageEncodeError,
+    NotConfirmedError,
+    TransportError,
+)
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
@@ -63,6 +71,9 @@ _FRAME_HEADERS: Final = frozenset(
 )
 
 
+_DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StompSettings:
     """Where the broker is and how patient to be with it."""
@@ -73,6 +84,8 @@ class StompSettings:
     password: str | None = None
     vhost: str | None = None
     heartbeat_ms: int = 10_000
+    connect_timeout_s: float = _DEFAULT_CONNECT_TIMEOUT_S
+    """Limit on one connection attempt: the TCP connect plus the wait for CONNECTED."""
     receipt_timeout_s: float = 30.0
     reconnect_wait_s: float = 30.0
     """How long a send waits for a lost connection to come back before failing."""
@@ -86,12 +99,24 @@ class StompSettings:
             raise ConfigError(f"STOMP port must be 1-65535, got {self.port}")
         if self.receipt_timeout_s <= 0 or self.reconnect_wait_s < 0:
             raise ConfigError("STOMP timeouts must be positive")
+        # Written as a range so NaN fails too; an infinite timeout cannot be waited on.
+        if not 0 < self.connect_timeout_s < math.inf:
+            raise ConfigError(
+                f"STOMP timeouts must be positive: connect_timeout_s={self.connect_timeout_s}"
+            )
+        if not 0 < self.reconnect_initial_s <= self.reconnect_max_s < math.inf:
+            # Zero would retry in a busy loop; a negative delay would end the reconnecting thread.
+            raise ConfigError(
+                "STOMP reconnect delays must satisfy 0 < reconnect_initial_s <= reconnect_max_s, "
+                f"got {self.reconnect_initial_s} and {self.reconnect_max_s}"
+            )
         if (self.username is None) != (self.password is None):
             raise ConfigError("set both the broker username and password, or neither")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StompSettings:
-        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST; errors name the variable."""
+        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST, _CONNECT_TIMEOUT_S; errors
+        name the variable."""
         port_text = env.get("BOOST_STOMP_PORT", "61613")
         try:
             port = int(port_text)
@@ -101,12 +126,21 @@ class StompSettings:
             raise ConfigError(f"BOOST_STOMP_PORT must be 1-65535, got {port}")
         if bool(env.get("BOOST_STOMP_USER")) != bool(env.get("BOOST_STOMP_PASSWORD")):
             raise ConfigError("set both BOOST_STOMP_USER and BOOST_STOMP_PASSWORD, or neither")
+        connect_timeout_s = env_float(
+            env, "BOOST_STOMP_CONNECT_TIMEOUT_S", _DEFAULT_CONNECT_TIMEOUT_S
+        )
+        if not 0 < connect_timeout_s < math.inf:
+            raise ConfigError(
+                "BOOST_STOMP_CONNECT_TIMEOUT_S must be a positive number of seconds, "
+                f"got {env['BOOST_STOMP_CONNECT_TIMEOUT_S']!r}"
+            )
         return cls(
             host=env.get("BOOST_STOMP_HOST", "127.0.0.1"),
             port=port,
             username=env.get("BOOST_STOMP_USER") or None,
             password=env.get("BOOST_STOMP_PASSWORD") or None,
             vhost=env.get("BOOST_STOMP_VHOST") or None,
+            connect_timeout_s=connect_timeout_s,
         )
 
 
@@ -128,9 +162,41 @@ class _Pending:
     error: str | None = None
 
 
+# Surrogates have no UTF-8 form; a str holds them when text was decoded with surrogateescape
+# or surrogatepass, or parsed from a JSON "\ud83d" escape.
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
+
+
 def _escape(value: str) -> str:
-    """STOMP 1.2 header escaping: backslash, carriage return, newline and colon."""
-    return value.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+    """A header name or value fit for a frame: NUL and lone surrogates become U+FFFD, then
+    STOMP 1.2 escaping of backslash, carriage return, newline and colon.
+
+    NUL is replaced because it ends a frame: Classic keeps it in the header and hands consumers
+    the frame cut in two. Other control characters are left alone: Classic 5.17 and stomp.py
+    carry every one of them through unchanged.
+    """
+    ascii_only = value.isascii()
+    if (
+        ascii_only
+        and ":" not in value
+        and "\\" not in value
+        and "\n" not in value
+        and "\r" not in value
+        and "\x00" not in value
+    ):
+        # Most names and values (every SEND and ACK has several): a few scans at C speed and
+        # no copy, which measured faster than one regular expression search.
+        return value
+    if not ascii_only and _SURROGATE.search(value) is not None:
+        # Through UTF-16 so a surrogate pair becomes its character and a lone one U+FFFD.
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return (
+        value.replace("\x00", "\ufffd")
+        .replace("\\", "\\\\")
+        .replace("\r", "\\r")
+        .replace("\n", "\\n")
+        .replace(":", "\\c")
+    )
 
 
 def encode_frame(command: str, headers: Mapping[str, str], body: bytes = b"") -> bytes:
@@ -138,9 +204,59 @@ def encode_frame(command: str, headers: Mapping[str, str], body: bytes = b"") ->
 
     The toolkit encodes its own SEND, ACK, BEGIN and COMMIT frames so that a batch, or every
     acknowledgement waiting, goes out in one socket write instead of one stomp.py call each.
+    Any header text is accepted: what a frame cannot carry is replaced (see _escape), so an
+    error text copied into a header can never break the connection's framing.
     """
     head = "".join(f"{_escape(name)}:{_escape(value)}\n" for name, value in headers.items())
     return f"{command}\n{head}\n".encode() + body + b"\x00"
+
+
+def _new_receipt() -> str:
+    return f"r-{uuid.uuid4().hex}"
+
+
+def _text_body_bytes(queue: str, text: str) -> bytes:
+    """A text body as the bytes of its frame, or MessageEncodeError naming what is wrong.
+
+    Encoded with surrogateescape: a body that arrived as invalid UTF-8 (decoded the same way)
+    goes out again as the very same bytes, so a retry or dead-letter copy is byte-exact.
+    """
+    nul = text.find("\x00")
+    if nul >= 0:
+        # Sent without content-length (so Java consumers get a TextMessage), the body ends at
+        # its first NUL: the rest would reach the broker as a frame of its own.
+        raise MessageEncodeError(
+            f"text body for {queue!r} has NUL at position {nul}, which would end the frame; "
+            "send bytes instead"
+        )
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise MessageEncodeError(
+            f"text body for {queue!r} cannot be encoded: {text[exc.start : exc.end]!r} at "
+            f"position {exc.start} ({exc.reason}: a lone surrogate has no UTF-8 form); send "
+            "bytes or valid text"
+        ) from exc
+
+
+def _check_bodies(items: Iterable[Outgoing]) -> None:
+    """Raise MessageEncodeError for the first body that cannot be sent, before any is sent."""
+    for queue, message, _ in items:
+        if isinstance(message.body, str):
+            _text_body_bytes(queue, message.body)
+
+
+def reconnect_delay(
+    attempt: int, initial_s: float, max_s: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait after the attempt-th failed reconnection (1-based).
+
+    Doubles from initial_s up to max_s, then takes a random 50-100% of that, so clients that
+    lost the same broker do not come back in step and the wait never exceeds max_s.
+    """
+    # The exponent is capped: 2.0**1024 overflows, and a long outage counts that many attempts.
+    base = min(max_s, initial_s * 2.0 ** min(attempt - 1, 60))
+    return base * (0.5 + rand() / 2)
 
 
 _WRITE_CHUNK = 64 * 1024
@@ -153,9 +269,12 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
     def __init__(self, transport: StompTransport, generation: int) -> None:
         self._transport = transport
         self._generation = generation
+        self.answered = threading.Event()
+        """Set on CONNECTED, on ERROR and when the socket closes: the connect wait can end."""
 
     def on_connected(self, frame: Any) -> None:
         self._transport._on_connected(self._generation, frame.headers)
+        self.answered.set()
 
     def on_message(self, frame: Any) -> None:
         self._transport._on_message(self._generation, frame.headers, frame.body)
@@ -165,8 +284,10 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
 
     def on_error(self, frame: Any) -> None:
         self._transport._on_error(frame.headers, frame.body)
+        self.answered.set()
 
     def on_disconnected(self) -> None:
+        self.answered.set()
         self._transport._on_disconnected(self._generation)
 
 
@@ -185,14 +306,20 @@ class _StompBatch:
         self._began = False
 
     def add(self, queue: str, message: WireMessage) -> None:
+        """Add one message; a body that cannot be encoded raises MessageEncodeError here, with
+        nothing of it written, and the batch stays usable."""
         check_queue_name(queue)
         if self._tx is None:
+            # Checked now so the error names this add, not the commit (which encodes again).
+            _check_bodies([(queue, message, 0)])
             self._items.append((queue, message))
             return
+        # Encoded before BEGIN: a first message that cannot be encoded leaves nothing written.
+        frame = self._transport._send_frame(queue, message, 0, {"transaction": self._tx})
         if not self._began:
             self._push(encode_frame("BEGIN", {"transaction": self._tx}))
             self._began = True
-        self._push(self._transport._send_frame(queue, message, 0, {"transaction": self._tx}))
+        self._push(frame)
         self._count += 1
 
     def _push(self, frame: bytes) -> None:
@@ -305,29 +432,46 @@ class StompTransport:
             auto_content_length=False,
             auto_decode=False,
             reconnect_attempts_max=1,
+            # Backoff between attempts is _reconnect_loop's; stomp.py would sleep once more
+            # after a refused TCP connect before giving up.
+            reconnect_sleep_initial=0.0,
+            # stomp.py applies it to the TCP connect only; the socket then blocks without one.
+            timeout=settings.connect_timeout_s,
             vhost=settings.vhost,
         )
-        conn.set_listener("boost", _Listener(self, generation))
+        listener = _Listener(self, generation)
+        conn.set_listener("boost", listener)
         where = f"{settings.host}:{settings.port}"
+        deadline = time.monotonic() + settings.connect_timeout_s
         try:
-            # stomp.py's own wait has no working timeout; poll for CONNECTED with a deadline.
+            # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
             conn.connect(settings.username, settings.password, wait=False)
-            deadline = time.monotonic() + settings.receipt_timeout_s
             while not conn.is_connected():
                 if conn.transport.connection_error:
                     raise TransportError(f"STOMP broker at {where} refused the connection")
-                if time.monotonic() > deadline:
+                if listener.answered.is_set() or not conn.transport.running:
+                    # A peer that accepts and closes at once (a broker starting or stopping,
+                    # or not a broker at all) is told apart at once, not at the deadline.
+                    raise TransportError(
+                        f"STOMP broker at {where} closed the connection before CONNECTED"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise TransportError(
                         f"STOMP broker at {where} did not answer CONNECT within "
-                        f"{settings.receipt_timeout_s}s"
+                        f"{settings.connect_timeout_s}s"
                     )
-                time.sleep(0.005)
+                listener.answered.wait(remaining)
         except Exception as exc:
+            # disconnect() sends nothing on a connection that never got CONNECTED, and its
+            # socket and receiving thread would stay behind (one per attempt on a deaf peer).
             with contextlib.suppress(Exception):  # the connect error is the one to report
-                conn.disconnect()
+                conn.transport.disconnect_socket()
             if isinstance(exc, TransportError):
                 raise
-            raise TransportError(f"cannot connect to STOMP broker at {where}: {exc}") from exc
+            # stomp.py's ConnectFailedException has no message: name it instead.
+            detail = str(exc) or type(exc).__name__
+            raise TransportError(f"cannot connect to STOMP broker at {where}: {detail}") from exc
         with self._lock:
             if self._closing or generation != self._generation:
                 superseded = True
@@ -378,11 +522,11 @@ class StompTransport:
                 )
                 self._reconnector.start()
         self._fail_pending(generation, "connection lost before the broker confirmed")
-        if not closing:
+        if was_connected and not closing:  # a failed attempt is logged by whoever made it
             log.warning("stomp_connection_lost", host=self._settings.host, port=self._settings.port)
 
     def _reconnect_loop(self) -> None:
-        delay = self._settings.reconnect_initial_s
+        settings = self._settings
         attempt = 0
         while True:
             with self._lock:
@@ -396,8 +540,9 @@ class StompTransport:
             else:
                 log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
                 return
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, self._settings.reconnect_max_s)
+            time.sleep(
+                reconnect_delay(attempt, settings.reconnect_initial_s, settings.reconnect_max_s)
+            )
 
     def _current(self) -> tuple[Any, int]:
         """The live connection, waiting up to reconnect_wait_s for one."""
@@ -416,8 +561,9 @@ class StompTransport:
             return self._conn, self._generation
 
     # -- receipts ------------------------------------------------------------------------------
-    def _expect_receipt(self, generation: int) -> tuple[str, _Pending]:
-        receipt = f"r-{uuid.uuid4().hex}"
+    def _expect_receipt(self, generation: int, receipt: str | None = None) -> tuple[str, _Pending]:
+        """Register a receipt to await; pass one already written into a frame, or get a new one."""
+        receipt = receipt or _new_receipt()
         pending = _Pending(threading.Event(), generation)
         with self._lock:
             self._pending[receipt] = pending
@@ -466,6 +612,7 @@ class StompTransport:
     def _send_frame(
         queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]
     ) -> bytes:
+        """One SEND frame; MessageEncodeError when the body cannot be put on the wire."""
         headers = dict(message.properties)
         headers["destination"] = "/queue/" + check_queue_name(queue)
         headers["persistent"] = "true" if message.persistent else "false"
@@ -476,13 +623,24 @@ class StompTransport:
         headers.update(extra)
         if isinstance(message.body, str):
             # No content-length: both brokers then create a TextMessage (Java getText() works).
-            return encode_frame("SEND", headers, message.body.encode("utf-8"))
+            return encode_frame("SEND", headers, _text_body_bytes(queue, message.body))
         headers["content-length"] = str(len(message.body))
         return encode_frame("SEND", headers, message.body)
 
     def _write(self, conn: Any, frames: Iterable[bytes], receipt: str, what: str) -> None:
         """Write frames in chunks of about 64 KiB: the broker starts on the first chunk while
-        the next is encoded, and no single write holds the socket for long."""
+        the rest follow, and no single write holds the socket for long.
+
+        Only a failed socket write becomes a TransportError; callers encode every frame before
+        calling, so a message that cannot be encoded never passes for a lost connection.
+        """
+
+        def put(data: bytes) -> None:
+            try:
+                conn.transport.send(data)
+            except Exception as exc:
+                raise TransportError(f"{what} failed: {exc}") from exc
+
         try:
             chunk: list[bytes] = []
             size = 0
@@ -490,20 +648,22 @@ class StompTransport:
                 chunk.append(frame)
                 size += len(frame)
                 if size >= _WRITE_CHUNK:
-                    conn.transport.send(b"".join(chunk))
+                    put(b"".join(chunk))
                     chunk, size = [], 0
             if chunk:
-                conn.transport.send(b"".join(chunk))
-        except Exception as exc:
+                put(b"".join(chunk))
+        except BaseException:
             with self._lock:
                 self._pending.pop(receipt, None)
-            raise TransportError(f"{what} failed: {exc}") from exc
+            raise
 
     def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
         check_queue_name(queue)
-        conn, generation = self._current()
-        receipt, pending = self._expect_receipt(generation)
+        # Encoded first: a MessageEncodeError then leaves nothing written and nothing awaited.
+        receipt = _new_receipt()
         frame = self._send_frame(queue, message, delay_ms, {"receipt": receipt})
+        conn, generation = self._current()
+        receipt, pending = self._expect_receipt(generation, receipt)
         self._write(conn, [frame], receipt, f"send to {queue!r}")
         self._await(receipt, pending, f"send to {queue!r}")
 
@@ -511,19 +671,21 @@ class StompTransport:
         self, items: Sequence[Outgoing], acks: tuple[Any, Sequence[str]] | None
     ) -> None:
         """Send items (and ack deliveries of one connection) in one transaction, by receipt."""
-        conn, generation = self._current()
-        if acks is not None and acks[0] is not conn:
-            raise TransportError("delivery belongs to a lost connection")
         for queue, _, _ in items:
             check_queue_name(queue)
         tx = f"tx-{uuid.uuid4().hex}"
         in_tx = {"transaction": tx}
+        # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
+        # alone (MessageEncodeError), not as half a transaction on a healthy connection.
+        sends = [self._send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
+        conn, generation = self._current()
+        if acks is not None and acks[0] is not conn:
+            raise TransportError("delivery belongs to a lost connection")
         receipt, pending = self._expect_receipt(generation)
 
         def frames() -> Iterator[bytes]:
             yield encode_frame("BEGIN", in_tx)
-            for queue, message, delay_ms in items:
-                yield self._send_frame(queue, message, delay_ms, in_tx)
+            yield from sends
             for ack_id in acks[1] if acks is not None else ():
                 yield encode_frame("ACK", {"id": ack_id, "transaction": tx})
             yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
@@ -539,14 +701,16 @@ class StompTransport:
             return
         for queue, _ in items:
             check_queue_name(queue)
-        conn, generation = self._current()
-        receipt, pending = self._expect_receipt(generation)
         # A connection's frames are handled in order, so the receipt of the last confirms all.
+        # All are encoded before the first is written: a MessageEncodeError leaves none stored.
+        receipt = _new_receipt()
         last = len(items) - 1
-        frames = (
+        frames = [
             self._send_frame(q, m, 0, {"receipt": receipt} if i == last else {})
             for i, (q, m) in enumerate(items)
-        )
+        ]
+        conn, generation = self._current()
+        receipt, pending = self._expect_receipt(generation, receipt)
         what = f"batch of {len(items)} message(s)"
         self._write(conn, frames, receipt, what)
         self._await(receipt, pending, what)
@@ -708,6 +872,7 @@ class StompTransport:
         elif self.is_classic:
             self._transaction(items, (target[0], [target[1]]))
         else:
+            _check_bodies(items)  # so a bad body fails before any of the copies is sent
             for queue, message, delay_ms in items:
                 self.send(queue, message, delay_ms=delay_ms)
             self.ack(delivery)
@@ -722,6 +887,7 @@ class StompTransport:
         if not live:
             return
         if not self.is_classic:
+            _check_bodies(item for _, items, _ in live for item in items)
             for delivery, items, _ in live:
                 self.forward(delivery, items)
             return

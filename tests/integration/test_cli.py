@@ -194,11 +194,11 @@ def test_failing_processor_dead_letters_then_dlq_list_redrive_and_errors_show_it
 
     assert cli.ok("dlq", "list", "--tenant", other, "--queue", queue) == []
     assert cli.ok("dlq", "redrive", "--tenant", other, "--queue", queue) == [
-        {"redriven": [], "count": 0}
+        {"redriven": [], "count": 0, "remaining": 0}
     ]
 
     assert cli.ok("dlq", "redrive", "--tenant", tenant, "--queue", queue) == [
-        {"redriven": [message_id], "count": 1}
+        {"redriven": [message_id], "count": 1, "remaining": 0}
     ]
     (back,) = take(consumer, queue, tenant, 1)
     assert back.properties["boostMessageId"] == message_id
@@ -216,6 +216,9 @@ def test_failing_processor_dead_letters_then_dlq_list_redrive_and_errors_show_it
         (message_id, 2, "redrive"),
     ]
     assert all(e["tenant"] == tenant and e["queue"] == queue for e in errors)
+    assert all("always fails" in e["trace"] for e in errors if e["outcome"] != "redrive"), (
+        "a stored failure keeps the stack trace that names the handler's line"
+    )
     assert [e["attempt"] for e in cli.ok("errors", "--tenant", tenant, "--outcome", "retry")] == [1]
     assert cli.ok("errors", "--tenant", other) == []
 

@@ -266,7 +266,7 @@ def test_other_failures_are_dead_lettered_as_exhausted_at_the_cap(attempt: int) 
     assert outcome.reason is DeadLetterReason.EXHAUSTED
     assert (outcome.error.type, outcome.error.text) == ("RuntimeError", "RuntimeError: x")
     assert outcome.error.trace is not None
-    assert 'raise exc' in outcome.error.trace, "the trace names the line that raised"
+    assert "raise exc" in outcome.error.trace, "the trace names the line that raised"
 
 
 def test_single_attempt_policy_dead_letters_the_first_failure() -> None:

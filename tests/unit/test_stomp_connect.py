@@ -1,70 +1,404 @@
-"""Connecting never hangs: a peer that accepts TCP but never answers CONNECT, or closes before
-CONNECTED, makes connect() fail within the receipt timeout (stomp.py's own wait has none)."""
+"""The STOMP transport's connection attempts and the frames it writes, without a broker.
+
+Connecting never hangs: a peer that closes before CONNECTED is detected at once, one that never
+answers costs connect_timeout_s (not the receipt timeout), and reconnection backs off with
+jitter. Any header text survives the frame format, and a body that cannot be encoded raises
+MessageEncodeError before a byte is written.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from stomp.utils import parse_frame
 
 from boost_tenancy import StompSettings, StompTransport, TransportError
+from boost_tenancy.errors import ConfigError, MessageEncodeError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.stomp import encode_frame, reconnect_delay
+
+CONNECTED = b"CONNECTED\nversion:1.2\nserver:ActiveMQ/5.17.2\n\n\x00"
 
 
-def serve(behaviour: str) -> Iterator[int]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    stop = threading.Event()
-    held: list[socket.socket] = []
+class Peer:
+    """A TCP server in a thread that plays a broker badly: it records when each connection came
+    and whether the client closed its socket afterwards."""
 
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port: int = self.server.getsockname()[1]
+        self.accepted: list[float] = []
+        self.client_closed = threading.Event()
+        self._stop = threading.Event()
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.1)
+        while not self._stop.is_set():
             try:
-                conn, _ = server.accept()
+                conn, _ = self.server.accept()
             except OSError:
                 continue
+            self.accepted.append(time.monotonic())
+            behaviour = self.behaviour
+            if behaviour == "once" and len(self.accepted) == 1:
+                behaviour = "connected-then-close"
+            elif behaviour == "once":
+                behaviour = "close"
             if behaviour == "close":
-                conn.recv(1024)
                 conn.close()
-            else:
-                held.append(conn)  # deaf: read nothing, answer nothing
+            elif behaviour == "connected-then-close":
+                conn.recv(4096)
+                conn.sendall(CONNECTED)
+                time.sleep(0.2)
+                conn.close()
+            elif behaviour == "error":
+                conn.recv(4096)
+                conn.sendall(b"ERROR\nmessage:login refused\n\n\x00")
+                self._held.append(conn)
+            else:  # deaf: read nothing, answer nothing, notice when the client gives up
+                self._held.append(conn)
+                threading.Thread(target=self._watch, args=(conn,), daemon=True).start()
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    server.close()
+    def _watch(self, conn: socket.socket) -> None:
+        conn.settimeout(30)
+        try:
+            while conn.recv(4096):
+                pass  # the CONNECT frame; an empty read is the client closing
+            self.client_closed.set()
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for conn in self._held:
+            conn.close()
+        self.server.close()
 
 
-@pytest.fixture(params=["deaf", "close"])
-def peer_port(request: pytest.FixtureRequest) -> Iterator[int]:
-    yield from serve(request.param)
+@pytest.fixture
+def peer(request: pytest.FixtureRequest) -> Iterator[Peer]:
+    running = Peer(request.param)
+    yield running
+    running.stop()
 
 
-def test_connect_to_a_peer_that_never_completes_fails_within_the_timeout(peer_port: int) -> None:
-    transport = StompTransport(StompSettings(port=peer_port, receipt_timeout_s=1.5))
-    started = time.monotonic()
-    with pytest.raises(TransportError, match=re.escape(f"127.0.0.1:{peer_port}")):
-        transport.connect()
-    assert time.monotonic() - started < 10
+def closes_promptly(transport: StompTransport) -> bool:
     closed = threading.Thread(target=transport.close, daemon=True)
     closed.start()
     closed.join(5)
-    assert not closed.is_alive(), "close() must not block after a failed connect"
+    return not closed.is_alive()
+
+
+@pytest.mark.parametrize("peer", ["deaf", "close"], indirect=True)
+def test_connect_to_a_peer_that_never_completes_fails_within_the_timeout(peer: Peer) -> None:
+    transport = StompTransport(StompSettings(port=peer.port, connect_timeout_s=1.5))
+    started = time.monotonic()
+    with pytest.raises(TransportError, match=re.escape(f"127.0.0.1:{peer.port}")):
+        transport.connect()
+    assert time.monotonic() - started < 10
+    assert closes_promptly(transport), "close() must not block after a failed connect"
+
+
+@pytest.mark.parametrize("peer", ["close"], indirect=True)
+def test_a_peer_that_accepts_and_closes_is_detected_at_once_not_at_a_timeout(peer: Peer) -> None:
+    # Both timeouts long: only detecting the closed socket can make this fast.
+    settings = StompSettings(port=peer.port, receipt_timeout_s=30, connect_timeout_s=30)
+    transport = StompTransport(settings)
+    started = time.monotonic()
+    # Depending on who is first, the CONNECT write fails or the receiving thread sees the close.
+    with pytest.raises(TransportError, match=re.escape(f"STOMP broker at 127.0.0.1:{peer.port}")):
+        transport.connect()
+    assert time.monotonic() - started < 10
+    assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["deaf"], indirect=True)
+def test_a_peer_that_never_answers_costs_connect_timeout_not_receipt_timeout(peer: Peer) -> None:
+    settings = StompSettings(port=peer.port, receipt_timeout_s=30, connect_timeout_s=2)
+    transport = StompTransport(settings)
+    started = time.monotonic()
+    with pytest.raises(TransportError, match=r"did not answer CONNECT within 2(\.0)?s"):
+        transport.connect()
+    elapsed = time.monotonic() - started
+    assert 1.9 <= elapsed < 10, elapsed
+    # The abandoned attempt closes its socket: repeated attempts leave nothing behind.
+    assert peer.client_closed.wait(5), "the failed attempt left its socket open"
+    assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["error"], indirect=True)
+def test_a_peer_that_answers_connect_with_error_is_reported_as_refusing(peer: Peer) -> None:
+    transport = StompTransport(StompSettings(port=peer.port, connect_timeout_s=30))
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="refused the connection"):
+        transport.connect()
+    assert time.monotonic() - started < 10
 
 
 def test_connect_to_a_closed_port_fails_with_a_clear_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    transport = StompTransport(StompSettings(port=port, receipt_timeout_s=1.5))
+    transport = StompTransport(StompSettings(port=port, connect_timeout_s=1.5))
+    started = time.monotonic()
     with pytest.raises(TransportError, match=re.escape(f"STOMP broker at 127.0.0.1:{port}")):
         transport.connect()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("peer", ["once"], indirect=True)
+def test_after_a_lost_connection_reconnect_attempts_back_off_and_stop_on_close(
+    peer: Peer,
+) -> None:
+    """The broker goes away after CONNECTED and then closes every new connection at once: each
+    attempt fails fast, the gaps between attempts grow with jitter up to reconnect_max_s, and
+    close() ends the attempts."""
+    settings = StompSettings(
+        port=peer.port,
+        receipt_timeout_s=30,
+        connect_timeout_s=30,
+        reconnect_initial_s=0.1,
+        reconnect_max_s=0.4,
+    )
+    transport = StompTransport(settings)
+    transport.connect()
+    deadline = time.monotonic() + 15
+    while len(peer.accepted) < 7 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    transport.close()
+    attempts = list(peer.accepted[1:])
+    assert len(attempts) >= 6, f"only {len(attempts)} reconnect attempts"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
+    # Each gap is a backoff sleep (0.05-0.4 s) plus one failed attempt, which must be quick.
+    assert all(0.04 <= gap < 2.0 for gap in gaps), gaps
+    time.sleep(1.0)
+    count = len(peer.accepted)
+    time.sleep(1.0)
+    assert len(peer.accepted) == count, "reconnect attempts went on after close()"
+
+
+def test_reconnect_delay_doubles_up_to_the_cap_with_jitter_below_it() -> None:
+    low = [reconnect_delay(n, 0.2, 5.0, lambda: 0.0) for n in range(1, 9)]
+    high = [reconnect_delay(n, 0.2, 5.0, lambda: 0.999999) for n in range(1, 9)]
+    assert low == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.5, 2.5, 2.5])
+    assert high == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0], rel=1e-5)
+    assert all(delay <= 5.0 for delay in high)
+
+
+def test_reconnect_delay_survives_an_outage_of_many_attempts() -> None:
+    assert reconnect_delay(10_000, 0.2, 5.0, lambda: 0.5) == pytest.approx(3.75)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"connect_timeout_s": 0.0},
+        {"connect_timeout_s": -1.0},
+        {"connect_timeout_s": math.nan},
+        {"connect_timeout_s": math.inf},
+        {"reconnect_initial_s": 0.0},
+        {"reconnect_initial_s": 6.0, "reconnect_max_s": 5.0},
+    ],
+)
+def test_settings_refuse_unusable_connect_timeouts_and_delays(fields: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match="STOMP"):
+        StompSettings(**fields)  # type: ignore[arg-type]
+
+
+def test_connect_timeout_is_read_from_the_environment() -> None:
+    assert StompSettings.from_env({}).connect_timeout_s == 5.0
+    env = {"BOOST_STOMP_CONNECT_TIMEOUT_S": "2.5"}
+    assert StompSettings.from_env(env).connect_timeout_s == 2.5
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_connect_timeout_variable_is_named(raw: str) -> None:
+    with pytest.raises(ConfigError, match="BOOST_STOMP_CONNECT_TIMEOUT_S"):
+        StompSettings.from_env({"BOOST_STOMP_CONNECT_TIMEOUT_S": raw})
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+def parsed(frame: bytes) -> Any:
+    """The frame as stomp.py (the toolkit's own reader) parses it; exactly one NUL, at the end."""
+    assert frame.endswith(b"\x00")
+    assert frame.count(b"\x00") == 1, "a NUL inside the frame would split it in two"
+    return parse_frame(frame[:-1])
+
+
+def test_header_values_with_nul_or_lone_surrogates_arrive_with_u_fffd() -> None:
+    frame = encode_frame(
+        "SEND",
+        {
+            "boostError": "bad\x00value",
+            "high": "a\ud83db",
+            "low": "\udcff",
+            "pair": "x\ud83d\ude00y",
+            "nul\x00name": "v",
+        },
+    )
+    headers = parsed(frame).headers
+    assert headers["boostError"] == "bad\ufffdvalue"
+    assert headers["high"] == "a\ufffdb"
+    assert headers["low"] == "\ufffd"
+    assert headers["pair"] == "x\U0001f600y"  # a surrogate pair is its character, not lost
+    assert headers["nul\ufffdname"] == "v"
+
+
+def test_escaped_and_other_characters_survive_exactly() -> None:
+    values = {
+        "colon": "2026-11-23T01:41:14+00:00",
+        "lines": "one\ntwo\r\nthree\r",
+        "backslash": "C:\\temp\\n",
+        "controls": "tab\tbell\x07esc\x1bdel\x7f",
+        "text": "Zürich 😀 \u2028 \ufffe",
+        "plain": "org-7f3c2a",
+    }
+    frame = encode_frame("SEND", {**values, "we:ird": "x"}, b"body")
+    result = parsed(frame)
+    assert result.cmd == "SEND"
+    assert result.body == b"body"
+    assert {k: result.headers[k] for k in values} == values
+    assert result.headers["we:ird"] == "x"
+
+
+# -- bodies that cannot be encoded, on a connection that records its writes ------------------
+
+
+class RecordingSocket:
+    """Stands in for stomp.py's transport: records writes and confirms receipts like a broker."""
+
+    def __init__(self, owner: StompTransport) -> None:
+        self.owner = owner
+        self.writes: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.writes.append(data)
+        for raw in data.split(b"\x00"):
+            if raw.strip(b"\r\n"):
+                receipt = parse_frame(raw).headers.get("receipt")
+                if receipt is not None:
+                    self.owner._resolve(receipt, None)
+
+    def frames(self) -> list[Any]:
+        return [parse_frame(raw) for raw in b"".join(self.writes).split(b"\x00") if raw.strip()]
+
+
+class RecordingConnection:
+    def __init__(self, owner: StompTransport) -> None:
+        self.transport = RecordingSocket(owner)
+
+
+@pytest.fixture(params=["ActiveMQ/5.17.2", "ActiveMQ-Artemis/2.44.0"])
+def recorded(request: pytest.FixtureRequest) -> Iterator[tuple[StompTransport, RecordingSocket]]:
+    transport = StompTransport(StompSettings(receipt_timeout_s=2, reconnect_wait_s=0))
+    conn = RecordingConnection(transport)
+    # A connected transport without a broker: the state _open leaves behind.
+    transport._conn, transport._connected, transport._generation = conn, True, 1
+    transport._server = request.param
+    yield transport, conn.transport
+    transport._connected = False
+
+
+def wire(body: str | bytes) -> WireMessage:
+    return WireMessage(body=body, properties={"tenantUUID": "org-A"})
+
+
+LONE_HIGH = "price \ud83d"
+
+
+def delivery() -> Delivery:
+    return Delivery(
+        queue="in",
+        body="original",
+        properties={},
+        correlation_id=None,
+        redelivered=False,
+        subscription_id="sub-1",
+        broker_message_id="m-1",
+        token=(1, "ack-1"),
+    )
+
+
+SEND_PATHS = {
+    "send": lambda t: t.send("out", wire(LONE_HIGH)),
+    "send_batch atomic": lambda t: t.send_batch([("out", wire("ok")), ("out", wire(LONE_HIGH))]),
+    "send_batch plain": lambda t: t.send_batch(
+        [("out", wire("ok")), ("out", wire(LONE_HIGH))], atomic=False
+    ),
+    "forward": lambda t: t.forward(
+        delivery(), [("out", wire("ok"), 0), ("out", wire(LONE_HIGH), 0)]
+    ),
+    "forward_many": lambda t: t.forward_many([(delivery(), [("out", wire(LONE_HIGH), 0)])]),
+    "batch add": lambda t: t.open_batch().add("out", wire(LONE_HIGH)),
+    "plain batch add": lambda t: t.open_batch(atomic=False).add("out", wire(LONE_HIGH)),
+}
+
+
+@pytest.mark.parametrize("path", SEND_PATHS)
+def test_an_unencodable_text_body_raises_before_any_byte_is_written(
+    recorded: tuple[StompTransport, RecordingSocket], path: str
+) -> None:
+    transport, sock = recorded
+    with pytest.raises(MessageEncodeError, match=r"position 6.*send bytes or valid text"):
+        SEND_PATHS[path](transport)
+    assert sock.writes == []
+    assert transport._pending == {}, "no receipt may be left waiting"
+    # The connection is untouched and takes the next message.
+    transport.send("out", wire("next"))
+    [frame] = sock.frames()
+    assert (frame.cmd, frame.body) == ("SEND", b"next")
+
+
+def test_a_text_body_with_nul_raises_instead_of_splitting_the_frame(
+    recorded: tuple[StompTransport, RecordingSocket],
+) -> None:
+    transport, sock = recorded
+    with pytest.raises(MessageEncodeError, match="NUL at position 2"):
+        transport.send("out", wire("ab\x00cd"))
+    assert sock.writes == []
+
+
+def test_an_atomic_batch_stays_usable_after_an_unencodable_message(
+    recorded: tuple[StompTransport, RecordingSocket],
+) -> None:
+    transport, sock = recorded
+    batch = transport.open_batch()
+    with pytest.raises(MessageEncodeError):
+        batch.add("out", wire(LONE_HIGH))
+    batch.add("out", wire("first"))
+    with pytest.raises(MessageEncodeError):
+        batch.add("out", wire(LONE_HIGH))
+    batch.add("out", wire("second"))
+    batch.commit()
+    frames = sock.frames()
+    assert [f.cmd for f in frames] == ["BEGIN", "SEND", "SEND", "COMMIT"]
+    assert [f.body for f in frames[1:3]] == [b"first", b"second"]
+
+
+def test_a_body_decoded_with_surrogateescape_goes_out_as_the_same_bytes(
+    recorded: tuple[StompTransport, RecordingSocket],
+) -> None:
+    transport, sock = recorded
+    raw = b"ok \xff\xfe \xc3( \xed\xa0\xbd end"
+    transport.send("out", wire(raw.decode("utf-8", "surrogateescape")))
+    [frame] = sock.frames()
+    assert frame.body == raw
+    assert "content-length" not in frame.headers  # still a TextMessage for Java consumers
