@@ -2,17 +2,21 @@
 
 A backend owns the connection and everything around it: opening it (SQLite in WAL mode,
 PostgreSQL in autocommit), creating the schema, one lock around every statement, rollback on
-error, one reconnect after a dropped PostgreSQL connection, and turning driver errors into the
-store's own error class. The stores keep only their SQL text and row decoding.
+error, one reconnect after a dropped PostgreSQL connection, the time limits a store asks for
+(SqlTimeouts) and turning driver errors into the store's own error class. The stores keep only
+their SQL text and row decoding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import socket
 import sqlite3
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -20,6 +24,45 @@ from boost_tenancy.errors import BoostTenancyError, ConfigError
 
 if TYPE_CHECKING:
     import psycopg
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SqlTimeouts:
+    """How long a backend lets the database keep a caller waiting; None means without limit.
+
+    The defaults are the historic behaviour (no limits, SQLite's 30 s busy wait); a store that
+    must never hang its callers sets every field.
+    """
+
+    connect_s: float | None = None
+    """PostgreSQL: bound on opening a connection, TCP and start-up handshake included.
+
+    Passed as libpq's connect_timeout, which counts whole seconds (rounded up, at least 2) and
+    applies to each address a host name resolves to.
+    """
+    statement_s: float | None = None
+    """PostgreSQL: the server-side statement_timeout of every connection, lock waits included."""
+    dead_peer_s: float | None = None
+    """PostgreSQL: drop a connection whose sent data stays unacknowledged this long.
+
+    libpq's tcp_user_timeout (Linux): a network partition otherwise holds a statement for the
+    kernel's retransmission limit, about 15 minutes.
+    """
+    busy_s: float = 30.0
+    """SQLite: how long a statement waits for another connection's write lock."""
+    lock_wait_s: float | None = None
+    """How long a caller waits for the connection while another caller's statement runs."""
+    close_wait_s: float | None = None
+    """How long close() waits for a running statement before breaking the connection under it,
+    and then again for that statement to give the connection back."""
+
+    def __post_init__(self) -> None:
+        names = ("connect_s", "statement_s", "dead_peer_s", "busy_s", "lock_wait_s", "close_wait_s")
+        for name in names:
+            value = getattr(self, name)
+            # "not value > 0" also refuses NaN, which would otherwise mean "no limit" to a wait.
+            if value is not None and not value > 0:
+                raise ConfigError(f"SqlTimeouts.{name} must be positive or None, got {value!r}")
 
 
 class SqlBackend(Protocol):
@@ -46,10 +89,18 @@ class _Backend:
 
     placeholder: ClassVar[str]
 
-    def __init__(self, *, error: type[BoostTenancyError], what: str, strict: bool) -> None:
+    def __init__(
+        self,
+        *,
+        error: type[BoostTenancyError],
+        what: str,
+        strict: bool,
+        timeouts: SqlTimeouts,
+    ) -> None:
         self._error = error
         self._what = what
         self._strict = strict
+        self._timeouts = timeouts
         # One connection serves every worker thread; the lock serialises its use.
         self._lock = threading.Lock()
         self._closed = False
@@ -59,27 +110,64 @@ class _Backend:
     def execute(
         self, operation: str, sql: str, params: Sequence[object], *, fetch: bool
     ) -> list[tuple[Any, ...]]:
-        """Run one statement under the lock; driver errors become the store's error class."""
-        with self._lock:
+        """Run one statement under the lock; driver errors become the store's error class.
+
+        With timeouts.lock_wait_s set, a caller that cannot get the connection within it (another
+        statement holds it) fails with the store's error instead of queueing behind that one.
+        """
+        wait = self._timeouts.lock_wait_s
+        if not _acquire(self._lock, wait):
+            raise self._error(
+                f"{self._what}: {operation} failed: the connection has been busy with another "
+                f"statement for more than {wait:g} s"
+            )
+        try:
             if self._closed:
                 raise self._error(f"{self._what}: {operation} after close")
             return self._execute_locked(operation, sql, params, fetch=fetch)
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Close the connection; a second call does nothing.
 
         A strict backend reports a failed close and refuses every later call; a lenient one
         swallows driver errors on close and leaves later calls to the driver.
+
+        With timeouts.close_wait_s set, close() never waits long for a statement that does not
+        return: after close_wait_s it breaks the connection under that statement (PostgreSQL: its
+        socket is shut down; SQLite: the statement is interrupted, though not while it waits for
+        another connection's write lock, which busy_s bounds), whose caller then gets the store's
+        error, and waits close_wait_s more for the connection. Every later call is then refused,
+        lenient or not. A statement that still holds the connection after that keeps it (a
+        strict backend reports so); the call returns either way within twice close_wait_s.
         """
-        with self._lock:
-            if self._closed:
+        wait = self._timeouts.close_wait_s
+        cut = False
+        if not _acquire(self._lock, wait):
+            cut = True
+            # Set before the cut, so the statement's thread sees it and does not reconnect.
+            self._closed = True
+            self._interrupt()
+            if not _acquire(self._lock, wait):
+                if self._strict:
+                    raise self._error(
+                        f"{self._what}: close failed: a statement still holds the connection "
+                        f"after {2 * (wait or 0):g} s; it is left to that statement"
+                    )
                 return
-            self._closed = self._strict
+        try:
+            if self._closed and not cut:
+                return
+            self._closed = self._strict or cut
             try:
                 self._connection.close()
             except self._driver_error as exc:
-                if self._strict:
+                # After a cut the connection is known broken; only an orderly close can fail.
+                if self._strict and not cut:
                     raise self._failure("close", exc) from exc
+        finally:
+            self._lock.release()
 
     def _failure(self, operation: str, exc: BaseException) -> BoostTenancyError:
         return self._error(f"{self._what}: {operation} failed: {exc}")
@@ -89,13 +177,22 @@ class _Backend:
     ) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    def _interrupt(self) -> None:
+        """Make a statement running on another thread return with an error, without the lock."""
+        raise NotImplementedError
+
+
+def _acquire(lock: threading.Lock, wait: float | None) -> bool:
+    return lock.acquire() if wait is None else lock.acquire(timeout=wait)
+
 
 class SQLiteBackend(_Backend):
     """One SQLite file in WAL mode, shared by the threads of one host.
 
     error and what shape every failure: error(f"{what}: {operation} failed: {cause}"). schema
     is run once on opening; a failure there is reported as schema_step, or (None) as the
-    failure to open the file. synchronous_full makes every commit durable on return.
+    failure to open the file. synchronous_full makes every commit durable on return. Of
+    timeouts, busy_s, lock_wait_s and close_wait_s apply.
     """
 
     placeholder: ClassVar[str] = "?"
@@ -110,15 +207,17 @@ class SQLiteBackend(_Backend):
         schema_step: str | None = "create schema",
         synchronous_full: bool = True,
         strict: bool = True,
+        timeouts: SqlTimeouts = SqlTimeouts(),  # frozen: one shared default is safe
     ) -> None:
-        super().__init__(error=error, what=what, strict=strict)
+        super().__init__(error=error, what=what, strict=strict, timeouts=timeouts)
         self._driver_error = sqlite3.Error
         location = Path(path)
         opening = f"open {str(location)!r}"
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
-            # The timeout lets workers in other processes wait out each other's write lock.
-            connection = sqlite3.connect(location, check_same_thread=False, timeout=30.0)
+            # The busy timeout lets workers in other processes wait out each other's write lock;
+            # it is also the longest a statement can stall on a lock held by another process.
+            connection = sqlite3.connect(location, check_same_thread=False, timeout=timeouts.busy_s)
         except (OSError, sqlite3.Error) as exc:
             raise self._failure(opening, exc) from exc
         try:
@@ -150,12 +249,18 @@ class SQLiteBackend(_Backend):
                 self._connection.rollback()
             raise self._failure(operation, exc) from exc
 
+    def _interrupt(self) -> None:
+        # sqlite3_interrupt is the one call SQLite allows from another thread mid-statement.
+        with contextlib.suppress(sqlite3.Error):
+            self._connection.interrupt()
+
 
 class PostgresBackend(_Backend):
     """One autocommit PostgreSQL connection, reopened once when it drops; needs psycopg 3.
 
     needed_by names the store in the ConfigError raised when psycopg is missing; the other
-    arguments are SQLiteBackend's, with "connect" in place of the failure to open a file.
+    arguments are SQLiteBackend's, with "connect" in place of the failure to open a file. Of
+    timeouts, connect_s, statement_s, dead_peer_s, lock_wait_s and close_wait_s apply.
     """
 
     placeholder: ClassVar[str] = "%s"
@@ -170,8 +275,9 @@ class PostgresBackend(_Backend):
         schema: Sequence[str] = (),
         schema_step: str | None = "create schema",
         strict: bool = True,
+        timeouts: SqlTimeouts = SqlTimeouts(),  # frozen: one shared default is safe
     ) -> None:
-        super().__init__(error=error, what=what, strict=strict)
+        super().__init__(error=error, what=what, strict=strict, timeouts=timeouts)
         try:
             # Imported here so the toolkit installs and imports without the `postgres` extra.
             import psycopg  # noqa: PLC0415
@@ -182,11 +288,22 @@ class PostgresBackend(_Backend):
             ) from exc
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError(f"PostgreSQL DSN {dsn!r} is empty")
-        self._dsn = dsn
         self._driver_error = psycopg.Error
         self._connection_class: type[psycopg.Connection[tuple[Any, ...]]] = psycopg.Connection
         try:
+            # The limits override the DSN's own values of the same parameters.
+            self._conninfo = psycopg.conninfo.make_conninfo(dsn, **_connect_params(timeouts))
             self._connection = self._connect()
+        except psycopg.errors.ConnectionTimeout as exc:
+            # The bare "connection timeout expired" names neither the server nor the limit.
+            params = psycopg.conninfo.conninfo_to_dict(self._conninfo)
+            server = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}"
+            limit = params.get("connect_timeout")
+            within = f" within {limit} s" if limit else ""
+            raise self._error(
+                f"{what}: connect failed: PostgreSQL at {server} did not complete the "
+                f"connection{within} ({exc})"
+            ) from exc
         except psycopg.Error as exc:
             raise self._failure("connect", exc) from exc
         try:
@@ -198,7 +315,20 @@ class PostgresBackend(_Backend):
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         # Autocommit: each statement is its own committed transaction, durable when it returns.
-        return self._connection_class.connect(self._dsn, autocommit=True)
+        connection = self._connection_class.connect(self._conninfo, autocommit=True)
+        statement_s = self._timeouts.statement_s
+        if statement_s is not None:
+            # Set by a statement, not by the `options` start-up parameter, which connection
+            # poolers such as PgBouncer refuse by default.
+            try:
+                connection.execute(
+                    "SELECT set_config('statement_timeout', %s, false)",
+                    (str(math.ceil(statement_s * 1000)),),
+                )
+            except self._driver_error:
+                connection.close()
+                raise
+        return connection
 
     def _run(self, sql: str, params: Sequence[object], *, fetch: bool) -> list[tuple[Any, ...]]:
         with self._connection.cursor() as cursor:
@@ -212,7 +342,8 @@ class PostgresBackend(_Backend):
         try:
             return self._run(sql, params, fetch=fetch)
         except self._driver_error as exc:
-            if not self._connection.closed:
+            # A connection close() cut under this statement stays closed.
+            if not self._connection.closed or self._closed:
                 raise self._failure(operation, exc) from exc
         # A dropped connection (server restart, failover, idle timeout) is common enough that one
         # fresh connection is worth trying. If a lost INSERT had in fact committed, the retry
@@ -223,5 +354,31 @@ class PostgresBackend(_Backend):
         except self._driver_error as exc:
             raise self._failure(f"{operation} (after reconnecting)", exc) from exc
 
+    def _interrupt(self) -> None:
+        # Shutting the socket down (not closing it: libpq still owns the descriptor) wakes the
+        # thread waiting on it with "server closed the connection". psycopg's own cancel() opens
+        # a second connection to the same server, which would hang just the same, and close()
+        # would free libpq's state under the running statement.
+        with contextlib.suppress(OSError, self._driver_error):
+            descriptor = os.dup(self._connection.fileno())
+            try:
+                stuck = socket.socket(fileno=descriptor)
+            except OSError:
+                os.close(descriptor)
+                raise
+            with stuck:
+                stuck.shutdown(socket.SHUT_RDWR)
 
-__all__ = ["PostgresBackend", "SQLiteBackend", "SqlBackend"]
+
+def _connect_params(timeouts: SqlTimeouts) -> dict[str, int]:
+    """libpq connection parameters for the time limits."""
+    params: dict[str, int] = {}
+    if timeouts.connect_s is not None:
+        # libpq counts whole seconds, with 2 as its minimum.
+        params["connect_timeout"] = max(2, math.ceil(timeouts.connect_s))
+    if timeouts.dead_peer_s is not None:
+        params["tcp_user_timeout"] = math.ceil(timeouts.dead_peer_s * 1000)
+    return params
+
+
+__all__ = ["PostgresBackend", "SQLiteBackend", "SqlBackend", "SqlTimeouts"]

@@ -832,7 +832,10 @@ class StompTransport:
             return
         done = threading.Event()
         self._acks.put((_FLUSH, done))
-        done.wait(self._settings.receipt_timeout_s)
+        # Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM,
+        # and a broker that stopped reading must not hold the process beyond its grace period.
+        # Acknowledgements not written are redelivered messages, never lost ones.
+        done.wait(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
 
     def _write_acks(self) -> None:
         while True:

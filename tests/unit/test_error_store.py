@@ -9,6 +9,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from typing import Any
 import psycopg
 import psycopg.conninfo
 import pytest
+from structlog.testing import capture_logs
 
 from boost_tenancy.errors import ConfigError, ErrorStoreError
 from boost_tenancy.resilience.error_store import (
@@ -29,8 +31,10 @@ from boost_tenancy.resilience.error_store import (
     PostgresErrorStore,
     SQLiteErrorStore,
     open_error_store,
+    record_failure,
 )
 from boost_tenancy.tenancy import TenantId
+from tests.conftest import wait_until
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 MARKER = "…[truncated]"
@@ -96,6 +100,20 @@ class Backend:
             store = PostgresErrorStore(where, table=name)
         self.opened.append(store)
         return store
+
+    def run(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        """Run a statement that returns no rows on a separate connection, committed."""
+        if self.kind == "sqlite":
+            Path(self.location).parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.location)
+            try:
+                connection.execute(sql, params)
+                connection.commit()
+            finally:
+                connection.close()
+        else:
+            with psycopg.connect(self.location, autocommit=True) as admin:
+                admin.execute(sql.replace("?", "%s"), params)
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         """Run SQL on a separate connection, to look at what the store really wrote."""
@@ -356,6 +374,7 @@ EXPECTED_COLUMNS = {
         ("error_type", "TEXT", False),
         ("error_text", "TEXT", False),
         ("occurred_at", "TEXT", False),
+        ("trace", "TEXT", True),
     ],
     "postgres": [
         ("id", "bigint", False),
@@ -369,6 +388,7 @@ EXPECTED_COLUMNS = {
         ("error_type", "text", False),
         ("error_text", "text", False),
         ("occurred_at", "timestamp with time zone", False),
+        ("trace", "text", True),
     ],
 }
 
@@ -615,3 +635,262 @@ def test_aware_datetime_is_normalised_to_utc() -> None:
 def test_inconsistent_records_are_refused(overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(ErrorStoreError, match=complaint):
         make(**overrides)
+
+
+# -- trace --------------------------------------------------------------------------------------
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/handler.py", line 12, in handle\n'
+    "    pages = int(body['pages'])\n"
+    "ValueError: invalid literal for int() with base 10: 'x'"
+)
+
+
+def test_trace_round_trips_and_defaults_to_none(store: ErrorStore) -> None:
+    with_trace = make(message_id="traced", trace=TRACE)
+    without = make(message_id="plain", occurred_at=T0 + timedelta(seconds=1))
+    store.record(with_trace)
+    store.record(without)
+
+    assert store.failures(tenant=TENANT_A) == [with_trace, without]
+    assert store.failures(tenant=TENANT_A)[1].trace is None
+
+
+def test_long_trace_keeps_its_end_behind_a_marker(store: ErrorStore) -> None:
+    long_trace = "".join(f"  frame {n:05d}\n" for n in range(1000)) + "ValueError: the cause"
+    exact = "t" * 8000
+    store.record(make(message_id="long", trace=long_trace))
+    store.record(make(message_id="exact", trace=exact))
+    store.record(make(message_id="nul", trace="bad\x00frame"))
+
+    stored = {r.message_id: r.trace for r in store.failures(tenant=TENANT_A)}
+    assert len(long_trace) > 8000
+    assert stored["long"] == MARKER + long_trace[-(8000 - len(MARKER)) :]
+    assert stored["long"].endswith("ValueError: the cause")
+    assert stored["exact"] == exact
+    assert stored["nul"] == "bad\ufffdframe"
+
+
+def test_trace_must_be_text() -> None:
+    with pytest.raises(ErrorStoreError, match="trace"):
+        make(trace=b"Traceback")
+
+
+# The schema before the trace column, as stores of earlier releases created it.
+OLD_SCHEMA = {
+    "sqlite": (
+        'CREATE TABLE "{table}" (id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT, '
+        "raw_tenant TEXT, queue TEXT NOT NULL, message_id TEXT NOT NULL, correlation_id TEXT, "
+        "attempt INTEGER NOT NULL, outcome TEXT NOT NULL, error_type TEXT NOT NULL, "
+        "error_text TEXT NOT NULL, occurred_at TEXT NOT NULL)"
+    ),
+    "postgres": (
+        'CREATE TABLE "{table}" (id BIGSERIAL PRIMARY KEY, tenant TEXT, '
+        "raw_tenant TEXT, queue TEXT NOT NULL, message_id TEXT NOT NULL, correlation_id TEXT, "
+        "attempt INTEGER NOT NULL, outcome TEXT NOT NULL, error_type TEXT NOT NULL, "
+        "error_text TEXT NOT NULL, occurred_at TIMESTAMPTZ NOT NULL)"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_table_of_the_old_schema_gains_the_trace_column_on_open(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    location = (
+        str(tmp_path / "errors.sqlite3")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_dsn")
+    )
+    backend = Backend(kind, location)
+    request.addfinalizer(backend.cleanup)
+    backend.tables.add(backend.table)
+    backend.run(OLD_SCHEMA[kind].format(table=backend.table))
+    stamp = T0.isoformat(timespec="microseconds") if kind == "sqlite" else T0
+    backend.run(
+        f'INSERT INTO "{backend.table}" (tenant, queue, message_id, attempt, outcome, '
+        "error_type, error_text, occurred_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (TENANT_A.value, "cmd.old", "m-old", 1, "retry", "TransientError", "old", stamp),
+    )
+    assert "trace" not in [name for name, _, _ in backend.columns(backend.table)]
+
+    store = backend.open()
+    assert backend.columns(backend.table) == EXPECTED_COLUMNS[kind]
+    new = make(message_id="m-new", trace=TRACE, occurred_at=T0 + timedelta(seconds=1))
+    store.record(new)
+    old, found = store.failures(tenant=TENANT_A)
+    assert (old.message_id, old.error_text, old.trace) == ("m-old", "old", None)
+    assert found == new
+
+    # A second store on the migrated table (another worker, a restart) opens it as it is.
+    assert backend.open().failures(tenant=TENANT_A) == [old, new]
+
+
+# -- record_failure -------------------------------------------------------------------------------
+class ScriptedStore:
+    """An error store whose record() does what the test says: fail, hang, or keep the record."""
+
+    def __init__(self, *, failures: int = 0, hang_on: set[str] | None = None) -> None:
+        self.failures_left = failures
+        self.hang_on = hang_on or set()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.kept: list[FailureRecord] = []
+        self._lock = threading.Lock()
+
+    def record(self, record: FailureRecord) -> None:
+        with self._lock:
+            self.calls += 1
+            failing = self.failures_left > 0
+            self.failures_left -= 1
+        if record.message_id in self.hang_on:
+            self.entered.set()
+            self.release.wait()
+        if failing:
+            raise ErrorStoreError("database is unavailable")
+        with self._lock:
+            self.kept.append(record)
+
+    def failures(self, **_: Any) -> list[FailureRecord]:
+        with self._lock:
+            return list(self.kept)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def hanging() -> Iterator[ScriptedStore]:
+    """A store whose record() of message "stuck" blocks until the test ends."""
+    store = ScriptedStore(hang_on={"stuck"})
+    yield store
+    store.release.set()
+
+
+def critical_records(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [entry for entry in logs if entry["event"] == "error_store_write_failed"]
+
+
+def test_record_failure_stores_the_record_and_returns_true() -> None:
+    store = ScriptedStore()
+    with capture_logs() as logs:
+        assert record_failure(store, make(trace=TRACE)) is True
+    assert store.kept == [make(trace=TRACE)]
+    assert critical_records(logs) == []
+
+
+def test_record_failure_retries_store_errors_within_its_attempts() -> None:
+    recovering = ScriptedStore(failures=2)
+    assert record_failure(recovering, make(), attempts=3) is True
+    assert (recovering.calls, recovering.kept) == (3, [make()])
+
+    down = ScriptedStore(failures=10)
+    with capture_logs() as logs:
+        assert record_failure(down, make(), attempts=2) is False
+    assert down.calls == 2
+    [entry] = critical_records(logs)
+    assert entry["error"] == "database is unavailable"
+
+
+def test_record_failure_on_a_hung_store_returns_false_in_time_and_logs_the_whole_record(
+    hanging: ScriptedStore,
+) -> None:
+    record = make(
+        message_id="stuck", trace=TRACE, raw_tenant="raw", outcome=FailureOutcome.QUARANTINE
+    )
+    started = time.monotonic()
+    with capture_logs() as logs:
+        assert record_failure(hanging, record, timeout_s=1.0) is False
+    assert time.monotonic() - started < 15, "bounded by timeout_s, not by the store"
+    assert hanging.entered.is_set(), "the write was really attempted and is still hanging"
+
+    [entry] = critical_records(logs)
+    assert entry["log_level"] == "critical"
+    assert "did not answer within 1 s" in entry["error"]
+    assert {key: value for key, value in entry.items() if key.startswith("record_")} == {
+        "record_tenant": TENANT_A.value,
+        "record_raw_tenant": "raw",
+        "record_queue": "cmd.document.process",
+        "record_message_id": "stuck",
+        "record_correlation_id": "c-1",
+        "record_attempt": 1,
+        "record_outcome": "quarantine",
+        "record_error_type": "TransientError",
+        "record_error": "storage unavailable",
+        "record_trace": TRACE,
+        "record_occurred_at": T0.isoformat(),
+    }
+
+
+def test_callers_are_not_held_behind_a_hung_write(hanging: ScriptedStore) -> None:
+    healthy = ScriptedStore()
+    first = threading.Thread(
+        target=record_failure, args=(hanging, make(message_id="stuck")), kwargs={"timeout_s": 1.0}
+    )
+    first.start()
+    assert hanging.entered.wait(15)
+
+    # While the hung write goes on: the same store's other callers all return within their own
+    # bound, and another store is written as if nothing happened.
+    results: dict[str, bool] = {}
+
+    def call(name: str) -> None:
+        results[name] = record_failure(hanging, make(message_id=name), timeout_s=2.0)
+
+    with capture_logs() as logs:
+        callers = [threading.Thread(target=call, args=(f"m-{n}",)) for n in range(4)]
+        started = time.monotonic()
+        for caller in callers:
+            caller.start()
+        assert record_failure(healthy, make(message_id="elsewhere"), timeout_s=2.0) is True
+        for caller in callers:
+            caller.join(15)
+        first.join(15)
+    assert time.monotonic() - started < 15
+    assert not first.is_alive()
+    assert not any(caller.is_alive() for caller in callers)
+    assert results == {f"m-{n}": False for n in range(4)}
+    assert [r.message_id for r in healthy.kept] == ["elsewhere"]
+    # The first caller's own record ("stuck") may be logged in this window too.
+    logged = {e["record_message_id"] for e in critical_records(logs)} - {"stuck"}
+    assert logged == {f"m-{n}" for n in range(4)}
+
+    # Once the hung write has outlasted a caller's bound, a caller does not even queue behind it.
+    with capture_logs() as logs:
+        assert record_failure(hanging, make(message_id="later"), timeout_s=1.0) is False
+    assert "has not answered a write for" in critical_records(logs)[0]["error"]
+
+
+def test_a_write_still_running_when_the_caller_gives_up_is_late_but_durable(
+    hanging: ScriptedStore,
+) -> None:
+    assert record_failure(hanging, make(message_id="stuck"), timeout_s=0.5) is False
+    assert hanging.kept == []
+    hanging.release.set()
+    assert wait_until(lambda: [r.message_id for r in hanging.kept] == ["stuck"])
+    # The writer then serves the store's later failures again.
+    assert record_failure(hanging, make(message_id="next"), timeout_s=5.0) is True
+
+
+def test_record_failure_never_raises_even_when_the_store_has_a_bug() -> None:
+    class Broken(ScriptedStore):
+        def record(self, record: FailureRecord) -> None:
+            self.calls += 1
+            raise RuntimeError("bug in the store")
+
+    broken = Broken()
+    with capture_logs() as logs:
+        assert record_failure(broken, make(), attempts=3) is False
+    assert broken.calls == 1, "only ErrorStoreError is worth another try"
+    assert critical_records(logs)[0]["error"] == "RuntimeError: bug in the store"
+
+
+def test_record_failure_through_a_real_store(store: ErrorStore) -> None:
+    record = make(trace=TRACE)
+    assert record_failure(store, record) is True
+    assert store.failures(tenant=TENANT_A) == [record]
+    store.close()
+    with capture_logs() as logs:
+        assert record_failure(store, make(message_id="after-close"), attempts=2) is False
+    assert "after close" in critical_records(logs)[0]["error"]
