@@ -503,6 +503,10 @@ def open_error_store(url: str, *, table: str = _DEFAULT_TABLE) -> ErrorStore:
 _WRITE_QUEUE_SIZE: Final = 100
 _WRITER_IDLE_S: Final = 30.0
 _BACKOFF_S: Final = 0.05
+DOWN_COOLDOWN_S: Final = 10.0
+"""After a write fails or times out, callers do not wait for the store for this long: they log
+the record and go on at once, so a store that is down slows each worker once per cool-down, not
+once per message. The first write after the cool-down tries the store again."""
 
 
 class _Write:
@@ -546,6 +550,8 @@ class _Writer:
             self.store = lambda: store
         self.queue: queue.Queue[_Write] = queue.Queue(maxsize=_WRITE_QUEUE_SIZE)
         self.busy_since: float | None = None
+        self.down_since: float | None = None
+        """When a caller last gave up on this store; None while writes succeed."""
         self.thread = threading.Thread(
             target=self._run, name="boost-error-store-writer", daemon=True
         )
@@ -594,6 +600,8 @@ class _Writer:
                 job.finish(stored=False, error=f"{type(exc).__name__}: {exc}")
                 return
             else:
+                # A write that lands, late or not, shows the store is back.
+                self.down_since = None
                 job.finish(stored=True)
                 return
             finally:
@@ -622,11 +630,24 @@ def _hand_over(store: ErrorStore, job: _Write, timeout_s: float) -> str | None:
             # Queueing behind a write that has already outlasted a caller's patience would only
             # make this caller wait out its whole timeout too.
             return f"the error store has not answered a write for {stuck:.1f} s"
+        down = writer.down_since
+        if down is not None and time.monotonic() - down < DOWN_COOLDOWN_S:
+            return (
+                f"the error store failed {time.monotonic() - down:.1f} s ago; not waiting for "
+                f"it again within {DOWN_COOLDOWN_S:g} s"
+            )
         try:
             writer.queue.put_nowait(job)
         except queue.Full:
             return f"the error store's write queue is full ({_WRITE_QUEUE_SIZE} waiting)"
     return None
+
+
+def _mark(store: ErrorStore, *, down: bool) -> None:
+    with _writers_lock:
+        writer = _writers.get(id(store))
+        if writer is not None:
+            writer.down_since = time.monotonic() if down else None
 
 
 def record_failure(
@@ -643,9 +664,10 @@ def record_failure(
     a store that hangs stalls its writer, not the caller's thread. The writer tries up to
     `attempts` times, with a short backoff, while the store raises ErrorStoreError, and starts
     no try after the caller stopped waiting. Returns True once the record is stored. Otherwise
-    (the store kept failing, it did not answer within timeout_s, its write queue is full, or its
-    writer is stuck in a write older than timeout_s) the whole record is logged at critical
-    level as error_store_write_failed and False is returned.
+    (the store kept failing, it did not answer within timeout_s, its write queue is full, its
+    writer is stuck in a write older than timeout_s, or a write failed less than
+    DOWN_COOLDOWN_S ago) the whole record is logged at critical level as error_store_write_failed
+    and False is returned.
 
     A write already running when the caller stops waiting is not abandoned: it may still commit
     later, late but durable, so a record logged as unrecorded can also be in the store.
@@ -661,16 +683,19 @@ def record_failure(
         refused = _hand_over(store, job, timeout_s)
         if refused is not None:
             error = refused
-        elif not job.wait():
-            last = job.error
-            error = (
-                f"the error store did not answer within {timeout_s:g} s; a write still running "
-                "may commit later" + ("" if last is None else f" (last error: {last})")
-            )
-        elif job.stored:
-            return True
         else:
-            error = job.error or "no write was tried before the caller stopped waiting"
+            if not job.wait():
+                last = job.error
+                error = (
+                    f"the error store did not answer within {timeout_s:g} s; a write still "
+                    "running may commit later" + ("" if last is None else f" (last error: {last})")
+                )
+            elif job.stored:
+                _mark(store, down=False)
+                return True
+            else:
+                error = job.error or "no write was tried before the caller stopped waiting"
+            _mark(store, down=True)
     except Exception as exc:  # documented never to raise
         error = f"{type(exc).__name__}: {exc}"
     log.critical(

@@ -20,9 +20,20 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
+from boost_tenancy import (
+    HandlerContext,
+    IncomingMessage,
+    PermanentError,
+    ProcessorRunner,
+    RunnerSettings,
+    TenantProcessor,
+)
 from boost_tenancy.errors import ErrorStoreError
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import (
+    ErrorStore,
     FailureOutcome,
+    DOWN_COOLDOWN_S,
     FailureRecord,
     PostgresErrorStore,
     SQLiteErrorStore,
@@ -30,7 +41,8 @@ from boost_tenancy.resilience.error_store import (
     record_failure,
 )
 from boost_tenancy.tenancy import TenantId
-from tests.conftest import unavailable
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.conftest import unavailable, wait_until
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 TENANT = TenantId("tenant-faults")
@@ -242,7 +254,13 @@ def test_a_write_locked_sqlite_file_bounds_the_write_then_records_again(tmp_path
         assert "locked" in entry["error"]
 
         locker.execute("ROLLBACK")
-        assert record_failure(store, make("after"), timeout_s=10.0) is True
+        # Within the cool-down after a failure, callers do not wait for the store; once it is
+        # over, the next write reaches the store again.
+        assert wait_until(
+            lambda: record_failure(store, make("after"), timeout_s=10.0),
+            timeout=DOWN_COOLDOWN_S + BOUND_S,
+            interval=0.5,
+        )
         stored = [r.message_id for r in store.failures(tenant=TENANT)]
         # The try that was still waiting when the caller gave up may have landed late.
         assert stored in (["before", "after"], ["before", "locked", "after"])
@@ -269,3 +287,81 @@ def test_close_of_a_sqlite_store_returns_while_a_write_waits_for_the_lock(tmp_pa
             store.record(make("after-close"))
     finally:
         locker.close()
+
+
+# -- a runner beside a store that hangs: messages keep settling, stop stays bounded ---------------
+class AlwaysFails(TenantProcessor):
+    queues = ("cmd.faults",)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        raise PermanentError("cannot be handled")
+
+
+def _run_beside(store: ErrorStore, count: int) -> tuple[int, float]:
+    """Dead-letter count failing messages through a runner; returns how many reached the DLQ
+    and how long stop() took."""
+    broker = InMemoryBroker()
+    runner = ProcessorRunner(
+        AlwaysFails(),
+        InMemoryTransport(broker),
+        [TENANT],
+        error_store=store,
+        settings=RunnerSettings(workers=4, shutdown_grace_s=5.0),
+        redrive_parked=False,
+    )
+    runner.start()
+    try:
+        for n in range(count):
+            broker.put(
+                "cmd.faults",
+                WireMessage(body="{}", properties={"tenantUUID": TENANT.value, "n": str(n)}),
+            )
+        wait_until(lambda: broker.depth("DLQ.cmd.faults") == count, timeout=120)
+    finally:
+        started = time.monotonic()
+        runner.stop()
+        took = time.monotonic() - started
+        dead = broker.depth("DLQ.cmd.faults")
+        left = broker.depth("cmd.faults")
+        broker.close()
+    assert left == 0, "nothing left on the source queue"
+    return dead, took
+
+
+@pytest.mark.postgres
+def test_a_runner_beside_a_postgres_that_stopped_answering_keeps_settling_messages(
+    postgres_dsn: str,
+) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
+    proxy = SwitchableProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+    table = "t_" + uuid.uuid4().hex[:12]
+    proxied = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port)
+    try:
+        store = PostgresErrorStore(proxied, table=table)
+        proxy.stop_forwarding()
+        with capture_logs() as logs:
+            dead, stop_took = _run_beside(store, 20)
+        assert dead == 20, "every message dead-lettered although no failure could be recorded"
+        assert stop_took < BOUND_S, f"stop took {stop_took:.1f}s"
+        unrecorded = [e for e in logs if e["event"] == "error_store_write_failed"]
+        assert len(unrecorded) == 20 and all(e["log_level"] == "critical" for e in unrecorded)
+        closing = Call(store.close)
+        assert closing.finished()
+    finally:
+        proxy.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def test_a_runner_beside_a_write_locked_sqlite_keeps_settling_messages(tmp_path: Path) -> None:
+    path = tmp_path / "errors.sqlite3"
+    store = SQLiteErrorStore(path)
+    locker = sqlite3.connect(path, isolation_level=None)
+    try:
+        locker.execute("BEGIN EXCLUSIVE")
+        dead, stop_took = _run_beside(store, 20)
+        assert dead == 20
+        assert stop_took < BOUND_S, f"stop took {stop_took:.1f}s"
+    finally:
+        locker.close()
+        store.close()
