@@ -7,8 +7,6 @@ Neither side is restarted by the test: both transports must reconnect by themsel
 
 from __future__ import annotations
 
-import shutil
-import socket
 import sys
 import threading
 import time
@@ -31,11 +29,11 @@ from boost_tenancy import (
     TransportError,
     dead_letter_queue,
 )
-from boost_tenancy.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from boost_tenancy.local_broker import LocalBroker
 from boost_tenancy.messages import new_id
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
-from tests.conftest import unavailable, unique_queue, wait_until
-from tests.integration.worker_support import read_queue
+from tests.conftest import unique_queue, wait_until
+from tests.integration.worker_support import dedicated_broker, read_queue
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -49,35 +47,9 @@ HANDLE_S = 0.05
 outage messages wait on the broker, sit prefetched in the runner and are being handled."""
 
 
-def _free_or(preferred: int) -> int:
-    """preferred, unless something already listens there (then any free loopback port)."""
-    with socket.socket() as sock:
-        # Connections of an earlier broker in TIME_WAIT do not make the port taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", preferred))
-        except OSError:
-            sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def restart_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    if not ACTIVEMQ_JAR.is_file() or shutil.which("java") is None:
-        unavailable(f"ActiveMQ or Java is not installed ({ACTIVEMQ_JAR}; java on PATH)")
-    broker = LocalBroker(
-        LocalBrokerSettings(
-            home=tmp_path_factory.mktemp("restart-broker"),
-            stomp_port=_free_or(62613),
-            openwire_port=_free_or(62616),
-        )
-    )
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.stop(timeout_s=30)
+    yield from dedicated_broker(tmp_path_factory.mktemp("restart-broker"), 62613, 62616)
 
 
 class IdRecorder(TenantProcessor):

@@ -31,9 +31,9 @@ from boost_tenancy import (
 from boost_tenancy.errors import ErrorStoreError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import (
+    DOWN_COOLDOWN_S,
     ErrorStore,
     FailureOutcome,
-    DOWN_COOLDOWN_S,
     FailureRecord,
     PostgresErrorStore,
     SQLiteErrorStore,

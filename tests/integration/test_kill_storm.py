@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
-import shutil
 import signal
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -31,12 +29,13 @@ from boost_tenancy import (
     dead_letter_queue,
     quarantine_queue,
 )
-from boost_tenancy.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
-from tests.conftest import unavailable, unique_queue, wait_until
+from boost_tenancy.local_broker import LocalBroker
+from tests.conftest import unique_queue, wait_until
 from tests.integration.storm_processors import HANDLE_MS_ENV, LOG_ENV, QUEUE_ENV
 from tests.integration.worker_support import (
     Worker,
     WorkerPool,
+    dedicated_broker,
     message_ids,
     read_queue,
     worker_pool,
@@ -80,35 +79,9 @@ EXTRA_DELAY_S = (0.0, 0.03)
 WAIT_S = 120.0
 
 
-def _free_or(preferred: int) -> int:
-    """preferred, unless something already listens there (then any free loopback port)."""
-    with socket.socket() as sock:
-        # Connections of an earlier broker in TIME_WAIT do not make the port taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", preferred))
-        except OSError:
-            sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def storm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    if not ACTIVEMQ_JAR.is_file() or shutil.which("java") is None:
-        unavailable(f"ActiveMQ or Java is not installed ({ACTIVEMQ_JAR}; java on PATH)")
-    broker = LocalBroker(
-        LocalBrokerSettings(
-            home=tmp_path_factory.mktemp("storm-broker"),
-            stomp_port=_free_or(62713),
-            openwire_port=_free_or(62716),
-        )
-    )
-    try:
-        broker.start()
-        yield broker
-    finally:
-        broker.stop(timeout_s=30)
+    yield from dedicated_broker(tmp_path_factory.mktemp("storm-broker"), 62713, 62716)
 
 
 @pytest.fixture

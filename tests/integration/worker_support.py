@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from boost_tenancy import StompSettings, StompTransport, tenant_selector
+from boost_tenancy.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from boost_tenancy.transports.base import Delivery
-from tests.conftest import Inbox, wait_until
+from tests.conftest import Inbox, unavailable, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The project root: the worker's working directory, so `tests` is importable there."""
@@ -169,3 +172,33 @@ def read_queue(
 
 def message_ids(deliveries: Sequence[Delivery]) -> list[str]:
     return [d.properties["boostMessageId"] for d in deliveries]
+
+
+def free_or(preferred: int) -> int:
+    """preferred, unless something already listens there (then any free loopback port)."""
+    with socket.socket() as sock:
+        # Connections of an earlier broker in TIME_WAIT do not make the port taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def dedicated_broker(home: Path, stomp_port: int, openwire_port: int) -> Iterator[LocalBroker]:
+    """Fixture body: a broker of the test's own (home and ports), which it may restart or kill
+    without touching the broker every other test shares."""
+    if not ACTIVEMQ_JAR.is_file() or shutil.which("java") is None:
+        unavailable(f"ActiveMQ or Java is not installed ({ACTIVEMQ_JAR}; java on PATH)")
+    broker = LocalBroker(
+        LocalBrokerSettings(
+            home=home, stomp_port=free_or(stomp_port), openwire_port=free_or(openwire_port)
+        )
+    )
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop(timeout_s=30)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,27 +27,13 @@ from boost_tenancy.errors import MessageEncodeError, TransportError
 from boost_tenancy.inbound import FOREIGN_CORRELATION_PROPERTY, adopt
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processor import Dispatcher
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import Delivery, Outgoing
 from tests.conftest import Inbox, unique_queue, wait_until
 
 ORG_A = TenantId("org-A")
 FAST = RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
-
-
-@pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    made = InMemoryBroker()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 def delivery(**properties: str) -> Delivery:
