@@ -47,17 +47,15 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantId,
     TenantProcessor,
     TenantProducer,
-    tenant_selector,
 )
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import SubscribeRequest
-from boost_tenancy.transports.stomp import StompSubscription
+from boost_tenancy.transports.stomp import StompSettings, StompSubscription, StompTransport
 
 PRELOAD_CHUNK = 1000
 """Messages per preload transaction."""

@@ -27,15 +27,14 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantProcessor,
     TenantProducer,
     open_error_store,
 )
 from boost_tenancy.observability import configure_logging
-from boost_tenancy.parking import ParkingSweeper
+from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 MODEST, HEAVY = "modest", "heavy"
 

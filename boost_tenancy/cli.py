@@ -1,4 +1,4 @@
-"""The boost-tenancy command: local broker, publish, run, park, dead letters and errors.
+"""The boost-tenancy command: publish, run, park, dead letters and errors.
 
 Settings come from BOOST_* environment variables and flags; every tenant given on the command
 line passes the same TenantId validation as everywhere else.
@@ -11,23 +11,20 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from boost_tenancy.admin import DeadLetterAdmin
+from boost_tenancy.app import open_broker, run_processor
 from boost_tenancy.config import AppSettings
-from boost_tenancy.consumer import ProcessorRunner
 from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.fairness.wiring import FairnessWiring
-from boost_tenancy.local_broker import run_cli as run_broker_cli
 from boost_tenancy.observability.logging import configure_logging
-from boost_tenancy.parking import ParkingSweeper
-from boost_tenancy.processor import TenantProcessor
+from boost_tenancy.ops.dead_letters import DeadLetterAdmin
+from boost_tenancy.ops.parking import ParkingSweeper
+from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, open_error_store
+from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
 from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId, parse_tenants
-from boost_tenancy.transports.stomp import StompTransport
 
 
 def load_processor(spec: str) -> TenantProcessor:
@@ -64,7 +61,7 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
             raise ConfigError("--json must be a JSON object")
     else:
         body = args.text
-    transport = StompTransport(settings.stomp)
+    transport = open_broker(settings, os.environ)
     transport.connect()
     try:
         producer = TenantProducer(transport, routing=settings.routing)
@@ -93,45 +90,13 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
 def _cmd_run(args: argparse.Namespace, settings: AppSettings) -> int:
     tenants = _tenants(args.tenant)
     processor = load_processor(args.processor)
-    store = open_error_store(settings.error_store_url)
-    try:
-        return run_with_fairness(processor, tenants, settings, store, os.environ)
-    finally:
-        store.close()
-
-
-def run_with_fairness(
-    processor: TenantProcessor,
-    tenants: Sequence[TenantId],
-    settings: AppSettings,
-    store: ErrorStore,
-    env: Mapping[str, str],
-) -> int:
-    """Run a processor until SIGTERM with the fairness and accounting the environment asks for."""
-    fairness = FairnessWiring.from_env(env)
-    runner = ProcessorRunner(
-        processor,
-        StompTransport(settings.stomp),
-        tenants,
-        error_store=store,
-        settings=settings.runner,
-        routing=settings.routing,
-        middleware=fairness.middleware,
-        observers=fairness.observers,
-    )
-    if fairness.server is not None:
-        fairness.server.start()
-    try:
-        return runner.run()
-    finally:
-        if fairness.server is not None:
-            fairness.server.stop()
+    return run_processor(processor, tenants, settings, os.environ)
 
 
 def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
     tenant = TenantId.parse(args.tenant)
     store = open_error_store(settings.error_store_url)
-    transport = StompTransport(settings.stomp)
+    transport = open_broker(settings, os.environ)
     transport.connect()
     try:
         admin = DeadLetterAdmin(transport, store, routing=settings.routing)
@@ -185,7 +150,7 @@ def _cmd_park(args: argparse.Namespace, settings: AppSettings) -> int:
     store = open_error_store(settings.error_store_url)
     try:
         sweeper = ParkingSweeper(
-            StompTransport(settings.stomp),
+            open_broker(settings, os.environ),
             queues,
             _tenants(args.active_tenant),
             error_store=store,
@@ -239,10 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="boost-tenancy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser(
-        "broker", help="start|stop|restart|status|purge the local ActiveMQ", add_help=False
-    )
-
     publish = sub.add_parser("publish", help="send a message of one tenant to a queue")
     publish.add_argument("--queue", required=True)
     publish.add_argument("--tenant", required=True)
@@ -288,8 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["broker"]:
-        return run_broker_cli(args_list[1:])
     args = build_parser().parse_args(args_list)
     try:
         settings = AppSettings.from_env(os.environ)

@@ -6,6 +6,7 @@ import cycles.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -30,6 +31,9 @@ def _env_number(
         value = parse(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
+    if not math.isfinite(value):
+        # float() reads "inf" and "nan"; neither is a duration, a rate or a count.
+        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
@@ -43,3 +47,16 @@ def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0
 def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
     """A number variable; a non-number or a value below minimum names the variable."""
     return _env_number(env, name, default, minimum=minimum, parse=float, kind="a number")
+
+
+_TRUE, _FALSE = frozenset({"1", "true", "on", "yes"}), frozenset({"", "0", "false", "off", "no"})
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """An on/off variable; anything else names the variable."""
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be on or off, got {env.get(name)!r}")

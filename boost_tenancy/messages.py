@@ -17,10 +17,9 @@ from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
     MessageEncodeError,
-    TenantMismatchError,
 )
 from boost_tenancy.selectors import TENANT_PROPERTY, check_property_name
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.tenancy import TenantId, check_body_tenant
 
 MESSAGE_ID_PROPERTY: Final = "boostMessageId"
 ATTEMPT_PROPERTY: Final = "boostAttempt"
@@ -39,8 +38,6 @@ RESERVED_PROPERTIES: Final = frozenset(
         ERROR_TEXT_PROPERTY,
     }
 )
-# The BOOST JSON bodies name the tenant under either key (seed 001, "Fallback Handling").
-BODY_TENANT_KEYS: Final = ("tenantUUID", "organizationId")
 
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -160,12 +157,7 @@ def derived_id(parent_id: str, queue: str, index: int) -> str:
 
 def encode_json_body(tenant: TenantId, body: Mapping[str, Any]) -> str:
     """JSON text with the tenant in the body too; a body naming another tenant is refused."""
-    for key in BODY_TENANT_KEYS:
-        claimed = body.get(key)
-        if claimed is not None and claimed != tenant.value:
-            raise TenantMismatchError(
-                f"body field {key}={claimed!r} does not match the message tenant {tenant.value!r}"
-            )
+    check_body_tenant(body, tenant, against="the message tenant")
     text = json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=False)
     if not text.isascii():
         try:
@@ -285,11 +277,34 @@ def decode_json_body(text: str, tenant: TenantId) -> Any:
         # e.g. an integer of more digits than Python converts (sys.set_int_max_str_digits).
         raise MessageDecodeError(f"body is JSON that cannot be decoded: {exc}") from exc
     if isinstance(data, dict):
-        for key in BODY_TENANT_KEYS:
-            claimed = data.get(key)
-            if claimed is not None and claimed != tenant.value:
-                raise TenantMismatchError(
-                    f"body field {key}={claimed!r} does not match the tenantUUID property "
-                    f"{tenant.value!r}"
-                )
+        check_body_tenant(data, tenant, against="the tenantUUID property")
     return data
+
+
+def build_message(
+    tenant: TenantId | str,
+    body: Mapping[str, Any] | str | bytes,
+    *,
+    message_id: str | None = None,
+    correlation_id: str | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> Message:
+    """A tenant's message; a mapping body becomes JSON text carrying tenantUUID too."""
+    tenant_id = TenantId.parse(tenant)
+    payload: Body
+    if isinstance(body, Mapping):
+        payload = encode_json_body(tenant_id, body)
+    elif isinstance(body, str | bytes):
+        payload = body
+    else:
+        raise TypeError(f"message body must be a mapping, str or bytes, got {type(body).__name__}")
+    extra: dict[str, Any] = {}
+    if message_id is not None:
+        extra["message_id"] = message_id
+    return Message(
+        tenant=tenant_id,
+        body=payload,
+        correlation_id=correlation_id,
+        properties=check_properties(properties or {}),
+        **extra,
+    )

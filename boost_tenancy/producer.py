@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from boost_tenancy.messages import Message
-from boost_tenancy.processor import build_message
+from boost_tenancy.messages import Message, build_message
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport

@@ -29,7 +29,7 @@ class Topology(enum.StrEnum):
     PER_TENANT = "per_tenant"
 
 
-def _topology(value: object, what: str) -> Topology:
+def parse_topology(value: object, what: str) -> Topology:
     if isinstance(value, str) and value in Topology.__members__.values():
         return Topology(value)
     choices = ", ".join(t.value for t in Topology)
@@ -80,9 +80,9 @@ class Routing:
     overrides: Mapping[str, Topology] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "default", _topology(self.default, "Routing.default"))
+        object.__setattr__(self, "default", parse_topology(self.default, "Routing.default"))
         checked = {
-            check_logical_queue(queue): _topology(topology, f"Routing.overrides[{queue!r}]")
+            check_logical_queue(queue): parse_topology(topology, f"Routing.overrides[{queue!r}]")
             for queue, topology in dict(self.overrides).items()
         }
         # Read-only, so a Routing shared by producer, runner and admin cannot drift apart.
@@ -112,30 +112,6 @@ class Routing:
         """The logical queue of a broker queue: tenant.<tenant>.<queue> becomes <queue>."""
         split = _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
         return physical_queue if split is None else split[1]
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Routing:
-        """BOOST_ROUTING (shared|per_tenant) and BOOST_ROUTING_OVERRIDES (queue=topology,...)."""
-        raw_default = env.get("BOOST_ROUTING", "").strip()
-        default = _topology(raw_default, "BOOST_ROUTING") if raw_default else Topology.SHARED
-        overrides: dict[str, Topology] = {}
-        for item in env.get("BOOST_ROUTING_OVERRIDES", "").split(","):
-            entry = item.strip()
-            if not entry:
-                continue
-            queue, eq, value = (part.strip() for part in entry.partition("="))
-            if not eq or not queue or not value:
-                raise ConfigError(
-                    f"BOOST_ROUTING_OVERRIDES: expected queue=topology, got {entry!r}"
-                )
-            if queue in overrides:
-                raise ConfigError(f"BOOST_ROUTING_OVERRIDES: queue {queue!r} given twice")
-            try:
-                check_logical_queue(queue)
-            except ConfigError as exc:
-                raise ConfigError(f"BOOST_ROUTING_OVERRIDES: {exc}") from None
-            overrides[queue] = _topology(value, "BOOST_ROUTING_OVERRIDES")
-        return cls(default=default, overrides=overrides)
 
 
 DEFAULT_ROUTING: Final = Routing()

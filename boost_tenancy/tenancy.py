@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from boost_tenancy.errors import InvalidTenantError
+from boost_tenancy.errors import InvalidTenantError, TenantMismatchError
 
 MAX_TENANT_LENGTH: Final = 64
 """Longest accepted tenant id; a UUID (36 characters) fits with room for descriptive slugs."""
@@ -88,3 +89,35 @@ def parse_tenants(values: object) -> tuple[TenantId, ...]:
             raise InvalidTenantError(tenant.value, "it is listed twice")
         seen.add(tenant)
     return tenants
+
+
+# -- the tenant guard: every check of a message's tenant goes through these -----------------------
+BODY_TENANT_KEYS: Final = ("tenantUUID", "organizationId")
+"""The BOOST JSON bodies name the tenant under either key (seed 001, "Fallback Handling")."""
+
+
+def claimed_tenant(raw: object) -> TenantId | None:
+    """The tenant a message claims by its tenantUUID property as received; None when it names
+    none or nothing valid (such a message belongs to no tenant: it is quarantined)."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        return TenantId.parse(raw)
+    except InvalidTenantError:
+        return None
+
+
+def belongs_to(raw: object, tenant: TenantId) -> bool:
+    """Whether a delivery whose tenantUUID property is raw may reach tenant's handler."""
+    return raw == tenant.value
+
+
+def check_body_tenant(body: Mapping[str, Any], tenant: TenantId, *, against: str) -> None:
+    """Refuse a JSON body that names a tenant other than tenant; against says what tenant is
+    (the message tenant, the tenantUUID property) for the error."""
+    for key in BODY_TENANT_KEYS:
+        named = body.get(key)
+        if named is not None and named != tenant.value:
+            raise TenantMismatchError(
+                f"body field {key}={named!r} does not match {against} {tenant.value!r}"
+            )

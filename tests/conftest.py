@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from boost_tenancy import StompSettings, StompTransport, Transport
-from boost_tenancy.local_broker import stomp_handshake
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.broker_probes import stomp_handshake
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 STOMP_HOST = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
@@ -84,7 +84,7 @@ def stomp_settings() -> StompSettings:
     if not stomp_handshake(STOMP_HOST, STOMP_PORT):
         unavailable(
             f"no ActiveMQ broker answering STOMP at {STOMP_HOST}:{STOMP_PORT} "
-            "(start one with `boost-tenancy broker start`)"
+            "(start one with `scripts/broker start`)"
         )
     return StompSettings(host=STOMP_HOST, port=STOMP_PORT, receipt_timeout_s=15.0)
 

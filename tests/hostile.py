@@ -17,12 +17,7 @@ from typing import ClassVar, Final
 
 from hypothesis import strategies as st
 
-from boost_tenancy import (
-    HandlerContext,
-    IncomingMessage,
-    PermanentError,
-    TenantProcessor,
-)
+from boost_tenancy import HandlerContext, IncomingMessage, PermanentError, TenantProcessor
 from boost_tenancy.messages import WireMessage
 
 KEY: Final = "hostileKey"

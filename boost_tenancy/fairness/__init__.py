@@ -29,7 +29,7 @@ from boost_tenancy.fairness.tiers import (
     TierStoreError,
     open_tier_store,
 )
-from boost_tenancy.fairness.wiring import FairnessWiring, env_flag
+from boost_tenancy.fairness.wiring import FairnessWiring
 
 __all__ = [
     "DEFAULT_TIER_STORE",
@@ -55,7 +55,6 @@ __all__ = [
     "TierStoreError",
     "TokenBucketLimiter",
     "build_fairness",
-    "env_flag",
     "open_tier_store",
     "redis_client",
 ]

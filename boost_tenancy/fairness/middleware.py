@@ -9,16 +9,15 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
 
-from boost_tenancy.envvars import env_float, env_int
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.concurrency import ConcurrencyLimiter, InMemoryConcurrencyLimiter
-from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy, TokenBucketLimiter
+from boost_tenancy.fairness.rates import RatePolicy, TokenBucketLimiter
 from boost_tenancy.fairness.redis_backend import (
     DEFAULT_PREFIX,
     RedisConcurrencyLimiter,
@@ -28,7 +27,9 @@ from boost_tenancy.fairness.redis_backend import (
 )
 from boost_tenancy.fairness.tiers import TierLimits, TierResolver, open_tier_store
 from boost_tenancy.messages import IncomingMessage
-from boost_tenancy.processor import Defer, Handler, HandlerContext, Outcome
+from boost_tenancy.processing.middleware import Handler
+from boost_tenancy.processing.outcomes import Defer, Outcome
+from boost_tenancy.processing.processor import HandlerContext
 from boost_tenancy.tenancy import TenantId
 
 log = structlog.get_logger("boost_tenancy.fairness")
@@ -111,6 +112,14 @@ class FairnessMiddleware:
         self._on_event = on_event
         self._warn = _ThrottledWarning()
 
+    def close(self) -> None:
+        """Stop the tier refresh threads and close the tier store and the limiters' clients."""
+        self._tiers.close()
+        for limiter in (self._concurrency, self._rates):
+            close = getattr(limiter, "close", None)
+            if callable(close):
+                close()
+
     def __call__(
         self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler
     ) -> Outcome:
@@ -169,16 +178,9 @@ class FairnessMiddleware:
             self._warn("fairness_event_hook_failed", error_type=type(exc).__name__, error=str(exc))
 
 
-def _finite(env: Mapping[str, str], name: str, value: float) -> float:
-    # env_float accepts "inf" and "nan"; neither is a rate or a duration.
-    if not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {env.get(name)!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FairnessSettings:
-    """What build_fairness needs; from_env reads the BOOST_* variables."""
+    """What build_fairness needs; config.fairness_from_env reads it from BOOST_* variables."""
 
     rate: RatePolicy = field(default_factory=lambda: RatePolicy(rate_per_s=0))
     tier_limits: TierLimits = field(default_factory=TierLimits)
@@ -195,26 +197,6 @@ class FairnessSettings:
             value: object = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"FairnessSettings.{name} must be an integer >= 0: {value!r}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> FairnessSettings:
-        """Read BOOST_RATE_PER_S (0 = unlimited; negative refused), BOOST_RATE_BURST_S (0 = 10),
-        BOOST_TIER_*_LIMIT, BOOST_TIER_STORE, BOOST_REDIS_URL, BOOST_DEFER_MS and
-        BOOST_DEFER_JITTER_MS; a bad value raises ConfigError naming the variable.
-        """
-        rate = _finite(env, "BOOST_RATE_PER_S", env_float(env, "BOOST_RATE_PER_S", 0.0))
-        burst = _finite(
-            env, "BOOST_RATE_BURST_S", env_float(env, "BOOST_RATE_BURST_S", DEFAULT_BURST_S)
-        )
-        tier_store = env.get("BOOST_TIER_STORE", "").strip() or DEFAULT_TIER_STORE
-        return cls(
-            rate=RatePolicy(rate_per_s=rate, burst_s=burst),
-            tier_limits=TierLimits.from_env(env),
-            tier_store_url=tier_store,
-            redis_url=env.get("BOOST_REDIS_URL", "").strip(),
-            defer_ms=env_int(env, "BOOST_DEFER_MS", 1000),
-            jitter_ms=env_int(env, "BOOST_DEFER_JITTER_MS", 1000),
-        )
 
 
 def build_fairness(

@@ -11,13 +11,12 @@ import queue as queue_mod
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 import structlog
 
-from boost_tenancy.envvars import env_int
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.sqlstore import PostgresBackend, SqlBackend, SQLiteBackend
 from boost_tenancy.storage import parse_store_url
@@ -64,17 +63,6 @@ class TierLimits:
         limit: int = getattr(self, Tier(tier).name.lower())
         return limit
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> TierLimits:
-        """Read BOOST_TIER_FREE_LIMIT, _PRO_, _PRO_PLUS_ and _ENTERPRISE_LIMIT (each >= 1)."""
-        defaults = cls()
-        return cls(
-            free=env_int(env, "BOOST_TIER_FREE_LIMIT", defaults.free, minimum=1),
-            pro=env_int(env, "BOOST_TIER_PRO_LIMIT", defaults.pro, minimum=1),
-            pro_plus=env_int(env, "BOOST_TIER_PRO_PLUS_LIMIT", defaults.pro_plus, minimum=1),
-            enterprise=env_int(env, "BOOST_TIER_ENTERPRISE_LIMIT", defaults.enterprise, minimum=1),
-        )
-
 
 # -- stores ---------------------------------------------------------------------------------------
 class TierStore(Protocol):
@@ -83,6 +71,8 @@ class TierStore(Protocol):
     def get(self, tenant: TenantId) -> Tier | None: ...
 
     def set(self, tenant: TenantId, tier: Tier) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def _checked_table(table: object) -> str:
@@ -225,7 +215,8 @@ class TierResolver:
         self._cache: dict[TenantId, _Cached] = {}
         self._pending: set[TenantId] = set()
         self._lock = threading.Lock()
-        self._work: queue_mod.SimpleQueue[TenantId] = queue_mod.SimpleQueue()
+        self._work: queue_mod.SimpleQueue[TenantId | None] = queue_mod.SimpleQueue()
+        self._closed = False
         self._thread_count = refresh_threads
         self._threads: list[threading.Thread] = []
 
@@ -255,7 +246,7 @@ class TierResolver:
 
     def _schedule(self, tenant: TenantId) -> None:
         # Called with the lock held.
-        if tenant in self._pending:
+        if tenant in self._pending or self._closed:
             return
         self._pending.add(tenant)
         if not self._threads:
@@ -267,9 +258,22 @@ class TierResolver:
                 self._threads.append(thread)
         self._work.put(tenant)
 
+    def close(self) -> None:
+        """End the refresh threads and close the store; tier_of answers from the cache after."""
+        with self._lock:
+            threads, self._threads = list(self._threads), []
+            self._closed = True
+        for _ in threads:
+            self._work.put(None)
+        for thread in threads:
+            thread.join(timeout=5.0)
+        self._store.close()
+
     def _refresh_loop(self) -> None:
         while True:
             tenant = self._work.get()
+            if tenant is None:
+                return
             try:
                 self._refresh(tenant)
             finally:

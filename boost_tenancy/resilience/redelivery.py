@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
 from boost_tenancy.resilience.dead_letter import with_error
 from boost_tenancy.resilience.failure import ErrorInfo
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Delivery, Transport, TransportCapabilities
 
 
 class RedeliveryStrategy(Protocol):
@@ -51,11 +52,19 @@ class RepublishRedelivery:
     """The toolkit counts: a retry is a delayed copy with boostAttempt + 1, the original acked.
 
     Scheduled delivery (AMQ_SCHEDULED_DELAY) holds the copy back on the broker, so nothing waits
-    in the consumer and a crash during the delay loses nothing.
+    in the consumer and a crash during the delay loses nothing. Where the broker also counts
+    deliveries (native_count), its count of this copy's redeliveries is added: a message that
+    kills the process is then counted too, and reaches the dead-letter queue after the cap.
     """
 
+    def __init__(self, *, native_count: bool = False) -> None:
+        self._native_count = native_count
+
     def attempt_of(self, delivery: Delivery) -> int:
-        return _attempt_property(delivery)
+        attempt = _attempt_property(delivery)
+        if self._native_count and delivery.delivery_count:
+            attempt += max(0, delivery.delivery_count)
+        return attempt
 
     def retry(
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
@@ -68,8 +77,15 @@ class RepublishRedelivery:
         transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
 
 
-def strategy_for(transport: Transport) -> RedeliveryStrategy:
-    """The strategy a transport's capabilities call for."""
-    # Only the republishing strategy exists until a transport reports native delivery counts;
-    # the AMQP transport adds its own (Modified outcome, header.delivery_count).
-    return RepublishRedelivery()
+def strategy_for(capabilities: TransportCapabilities) -> RedeliveryStrategy:
+    """The strategy a transport's capabilities call for.
+
+    Retries back off on the broker, so a transport must hold messages back (delayed_delivery);
+    a native delivery count is used where the broker keeps one.
+    """
+    if not capabilities.delayed_delivery:
+        raise ConfigError(
+            "the transport cannot delay a message, so retries could not back off; "
+            "use a broker with scheduled delivery (ActiveMQ schedulerSupport, Artemis)"
+        )
+    return RepublishRedelivery(native_count=capabilities.native_delivery_count)

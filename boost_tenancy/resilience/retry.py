@@ -1,4 +1,5 @@
-"""Retry policy: how many attempts a message gets and how long it waits between them.
+"""Retry policy: how many attempts a message gets, how long it waits between them, and the
+middleware that turns a handler's exception into a retry or a dead letter.
 
 compute_backoff is pure, with its random source injected, so tests need no sleeping.
 """
@@ -9,7 +10,22 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boost_tenancy.errors import ConfigError
+import structlog
+
+from boost_tenancy.errors import (
+    ConfigError,
+    MessageDecodeError,
+    PermanentError,
+    TenantMismatchError,
+)
+from boost_tenancy.messages import IncomingMessage
+from boost_tenancy.processing.middleware import Handler
+from boost_tenancy.processing.outcomes import DeadLetter, Outcome, Retry
+from boost_tenancy.processing.processor import HandlerContext
+from boost_tenancy.resilience.dead_letter import DeadLetterReason
+from boost_tenancy.resilience.failure import ErrorInfo
+
+log = structlog.get_logger("boost_tenancy.resilience")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,3 +61,35 @@ def compute_backoff(
     exponent = max(0, attempt - 1)
     delay = policy.base_delay_ms * (2 ** min(exponent, 32)) * (1.0 + policy.jitter * rand())
     return int(min(policy.max_delay_ms, delay))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryMiddleware:
+    """Handler exceptions to outcomes: permanent -> dead letter, others -> retry up to the cap."""
+
+    policy: RetryPolicy
+    rand: Callable[[], float] | None = None
+
+    def __call__(
+        self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler
+    ) -> Outcome:
+        try:
+            return call_next(message, ctx)
+        except BaseException as exc:  # SystemExit too: a handler must never end a worker
+            return self.failed(exc, message.attempt)
+
+    def failed(self, exc: BaseException, attempt: int) -> DeadLetter | Retry:
+        """The outcome of an attempt that raised exc: dead letter or retry after a backoff."""
+        error = ErrorInfo.of(exc)
+        if isinstance(exc, PermanentError | MessageDecodeError | TenantMismatchError):
+            return DeadLetter(error=error, reason=DeadLetterReason.PERMANENT)
+        if not isinstance(exc, Exception):
+            log.critical("handler_raised_base_exception", error_type=error.type, error=error.text)
+        if not self.policy.should_retry(attempt):
+            return DeadLetter(error=error, reason=DeadLetterReason.EXHAUSTED)
+        delay = (
+            compute_backoff(self.policy, attempt)
+            if self.rand is None
+            else compute_backoff(self.policy, attempt, self.rand)
+        )
+        return Retry(error=error, delay_ms=delay)

@@ -1,4 +1,5 @@
-"""Transports: the small protocol the toolkit needs from a broker, and its implementations."""
+"""Transports: the small protocol the toolkit needs from a broker, its implementations, and the
+registry that picks one by URL (stomp://...)."""
 
 from boost_tenancy.transports.base import (
     Delivery,
@@ -8,6 +9,12 @@ from boost_tenancy.transports.base import (
     Transport,
     TransportCapabilities,
 )
+from boost_tenancy.transports.registry import (
+    TransportFactory,
+    TransportUrl,
+    open_transport,
+    register_transport,
+)
 
 __all__ = [
     "Delivery",
@@ -16,4 +23,8 @@ __all__ = [
     "Subscription",
     "Transport",
     "TransportCapabilities",
+    "TransportFactory",
+    "TransportUrl",
+    "open_transport",
+    "register_transport",
 ]

@@ -16,16 +16,25 @@ from boost_tenancy.selectors import SelectorLike
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportCapabilities:
-    """What the broker behind a transport does natively; the toolkit adapts to it."""
+    """What the broker behind a transport does natively; the toolkit adapts to it.
+
+    A transport derives them from the broker it is connected to (STOMP: from CONNECTED's server
+    header), so read them after connect().
+    """
 
     server_side_selectors: bool
-    """The broker filters by selector; otherwise the consumer-side tenant check is all there is."""
+    """The broker filters by selector; otherwise the consumer-side tenant check is all there is.
+    Read by the dispatcher, which must not rely on a selector the broker does not apply."""
     native_delivery_count: bool
-    """The broker counts delivery attempts (AMQP header.delivery_count); STOMP exposes none."""
+    """The broker counts delivery attempts (AMQP header.delivery_count); STOMP exposes none.
+    Read by resilience.redelivery.strategy_for: the broker's count is added to boostAttempt."""
     delayed_delivery: bool
-    """The broker holds a message back for a delay (scheduled delivery)."""
+    """The broker holds a message back for a delay (scheduled delivery).
+    Read by resilience.redelivery.strategy_for, which refuses a transport without it."""
     atomic_forward: bool
-    """Sending a copy and acknowledging the original can be one transaction (Classic STOMP)."""
+    """Sending a copy and acknowledging the original can be one transaction (Classic STOMP).
+    Read by the transport's own forward/forward_many, and by the dispatcher and redelivery to
+    know whether a crash between copy and ack can duplicate a message."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

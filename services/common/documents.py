@@ -21,13 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from boost_tenancy import (
-    ConfigError,
-    PermanentError,
-    TenantId,
-    TransientError,
-    parse_store_url,
-)
+from boost_tenancy import ConfigError, PermanentError, TenantId, TransientError
+from boost_tenancy.storage import parse_store_url
 from services.common.blobs import check_key
 from services.common.contract import DocumentState, document_id
 

@@ -12,17 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from boost_tenancy import (
-    BoostTenancyError,
-    ConfigError,
-    TenantId,
-    TenantProcessor,
-    open_error_store,
-    parse_tenants,
-)
-from boost_tenancy.cli import run_with_fairness
+from boost_tenancy import BoostTenancyError, ConfigError, TenantId, TenantProcessor
+from boost_tenancy.app import run_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.observability import configure_logging
+from boost_tenancy.tenancy import parse_tenants
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,11 +64,7 @@ def run_service(factory: Callable[[ServiceSettings], TenantProcessor]) -> int:
         configure_logging(settings.app.log_format, settings.app.log_level)
         settings.blob_dir.mkdir(parents=True, exist_ok=True)
         processor = factory(settings)
-        store = open_error_store(settings.app.error_store_url)
-        try:
-            return run_with_fairness(processor, settings.tenants, settings.app, store, os.environ)
-        finally:
-            store.close()
+        return run_processor(processor, settings.tenants, settings.app, os.environ)
     except BoostTenancyError as exc:
         print(f"{sys.argv[0]}: error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,8 @@ import jwt
 PROCESSORS = ("manager", "extractor", "professor", "thumbnailer", "notifier")
 AUDIENCE, ISSUER = "boost-demo", "boost-demo-idp"
 FINAL_STATES = frozenset({"ready", "needs_review", "failed"})
+# The services are not installed: each process imports them from this checkout.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -57,6 +59,9 @@ class Stack:
             "BOOST_LOG_FORMAT": "json",
             "BOOST_RETRY_BASE_MS": "200",
             "BOOST_SHUTDOWN_GRACE_S": "10",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p
+            ),
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 

@@ -21,17 +21,12 @@ from urllib.parse import urlsplit
 import structlog
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from boost_tenancy import (
-    BoostTenancyError,
-    ConfigError,
-    JwtSettings,
-    StompTransport,
-    TenantAuthenticator,
-    TenantProducer,
-)
+from boost_tenancy import BoostTenancyError, ConfigError, TenantProducer
+from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
 from boost_tenancy.envvars import env_int
 from boost_tenancy.observability import configure_logging
+from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store
 from services.integrations.app import DEFAULT_MAX_UPLOAD_BYTES, create_app
@@ -151,7 +146,7 @@ def _open_storage(settings: IntegrationsSettings) -> tuple[LocalBlobStore, Docum
 
 def _serve(settings: IntegrationsSettings) -> int:
     blobs, documents = _open_storage(settings)
-    transport = StompTransport(settings.app.stomp)
+    transport = open_broker(settings.app, os.environ)
     try:
         transport.connect()
         app = create_app(

@@ -17,14 +17,13 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from boost_tenancy import (
-    AuthenticationError,
     BoostTenancyError,
-    TenantAuthenticator,
     TenantId,
     TenantProducer,
     TransientError,
     TransportError,
 )
+from services.common.auth import AuthenticationError, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import (
     CMD_DOCUMENT_PROCESS,

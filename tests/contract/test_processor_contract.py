@@ -12,7 +12,6 @@ import pytest
 
 from boost_tenancy import (
     DispatchSettings,
-    FailureOutcome,
     HandlerContext,
     IncomingMessage,
     PermanentError,
@@ -22,13 +21,12 @@ from boost_tenancy import (
     TenantId,
     TenantProcessor,
     TenantProducer,
-    dead_letter_queue,
-    quarantine_queue,
-    tenant_selector,
 )
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.processor import Dispatcher
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 

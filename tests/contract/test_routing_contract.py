@@ -15,28 +15,24 @@ import pytest
 
 from boost_tenancy import (
     DispatchSettings,
-    FailureOutcome,
     HandlerContext,
     IncomingMessage,
-    ParkingSweeper,
     ProcessorRunner,
     RetryPolicy,
     Routing,
     RunnerSettings,
-    TenantExclusion,
     TenantId,
     TenantProcessor,
     TenantProducer,
-    Topology,
-    dead_letter_queue,
-    quarantine_queue,
-    tenant_selector,
 )
-from boost_tenancy.admin import DeadLetterAdmin
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.processor import Dispatcher
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
-from boost_tenancy.routing import DEFAULT_ROUTING, parked_queue
+from boost_tenancy.ops.dead_letters import DeadLetterAdmin
+from boost_tenancy.ops.parking import ParkingSweeper
+from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.routing import DEFAULT_ROUTING, Topology, parked_queue
+from boost_tenancy.selectors import TenantExclusion, tenant_selector
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_ms=50, max_delay_ms=100)

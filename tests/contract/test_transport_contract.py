@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from boost_tenancy import TenantId, tenant_selector
+from boost_tenancy import TenantId
 from boost_tenancy.messages import WireMessage
+from boost_tenancy.selectors import tenant_selector
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 
 

@@ -19,14 +19,13 @@ from boost_tenancy import (
     ProcessorRunner,
     RetryPolicy,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantProcessor,
     TenantProducer,
-    dead_letter_queue,
     open_error_store,
-    tenant_selector,
 )
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import Inbox, unique_queue, wait_until
 
 pytestmark = [pytest.mark.slow]

@@ -22,16 +22,15 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantProcessor,
     TenantProducer,
     TransportError,
-    dead_letter_queue,
 )
-from boost_tenancy.local_broker import LocalBroker
 from boost_tenancy.messages import new_id
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
 from tests.integration.worker_support import dedicated_broker, read_queue
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from boost_tenancy import StompSettings, StompTransport, tenant_selector
+from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import wait_until
 from tests.integration.cli_processors import ALWAYS_FAILS_QUEUE
 

@@ -31,15 +31,14 @@ from boost_tenancy import (
 from boost_tenancy.errors import ErrorStoreError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import (
-    DOWN_COOLDOWN_S,
     ErrorStore,
     FailureOutcome,
     FailureRecord,
     PostgresErrorStore,
     SQLiteErrorStore,
     open_error_store,
-    record_failure,
 )
+from boost_tenancy.resilience.recorder import DOWN_COOLDOWN_S, record_failure
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unavailable, wait_until

@@ -20,8 +20,6 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantId,
     TenantProcessor,
     TenantProducer,
@@ -38,6 +36,7 @@ from boost_tenancy.fairness import (
     TierResolver,
     TokenBucketLimiter,
 )
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from structlog.testing import capture_logs
 
-from boost_tenancy import Ack, ConfigError, Defer, HandlerContext, IncomingMessage, TenantId
+from boost_tenancy import ConfigError, HandlerContext, IncomingMessage, TenantId
 from boost_tenancy.fairness import (
     FairnessMiddleware,
     RatePolicy,
@@ -36,7 +36,7 @@ from boost_tenancy.fairness import (
 )
 from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
 from boost_tenancy.fairness.redis_backend import redis_breaker
-from boost_tenancy.processor import Outcome
+from boost_tenancy.processing.outcomes import Ack, Defer, Outcome
 from tests.conftest import unavailable, wait_until
 
 pytestmark = pytest.mark.redis

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy import StompSettings, StompTransport, TenantProducer
-from boost_tenancy.consumer import EXIT_HANDLERS_ABANDONED
+from boost_tenancy import TenantProducer
+from boost_tenancy.processing.runner import EXIT_HANDLERS_ABANDONED
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.integration.crash_processors import LOG_ENV, MARKER_ENV, QUEUE_ENV, SLEEP_ENV
 from tests.integration.worker_support import (

@@ -20,13 +20,12 @@ from boost_tenancy import (
     ProcessorRunner,
     RetryPolicy,
     RunnerSettings,
-    StompSettings,
-    StompTransport,
     TenantProcessor,
     TenantProducer,
-    dead_letter_queue,
     open_error_store,
 )
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import OPENWIRE_URL, unique_queue, wait_until
 from tests.jms.peer import JmsPeer
 

@@ -22,14 +22,10 @@ from typing import NamedTuple
 
 import pytest
 
-from boost_tenancy import (
-    StompSettings,
-    StompTransport,
-    TenantProducer,
-    dead_letter_queue,
-    quarantine_queue,
-)
-from boost_tenancy.local_broker import LocalBroker
+from boost_tenancy import TenantProducer
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
 from tests.integration.storm_processors import HANDLE_MS_ENV, LOG_ENV, QUEUE_ENV
 from tests.integration.worker_support import (

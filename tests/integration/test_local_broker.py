@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy.local_broker import (
+from devtools.local_broker import (
     ACTIVEMQ_JAR,
     LocalBroker,
     LocalBrokerError,

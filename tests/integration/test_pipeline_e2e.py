@@ -18,13 +18,8 @@ from typing import Any
 import jwt
 import pytest
 
-from boost_tenancy import (
-    ProcessorRunner,
-    StompSettings,
-    StompTransport,
-    TenantId,
-    open_error_store,
-)
+from boost_tenancy import ProcessorRunner, TenantId, open_error_store
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from services.demo.stack import AUDIENCE, FINAL_STATES, ISSUER, Stack, environment
 from services.notifier.processor import Notifier
 from tests.conftest import wait_until

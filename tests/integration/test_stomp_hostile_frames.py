@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from boost_tenancy import StompSettings, StompTransport
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import Inbox, unique_queue, wait_until
 
 pytestmark = pytest.mark.broker

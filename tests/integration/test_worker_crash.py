@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy import StompSettings, StompTransport, TenantProducer
+from boost_tenancy import TenantProducer
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.integration.crash_processors import (
     BLOCK_ENV,

@@ -15,9 +15,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from boost_tenancy import StompSettings, StompTransport, tenant_selector
-from boost_tenancy.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.conftest import Inbox, unavailable, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

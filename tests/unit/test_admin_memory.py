@@ -11,7 +11,6 @@ import pytest
 
 from boost_tenancy import (
     DispatchSettings,
-    FailureOutcome,
     HandlerContext,
     IncomingMessage,
     InvalidTenantError,
@@ -21,9 +20,7 @@ from boost_tenancy import (
     TenantId,
     TenantProcessor,
     TenantProducer,
-    dead_letter_queue,
 )
-from boost_tenancy.admin import DeadLetterAdmin
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
@@ -33,7 +30,9 @@ from boost_tenancy.messages import (
     MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
 )
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.ops.dead_letters import DeadLetterAdmin
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 

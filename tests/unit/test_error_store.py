@@ -31,8 +31,8 @@ from boost_tenancy.resilience.error_store import (
     PostgresErrorStore,
     SQLiteErrorStore,
     open_error_store,
-    record_failure,
 )
+from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.tenancy import TenantId
 from tests.conftest import wait_until
 

@@ -15,19 +15,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from boost_tenancy import (
-    DispatchSettings,
-    FailureOutcome,
-    ProcessorRunner,
-    RetryPolicy,
-    RunnerSettings,
-    TenantId,
-    dead_letter_queue,
-)
+from boost_tenancy import DispatchSettings, ProcessorRunner, RetryPolicy, RunnerSettings, TenantId
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.processor import Dispatcher, TenantProcessor
-from boost_tenancy.resilience.dead_letter import quarantine_queue
-from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.processing.processor import TenantProcessor
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
+from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 from tests.hostile import (

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy import local_broker as lb
 from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.local_broker import (
+from devtools import local_broker as lb
+from devtools.broker_probes import stomp_handshake
+from devtools.local_broker import (
     JAVA_MISSING_MESSAGE,
     LocalBroker,
     LocalBrokerError,
@@ -311,7 +312,7 @@ def test_start_refuses_a_port_held_by_another_process(
 
 
 def test_handshake_fails_against_a_non_stomp_listener(listener: int) -> None:
-    assert not lb.stomp_handshake("127.0.0.1", listener, timeout_s=0.3)
+    assert not stomp_handshake("127.0.0.1", listener, timeout_s=0.3)
 
 
 # -- command line ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from boost_tenancy.messages import (
     RESERVED_PROPERTIES,
     IncomingMessage,
     Message,
+    build_message,
     check_id,
     check_properties,
     check_queue_name,
@@ -27,7 +28,7 @@ from boost_tenancy.messages import (
     derived_id,
     encode_json_body,
 )
-from boost_tenancy.processor import HandlerContext, build_message
+from boost_tenancy.processing.processor import HandlerContext
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId
 

@@ -14,19 +14,11 @@ import structlog
 from structlog.testing import capture_logs
 
 from boost_tenancy import (
-    Ack,
-    DeadLetter,
-    DeadLetterReason,
     DispatchSettings,
-    ErrorStoreError,
-    FailureOutcome,
-    FailureRecord,
     HandlerContext,
     IncomingMessage,
-    MessageDecodeError,
     PermanentError,
     ProcessorRunner,
-    Retry,
     RetryPolicy,
     RunnerSettings,
     TenantId,
@@ -34,12 +26,21 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
     TransientError,
-    dead_letter_queue,
-    tenant_selector,
 )
+from boost_tenancy.errors import ErrorStoreError, MessageDecodeError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, MESSAGE_ID_PROPERTY, derived_id
-from boost_tenancy.processor import Dispatcher, ErrorInfo, Outcome, RetryMiddleware
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.processing.outcomes import Ack, DeadLetter, Outcome, Retry
+from boost_tenancy.resilience.dead_letter import DeadLetterReason, dead_letter_queue
+from boost_tenancy.resilience.error_store import (
+    ErrorStore,
+    FailureOutcome,
+    FailureRecord,
+    SQLiteErrorStore,
+)
+from boost_tenancy.resilience.failure import ErrorInfo
+from boost_tenancy.resilience.retry import RetryMiddleware
+from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import Inbox, unique_queue, wait_until
 

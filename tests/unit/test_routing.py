@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boost_tenancy import Routing, TenantExclusion, TenantId, Topology
-from boost_tenancy.config import AppSettings
+from boost_tenancy import Routing, TenantId
+from boost_tenancy.config import AppSettings, routing_from_env
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue, parked_queue
-from boost_tenancy.selectors import SelectorLike, tenant_selector
+from boost_tenancy.routing import DEFAULT_ROUTING, Topology, check_logical_queue, parked_queue
+from boost_tenancy.selectors import SelectorLike, TenantExclusion, tenant_selector
 
 TENANTS = st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,20}[A-Za-z0-9])?", fullmatch=True)
 QUEUES = st.from_regex(r"[a-z][a-z0-9]{0,8}(?:\.[a-z0-9_-]{1,8}){0,3}", fullmatch=True).filter(
@@ -104,7 +104,7 @@ def test_parked_queue_name() -> None:
 
 
 def test_from_env_reads_default_and_overrides() -> None:
-    routing = Routing.from_env(
+    routing = routing_from_env(
         {
             "BOOST_ROUTING": "per_tenant",
             "BOOST_ROUTING_OVERRIDES": " cmd.a = shared ,cmd.b=per_tenant,,",
@@ -112,8 +112,8 @@ def test_from_env_reads_default_and_overrides() -> None:
     )
     assert routing.default is Topology.PER_TENANT
     assert dict(routing.overrides) == {"cmd.a": Topology.SHARED, "cmd.b": Topology.PER_TENANT}
-    assert Routing.from_env({}) == DEFAULT_ROUTING
-    assert Routing.from_env({"BOOST_ROUTING": " "}) == DEFAULT_ROUTING
+    assert routing_from_env({}) == DEFAULT_ROUTING
+    assert routing_from_env({"BOOST_ROUTING": " "}) == DEFAULT_ROUTING
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_from_env_reads_default_and_overrides() -> None:
 )
 def test_from_env_errors_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        Routing.from_env(env)
+        routing_from_env(env)
 
 
 def test_app_settings_carry_the_routing() -> None:

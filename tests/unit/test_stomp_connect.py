@@ -3,7 +3,8 @@
 Connecting never hangs: a peer that closes before CONNECTED is detected at once, one that never
 answers costs connect_timeout_s (not the receipt timeout), and reconnection backs off with
 jitter. Any header text survives the frame format, and a body that cannot be encoded raises
-MessageEncodeError before a byte is written.
+MessageEncodeError before a byte is written. The broker's flavour is read once from CONNECTED
+and decides whether forward is one transaction.
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stomp.utils import parse_frame
+import stomp
+from stomp.utils import Frame, parse_frame
 
-from boost_tenancy import StompSettings, StompTransport, TransportError
+from boost_tenancy import TransportError
 from boost_tenancy.errors import ConfigError, MessageEncodeError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
-from boost_tenancy.transports.stomp import encode_frame, reconnect_delay
+from boost_tenancy.transports.stomp import (
+    BrokerFlavour,
+    StompSettings,
+    StompTransport,
+    encode_frame,
+    reconnect_delay,
+)
 
 CONNECTED = b"CONNECTED\nversion:1.2\nserver:ActiveMQ/5.17.2\n\n\x00"
 
@@ -285,9 +293,11 @@ def test_escaped_and_other_characters_survive_exactly() -> None:
 class RecordingSocket:
     """Stands in for stomp.py's transport: records writes and confirms receipts like a broker."""
 
-    def __init__(self, owner: StompTransport) -> None:
-        self.owner = owner
+    def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.listener: Any = None
+        self.connection_error = False
+        self.running = True
 
     def send(self, data: bytes) -> None:
         self.writes.append(data)
@@ -295,26 +305,59 @@ class RecordingSocket:
             if raw.strip(b"\r\n"):
                 receipt = parse_frame(raw).headers.get("receipt")
                 if receipt is not None:
-                    self.owner._resolve(receipt, None)
+                    self.listener.on_receipt(Frame("RECEIPT", {"receipt-id": receipt}))
 
     def frames(self) -> list[Any]:
         return [parse_frame(raw) for raw in b"".join(self.writes).split(b"\x00") if raw.strip()]
 
 
 class RecordingConnection:
-    def __init__(self, owner: StompTransport) -> None:
-        self.transport = RecordingSocket(owner)
+    """Stands in for stomp.Connection12: answers CONNECT with the server header given, and
+    drops the connection right after when told to."""
+
+    def __init__(self, server: str, *, drop_after_connected: bool = False) -> None:
+        self.server = server
+        self.drop_after_connected = drop_after_connected
+        self.transport = RecordingSocket()
+
+    def set_listener(self, name: str, listener: Any) -> None:
+        self.transport.listener = listener
+
+    def connect(self, *args: Any, **kwargs: Any) -> None:
+        self.transport.listener.on_connected(Frame("CONNECTED", {"server": self.server}))
+        if self.drop_after_connected:
+            self.transport.running = False
+            self.transport.listener.on_disconnected()
+
+    def disconnect(self) -> None:
+        self.transport.running = False
+
+
+def recording_transport(
+    monkeypatch: pytest.MonkeyPatch, server: str, *, drop_after_connected: bool = False
+) -> tuple[StompTransport, list[RecordingSocket]]:
+    """A transport whose connections go to recording stand-ins for a broker named server."""
+    sockets: list[RecordingSocket] = []
+
+    def connection(*args: Any, **kwargs: Any) -> RecordingConnection:
+        made = RecordingConnection(server, drop_after_connected=drop_after_connected)
+        sockets.append(made.transport)
+        return made
+
+    monkeypatch.setattr(stomp, "Connection12", connection)
+    return StompTransport(StompSettings(receipt_timeout_s=2, reconnect_wait_s=0)), sockets
 
 
 @pytest.fixture(params=["ActiveMQ/5.17.2", "ActiveMQ-Artemis/2.44.0"])
-def recorded(request: pytest.FixtureRequest) -> Iterator[tuple[StompTransport, RecordingSocket]]:
-    transport = StompTransport(StompSettings(receipt_timeout_s=2, reconnect_wait_s=0))
-    conn = RecordingConnection(transport)
-    # A connected transport without a broker: the state _open leaves behind.
-    transport._conn, transport._connected, transport._generation = conn, True, 1
-    transport._server = request.param
-    yield transport, conn.transport
-    transport._connected = False
+def recorded(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[StompTransport, RecordingSocket]]:
+    """A transport connected to a recording stand-in for the broker of the given server header."""
+    transport, sockets = recording_transport(monkeypatch, request.param)
+    transport.connect()
+    [sock] = sockets
+    yield transport, sock
+    transport.close()
 
 
 def wire(body: str | bytes) -> WireMessage:
@@ -360,7 +403,7 @@ def test_an_unencodable_text_body_raises_before_any_byte_is_written(
     with pytest.raises(MessageEncodeError, match=r"position 6.*send bytes or valid text"):
         SEND_PATHS[path](transport)
     assert sock.writes == []
-    assert transport._pending == {}, "no receipt may be left waiting"
+    assert len(transport._connection.receipts) == 0, "no receipt may be left waiting"
     # The connection is untouched and takes the next message.
     transport.send("out", wire("next"))
     [frame] = sock.frames()
@@ -402,3 +445,69 @@ def test_a_body_decoded_with_surrogateescape_goes_out_as_the_same_bytes(
     [frame] = sock.frames()
     assert frame.body == raw
     assert "content-length" not in frame.headers  # still a TextMessage for Java consumers
+
+
+# -- the broker's flavour, decided once from CONNECTED -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("server", "flavour"),
+    [
+        ("ActiveMQ/5.17.2", BrokerFlavour.CLASSIC),
+        ("ActiveMQ-Artemis/2.44.0 ActiveMQ Artemis Messaging Engine", BrokerFlavour.ARTEMIS),
+        ("ActiveMQ-Artemis/2.19.1", BrokerFlavour.ARTEMIS),
+        ("RabbitMQ/3.10.8", BrokerFlavour.OTHER),
+        ("", BrokerFlavour.OTHER),
+    ],
+)
+def test_the_server_header_names_the_flavour(server: str, flavour: BrokerFlavour) -> None:
+    assert BrokerFlavour.from_server(server) is flavour
+
+
+def test_only_classic_promises_an_atomic_forward() -> None:
+    # Artemis ignores ACK inside a STOMP transaction; an unknown broker gets the safe behaviour.
+    assert {f: f.capabilities.atomic_forward for f in BrokerFlavour} == {
+        BrokerFlavour.CLASSIC: True,
+        BrokerFlavour.ARTEMIS: False,
+        BrokerFlavour.OTHER: False,
+    }
+    assert all(f.capabilities.delayed_delivery for f in BrokerFlavour)
+
+
+def test_before_connecting_the_transport_promises_no_atomic_forward() -> None:
+    transport = StompTransport()
+    assert transport.flavour is BrokerFlavour.OTHER
+    assert transport.capabilities.atomic_forward is False
+
+
+@pytest.mark.parametrize("server", ["ActiveMQ/5.17.2", "ActiveMQ-Artemis/2.44.0"])
+def test_forward_is_one_transaction_on_classic_and_send_then_ack_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, server: str
+) -> None:
+    transport, sockets = recording_transport(monkeypatch, server)
+    transport.connect()
+    [sock] = sockets
+    classic = server.startswith("ActiveMQ/")
+    assert transport.flavour is (BrokerFlavour.CLASSIC if classic else BrokerFlavour.ARTEMIS)
+    assert transport.capabilities.atomic_forward is classic
+    assert transport.is_classic is classic
+    transport.forward(delivery(), [("out", wire("copy"), 0)])
+    transport.close()  # writes the acknowledgements still queued
+    frames = sock.frames()
+    if classic:
+        assert [f.cmd for f in frames] == ["BEGIN", "SEND", "ACK", "COMMIT"]
+        assert len({f.headers["transaction"] for f in frames}) == 1
+    else:
+        assert [f.cmd for f in frames] == ["SEND", "ACK"]
+        assert "transaction" not in frames[1].headers
+        assert "receipt" in frames[0].headers, "the copy is confirmed before the ack"
+
+
+def test_a_connection_lost_right_after_connected_is_a_failed_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, _ = recording_transport(monkeypatch, "ActiveMQ/5.17.2", drop_after_connected=True)
+    with pytest.raises(TransportError, match="closed the connection after CONNECTED"):
+        transport.connect()
+    assert not transport.is_connected
+    transport.close()

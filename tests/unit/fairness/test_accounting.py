@@ -32,7 +32,7 @@ from boost_tenancy.fairness.accounting import (
     escape_label_value,
 )
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.processor import Dispatcher
+from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import Inbox, unique_queue, wait_until

@@ -15,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from boost_tenancy import ConfigError, TenantId
+from boost_tenancy.config import tier_limits_from_env
 from boost_tenancy.fairness import (
     InMemoryConcurrencyLimiter,
     SQLiteTierStore,
@@ -90,7 +91,7 @@ def test_a_limit_below_one_is_refused(limit: int) -> None:
 def test_tier_limits_default_to_the_seed_table() -> None:
     limits = TierLimits()
     assert [limits.for_tier(t) for t in Tier] == [1, 3, 3, 5]
-    assert TierLimits.from_env({"BOOST_TIER_PRO_LIMIT": "7"}).for_tier(Tier.PRO) == 7
+    assert tier_limits_from_env({"BOOST_TIER_PRO_LIMIT": "7"}).for_tier(Tier.PRO) == 7
 
 
 def test_sqlite_tier_store_round_trip(tmp_path: Path) -> None:

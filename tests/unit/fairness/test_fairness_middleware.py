@@ -13,8 +13,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from boost_tenancy import (
-    Ack,
-    Defer,
     DispatchSettings,
     HandlerContext,
     IncomingMessage,
@@ -25,9 +23,9 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
+from boost_tenancy.config import fairness_from_env
 from boost_tenancy.fairness import (
     FairnessMiddleware,
-    FairnessSettings,
     InMemoryConcurrencyLimiter,
     RatePolicy,
     Tier,
@@ -36,7 +34,7 @@ from boost_tenancy.fairness import (
     TokenBucketLimiter,
     build_fairness,
 )
-from boost_tenancy.processor import Outcome
+from boost_tenancy.processing.outcomes import Ack, Defer, Outcome
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
@@ -207,7 +205,7 @@ def test_backend_failures_fail_open_with_one_warning_per_minute() -> None:
 
 
 def test_build_fairness_from_settings(tmp_path: Path) -> None:
-    settings = FairnessSettings.from_env(
+    settings = fairness_from_env(
         {"BOOST_TIER_STORE": f"sqlite:///{tmp_path}/tiers.sqlite3", "BOOST_RATE_PER_S": "1"}
     )
     middleware = build_fairness(settings)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from boost_tenancy import ConfigError, TenantId
-from boost_tenancy.fairness import FairnessSettings, RatePolicy, TierLimits, TokenBucketLimiter
+from boost_tenancy.config import fairness_from_env
+from boost_tenancy.fairness import RatePolicy, TierLimits, TokenBucketLimiter
 
 A = TenantId("org-A")
 B = TenantId("org-B")
@@ -165,7 +166,7 @@ def test_idle_refilled_buckets_are_swept_lazily_but_a_debt_is_kept() -> None:
 
 # -- settings -------------------------------------------------------------------------------------
 def test_settings_defaults() -> None:
-    settings = FairnessSettings.from_env({})
+    settings = fairness_from_env({})
     assert settings.rate.unlimited
     assert settings.rate.burst_s == 10
     assert settings.tier_limits == TierLimits(free=1, pro=3, pro_plus=3, enterprise=5)
@@ -175,7 +176,7 @@ def test_settings_defaults() -> None:
 
 
 def test_settings_from_env() -> None:
-    settings = FairnessSettings.from_env(
+    settings = fairness_from_env(
         {
             "BOOST_RATE_PER_S": "2.5",
             "BOOST_RATE_BURST_S": "0",
@@ -213,7 +214,7 @@ def test_settings_from_env() -> None:
 )
 def test_bad_settings_are_refused_at_start_up_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
-        FairnessSettings.from_env({name: value})
+        fairness_from_env({name: value})
 
 
 def test_tier_limits_must_be_positive() -> None:

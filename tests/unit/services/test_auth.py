@@ -13,14 +13,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from boost_tenancy import (
-    AuthenticationError,
-    BoostTenancyError,
-    ConfigError,
-    JwtSettings,
-    TenantAuthenticator,
-    TenantId,
-)
+from boost_tenancy import BoostTenancyError, ConfigError, TenantId
+from services.common.auth import AuthenticationError, JwtSettings, TenantAuthenticator
 from tests.unit.services.tokens import (
     AUDIENCE,
     ISSUER,

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy import FailureOutcome, RetryPolicy, TenantId, dead_letter_queue
+from boost_tenancy import RetryPolicy, TenantId
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import FailureOutcome
 from services.common.blobs import document_key
 from services.common.contract import CMD_EXTRACT_TEXT, EVT_TEXT_ERROR, EVT_TEXT_EXTRACTED
 from services.extractor.processor import DocumentExtractor

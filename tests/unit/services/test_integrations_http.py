@@ -20,15 +20,10 @@ from flask.testing import FlaskClient
 from structlog.testing import capture_logs
 from werkzeug.test import TestResponse
 
-from boost_tenancy import (
-    JwtSettings,
-    TenantAuthenticator,
-    TenantId,
-    TenantProducer,
-    TransportError,
-)
+from boost_tenancy import TenantId, TenantProducer, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import (
     CMD_DOCUMENT_PROCESS,

@@ -143,7 +143,7 @@ def test_serves_http_and_stops_cleanly_on_sigterm(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restore_signals: None
 ) -> None:
     broker = InMemoryBroker()
-    monkeypatch.setattr(entry, "StompTransport", lambda _settings: InMemoryTransport(broker))
+    monkeypatch.setattr(entry, "open_broker", lambda _settings, _env: InMemoryTransport(broker))
     port = _free_port()
     store_url = f"sqlite:///{tmp_path / 'documents.sqlite3'}"
     for name, value in {

@@ -17,7 +17,6 @@ import pytest
 
 from boost_tenancy import (
     DispatchSettings,
-    FailureOutcome,
     HandlerContext,
     IncomingMessage,
     ProcessorRunner,
@@ -25,10 +24,10 @@ from boost_tenancy import (
     RunnerSettings,
     TenantId,
     TenantProducer,
-    dead_letter_queue,
 )
 from boost_tenancy.messages import derived_id
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.contract import (
     CMD_DOCUMENT_PROCESS,

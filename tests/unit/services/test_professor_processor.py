@@ -14,15 +14,14 @@ import pytest
 from boost_tenancy import (
     ConfigError,
     DispatchSettings,
-    FailureOutcome,
     ProcessorRunner,
     RetryPolicy,
     RunnerSettings,
     TenantId,
     TenantProducer,
-    dead_letter_queue,
 )
-from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import CMD_INTERPRET, EVT_INTERPRETATION_ERROR, EVT_INTERPRETED

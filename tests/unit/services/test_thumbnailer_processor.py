@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from boost_tenancy import FailureOutcome, TenantId, dead_letter_queue
+from boost_tenancy import TenantId
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import FailureOutcome
 from services.common.blobs import document_key
 from services.common.contract import CMD_THUMBNAIL_GENERATE
 from services.thumbnailer.processor import Thumbnailer

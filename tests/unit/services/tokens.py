@@ -17,7 +17,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from boost_tenancy import JwtSettings
+from services.common.auth import JwtSettings
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256!"
 AUDIENCE = "boost-integrations"

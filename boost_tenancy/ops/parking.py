@@ -11,36 +11,30 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.inbound import adopt
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import (
     WireMessage,
 )
-from boost_tenancy.resilience.dead_letter import (
-    DeadLetterReason,
-    dead_letter_copy,
-    quarantine_queue,
-)
-from boost_tenancy.resilience.error_store import (
-    ErrorStore,
-    FailureOutcome,
-    FailureRecord,
-    record_failure,
-)
-from boost_tenancy.routing import check_logical_queue, parked_queue
+from boost_tenancy.processing.dispatcher import DispatchSettings
+from boost_tenancy.processing.outcomes import Quarantine
+from boost_tenancy.processing.settle import Settler
+from boost_tenancy.resilience.error_store import ErrorStore
+from boost_tenancy.resilience.failure import ErrorInfo
+from boost_tenancy.resilience.redelivery import strategy_for
+from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue, parked_queue
 from boost_tenancy.selectors import (
     TENANT_PROPERTY,
     SelectorLike,
     TenantExclusion,
     tenant_selector,
 )
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.tenancy import TenantId, claimed_tenant
 from boost_tenancy.transports.base import (
     Delivery,
     Outgoing,
@@ -49,16 +43,7 @@ from boost_tenancy.transports.base import (
     Transport,
 )
 
-log = structlog.get_logger("boost_tenancy.parking")
-
-
-def _parse_tenant(raw: str | None) -> TenantId | None:
-    if raw is None:
-        return None
-    try:
-        return TenantId.parse(raw)
-    except InvalidTenantError:
-        return None
+log = structlog.get_logger("boost_tenancy.ops.parking")
 
 
 def _copy(delivery: Delivery) -> WireMessage:
@@ -138,7 +123,13 @@ class ParkingSweeper:
             TenantExclusion(self._active) if self._active else None
         )
         self._transport = transport
-        self._store = error_store
+        self._settler = Settler(
+            transport,
+            error_store,
+            settings=DispatchSettings(),
+            strategy=strategy_for(transport.capabilities),
+            routing=DEFAULT_ROUTING,
+        )
         self._prefetch = prefetch
         self._lock = threading.Lock()
         self._parked: dict[TenantId, int] = {}
@@ -216,7 +207,7 @@ class ParkingSweeper:
             if not self._transport.is_live(delivery):
                 continue  # the broker redelivers it after the reconnection
             raw = delivery.properties.get(TENANT_PROPERTY)
-            tenant = _parse_tenant(raw)
+            tenant = claimed_tenant(raw)
             if tenant is None:
                 self._quarantine(delivery, raw)
                 continue
@@ -235,39 +226,28 @@ class ParkingSweeper:
                 self._parked[tenant] = self._parked.get(tenant, 0) + 1
 
     def _quarantine(self, delivery: Delivery, raw_tenant: str | None) -> None:
-        """What the dispatcher does with a message without a valid tenant: record, quarantine."""
+        """What the dispatcher does with a message without a valid tenant: the same Settler
+        records it and moves it to the quarantine queue."""
         adopted = adopt(delivery)
-        message_id, attempt = adopted.message_id, adopted.attempt
-        error_text = (
-            f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is not a "
-            "valid tenant"
-        )
-        record_failure(
-            self._store,
-            FailureRecord(
-                tenant=None,
-                raw_tenant=raw_tenant,
-                queue=delivery.queue,
-                message_id=message_id,
-                correlation_id=delivery.correlation_id,
-                attempt=attempt,
-                outcome=FailureOutcome.QUARANTINE,
-                error_type="TenancyViolation",
-                error_text=error_text,
-                occurred_at=datetime.now(UTC),
+        outcome = Quarantine(
+            error=ErrorInfo(
+                type="TenancyViolation",
+                text=(
+                    f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is "
+                    "not a valid tenant"
+                ),
             ),
+            claimed=raw_tenant,
         )
-        copy = dead_letter_copy(
+        self._settler.settle(
+            None,
             adopted.delivery,
-            reason=DeadLetterReason.TENANCY_VIOLATION,
-            error_type="TenancyViolation",
-            error_text=error_text,
-            attempt=attempt,
+            outcome,
+            message_id=adopted.message_id,
+            attempt=adopted.attempt,
         )
-        self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
         with self._lock:
             self._quarantined += 1
-        log.critical("tenancy_violation", message_tenant=raw_tenant, error=error_text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,21 +19,18 @@ from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import check_queue_name
-from boost_tenancy.parking import ParkedMove, ParkedRedrive
-from boost_tenancy.processor import (
-    Dispatcher,
-    DispatchObserver,
-    DispatchSettings,
-    Middleware,
-    TenantProcessor,
-)
+from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
+from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
+from boost_tenancy.processing.middleware import Middleware
+from boost_tenancy.processing.processor import TenantProcessor
+from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscription, Transport
 
-log = structlog.get_logger("boost_tenancy.consumer")
+log = structlog.get_logger("boost_tenancy.processing.runner")
 
 EXIT_HANDLERS_ABANDONED = 3
 """run()'s exit code when the grace period ended with handlers still running: their messages

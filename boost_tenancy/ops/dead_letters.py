@@ -21,12 +21,8 @@ from boost_tenancy.messages import (
     check_queue_name,
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy, source_queue
-from boost_tenancy.resilience.error_store import (
-    ErrorStore,
-    FailureOutcome,
-    FailureRecord,
-    record_failure,
-)
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId

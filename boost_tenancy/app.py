@@ -1,0 +1,69 @@
+"""Building a runner from settings: the one place where a processor is wired to its transport,
+error store, fairness limits, accounting and metrics, and where all of them are closed again.
+
+The CLI (`boost-tenancy run`) and the sample services both call run_processor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from boost_tenancy.config import AppSettings
+from boost_tenancy.fairness.wiring import FairnessWiring
+from boost_tenancy.processing.processor import TenantProcessor
+from boost_tenancy.processing.runner import ProcessorRunner
+from boost_tenancy.resilience.error_store import ErrorStore, open_error_store
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports.registry import open_transport
+
+
+def open_broker(settings: AppSettings, env: Mapping[str, str] | None = None) -> Transport:
+    """The transport the settings' URL names, not yet connected; env supplies what the URL does
+    not (timeouts, credentials)."""
+    return open_transport(settings.transport_url(), env)
+
+
+def run_processor(
+    processor: TenantProcessor,
+    tenants: Sequence[TenantId],
+    settings: AppSettings,
+    env: Mapping[str, str] | None = None,
+    *,
+    store: ErrorStore | None = None,
+) -> int:
+    """Run processor for tenants until SIGTERM/SIGINT; returns the runner's exit code.
+
+    Opens the error store (unless one is given), the transport and the fairness wiring the
+    settings ask for, starts the metrics server, and closes every one of them on the way out.
+    """
+    owned_store = store is None
+    error_store = open_error_store(settings.error_store_url) if store is None else store
+    fairness: FairnessWiring | None = None
+    try:
+        fairness = FairnessWiring.build(
+            settings.fairness,
+            metrics_port=settings.metrics_port,
+            metrics_tenant_label=settings.metrics_tenant_label,
+        )
+        runner = ProcessorRunner(
+            processor,
+            open_broker(settings, env),
+            tenants,
+            error_store=error_store,
+            settings=settings.runner,
+            routing=settings.routing,
+            middleware=fairness.middleware,
+            observers=fairness.observers,
+        )
+        if fairness.server is not None:
+            fairness.server.start()
+        return runner.run()
+    finally:
+        if fairness is not None:
+            fairness.close()
+        if owned_store:
+            error_store.close()
+
+
+__all__ = ["open_broker", "run_processor"]

@@ -1,0 +1,109 @@
+"""TenantProcessor, what a service subclasses, and HandlerContext, what its handler may do.
+
+A handler sees one message of one tenant whose tenant has been checked; what it publishes goes
+out only when it returns, together with the acknowledgement.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.messages import IncomingMessage, build_message, derived_id
+from boost_tenancy.routing import DEFAULT_ROUTING, Routing
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.base import Outgoing
+
+
+@dataclass(slots=True)
+class _Outbox:
+    items: list[Outgoing] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerContext:
+    """What a handler knows and may do: its tenant, the ids, the attempt, a bound logger, publish.
+
+    publish stamps this tenant and correlation id; the messages go out only when the handler
+    returns, together with the acknowledgement, so a failed handler publishes nothing.
+    """
+
+    tenant: TenantId
+    queue: str
+    message_id: str
+    correlation_id: str
+    attempt: int
+    log: Any
+    routing: Routing = DEFAULT_ROUTING
+    """Where publish sends: the logical queue maps to this tenant's broker queue."""
+    _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
+
+    def publish(
+        self,
+        queue: str,
+        body: Mapping[str, Any] | str | bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        delay_ms: int = 0,
+    ) -> str:
+        """Queue a message of this tenant for sending on success; returns its (stable) id."""
+        # Resolved now so a bad name fails the handler (retry, then dead letter), not the ack.
+        self.routing.physical(queue, self.tenant)
+        index = self._outbox.counts.get(queue, 0)
+        self._outbox.counts[queue] = index + 1
+        message = build_message(
+            self.tenant,
+            body,
+            message_id=derived_id(self.message_id, queue, index),
+            correlation_id=self.correlation_id,
+            properties=properties,
+        )
+        self._outbox.items.append((queue, message.to_wire(), max(0, delay_ms)))
+        return message.message_id
+
+    @property
+    def outputs(self) -> tuple[Outgoing, ...]:
+        return tuple(self._outbox.items)
+
+
+class TenantProcessor(abc.ABC):
+    """Subclass, name the queues, implement handle. One instance serves every tenant and worker
+    thread at once, so keep per-message state in locals and shared state thread-safe.
+    """
+
+    queues: ClassVar[tuple[str, ...]] = ()
+    json_body: ClassVar[bool] = True
+    """Decode bodies as JSON into message.data; an undecodable body is dead-lettered at once."""
+
+    @abc.abstractmethod
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        """Handle one message. Raise PermanentError to dead-letter it, anything else to retry.
+
+        A plain def: it runs on a worker thread. An async def is refused when the processor is
+        loaded (check_processor), because nothing would ever await it.
+        """
+
+    def close(self) -> None:  # noqa: B027  # an optional hook, empty by default on purpose
+        """Release what the processor holds (stores, clients); run() calls it after stopping."""
+
+
+def check_processor(processor: TenantProcessor) -> None:
+    """Refuse a processor the runner cannot run correctly, before any message is taken."""
+    handle = getattr(processor, "handle", None)
+    name = type(processor).__name__
+    if not callable(handle):
+        raise ConfigError(f"{name} has no handle(message, ctx) method")
+    if inspect.iscoroutinefunction(handle) or inspect.isasyncgenfunction(handle):
+        raise ConfigError(
+            f"{name}.handle is declared async def, but handlers run on worker threads and "
+            "nothing would await it (every message would be acknowledged unhandled). Declare "
+            "it as a plain def; to call async code, run it inside with asyncio.run(...)."
+        )
+
+
+__all__ = ["HandlerContext", "TenantProcessor", "check_processor"]

@@ -1,0 +1,320 @@
+"""Carrying an outcome out on the broker, and the last resort when that fails for the message.
+
+The failure is recorded after the broker took the message's copy, so the error store never
+records a move that did not happen; every path ends the delivery settled or, on a lost
+connection, unacknowledged for the broker to redeliver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from boost_tenancy.errors import ConfigError, NotConfirmedError, TransportError
+from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine, Retry
+from boost_tenancy.resilience.dead_letter import (
+    DeadLetterReason,
+    dead_letter_copy,
+    dead_letter_queue,
+    quarantine_queue,
+    raw_dead_letter_copy,
+)
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
+from boost_tenancy.resilience.failure import ErrorInfo
+from boost_tenancy.resilience.recorder import record_failure
+from boost_tenancy.resilience.redelivery import RedeliveryStrategy
+from boost_tenancy.routing import Routing
+from boost_tenancy.tenancy import TenantId, claimed_tenant
+from boost_tenancy.transports.base import Delivery, Transport
+
+if TYPE_CHECKING:
+    from boost_tenancy.processing.dispatcher import DispatchSettings
+
+log = structlog.get_logger("boost_tenancy.processing")
+
+
+class DispatchObserver(Protocol):
+    """Told of every outcome (accounting); must be cheap and must not raise."""
+
+    def on_outcome(self, tenant: TenantId | None, queue: str, outcome: str) -> None: ...
+
+
+class Settler:
+    """Carries out the outcomes of one dispatcher's deliveries on its transport."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        store: ErrorStore,
+        *,
+        settings: DispatchSettings,
+        strategy: RedeliveryStrategy,
+        routing: Routing,
+        observers: Sequence[DispatchObserver] = (),
+    ) -> None:
+        self._transport = transport
+        self._store = store
+        self._settings = settings
+        self._strategy = strategy
+        self._routing = routing
+        self._observers = tuple(observers)
+
+    def settle(
+        self,
+        tenant: TenantId | None,
+        delivery: Delivery,
+        outcome: Outcome,
+        *,
+        message_id: str,
+        attempt: int,
+    ) -> str:
+        """Carry the outcome out; when that fails for this message (not for the connection),
+        fall back to a raw dead letter. The failure is recorded after the broker took the
+        message's copy, so the store never records a move that did not happen."""
+        try:
+            name = self._carry_out(tenant, delivery, outcome)
+        except NotConfirmedError:
+            raise  # whether the broker holds the copy is unknown: leave it to redelivery
+        except TransportError as exc:
+            if not self._transport.is_live(delivery):
+                raise  # the connection is gone; the broker redelivers the message
+            return self._last_resort(
+                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
+            )
+        except Exception as exc:  # an output or copy the wire cannot carry
+            return self._last_resort(
+                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
+            )
+        self._record_outcome(tenant, delivery, outcome, message_id, attempt)
+        return self.notify_observers(_claimed_tenant(tenant, outcome), delivery.queue, name)
+
+    def _carry_out(self, tenant: TenantId | None, delivery: Delivery, outcome: Outcome) -> str:
+        match outcome:
+            case Ack(outputs=outputs) if tenant is not None:
+                # ctx.publish names logical queues; the same routing picks the broker queue.
+                self._transport.forward(
+                    delivery,
+                    [
+                        (self._routing.physical(queue, tenant), message, delay_ms)
+                        for queue, message, delay_ms in outputs
+                    ],
+                )
+                return "processed"
+            case Defer(delay_ms=delay_ms, reason=reason):
+                self._strategy.defer(self._transport, delivery, delay_ms)
+                log.debug("message_deferred", delay_ms=delay_ms, reason=reason)
+                return "deferred"
+            case Retry(error=error, delay_ms=delay_ms):
+                self._strategy.retry(self._transport, delivery, delay_ms, error)
+                log.warning(
+                    "message_retry_scheduled",
+                    delay_ms=delay_ms,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                return "retried"
+            case DeadLetter(error=error, reason=reason):
+                copy = dead_letter_copy(
+                    delivery,
+                    reason=reason,
+                    error_type=error.type,
+                    error_text=error.text,
+                    attempt=self._strategy.attempt_of(delivery),
+                )
+                self._transport.forward(delivery, [(dead_letter_queue(delivery.queue), copy, 0)])
+                log.error(
+                    "message_dead_lettered",
+                    reason=reason.value,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                return "dead_lettered"
+            case Quarantine(error=error, claimed=claimed):
+                copy = dead_letter_copy(
+                    delivery,
+                    reason=DeadLetterReason.TENANCY_VIOLATION,
+                    error_type=error.type,
+                    error_text=error.text,
+                    attempt=self._strategy.attempt_of(delivery),
+                )
+                self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
+                log.critical(
+                    "tenancy_violation",
+                    subscription_tenant=None if tenant is None else tenant.value,
+                    message_tenant=claimed,
+                    error=error.text,
+                )
+                return "quarantined"
+            case _:
+                # Only an Ack without the subscription's tenant: nothing can route its outputs.
+                raise ConfigError(f"{type(outcome).__name__} needs the subscription's tenant")
+
+    def _last_resort(
+        self,
+        tenant: TenantId | None,
+        delivery: Delivery,
+        outcome: Outcome,
+        exc: Exception,
+        *,
+        message_id: str,
+        attempt: int,
+    ) -> str:
+        """The outcome could not be carried out: move the original bytes, with only the
+        toolkit's own properties, to the dead-letter (or quarantine) queue; a bounded number of
+        tries, then the message is left unacknowledged and reported (it holds one prefetch slot
+        of its subscription until the connection ends, never its tenant's other messages)."""
+        failure = ErrorInfo.of(exc)
+        error = ErrorInfo(
+            type=failure.type,
+            text=f"{type(outcome).__name__} could not be carried out: {failure.text}",
+            trace=failure.trace,
+        )
+        target = (
+            quarantine_queue(delivery.queue)
+            if isinstance(outcome, Quarantine)
+            else dead_letter_queue(delivery.queue)
+        )
+        copy = raw_dead_letter_copy(
+            delivery,
+            message_id=message_id,
+            error_type=error.type,
+            error_text=error.text,
+            attempt=attempt,
+        )
+        last: Exception = exc
+        for retry in range(self._settings.last_resort_attempts):
+            try:
+                self._transport.forward(delivery, [(target, copy, 0)])
+            except NotConfirmedError:
+                raise
+            except TransportError as again:
+                if not self._transport.is_live(delivery):
+                    raise
+                last = again
+            except Exception as again:  # reported below, with the message kept
+                last = again
+            else:
+                log.error(
+                    "message_dead_lettered",
+                    reason=DeadLetterReason.UNSETTLEABLE.value,
+                    error_type=error.type,
+                    error=error.text,
+                )
+                self._record(
+                    _claimed_tenant(tenant, outcome),
+                    delivery,
+                    FailureOutcome.QUARANTINE
+                    if isinstance(outcome, Quarantine)
+                    else FailureOutcome.DEAD_LETTER,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                    raw_tenant=outcome.claimed if isinstance(outcome, Quarantine) else None,
+                )
+                return self.notify_observers(
+                    _claimed_tenant(tenant, outcome),
+                    delivery.queue,
+                    "quarantined" if isinstance(outcome, Quarantine) else "dead_lettered",
+                )
+            time.sleep(0.05 * (retry + 1))
+        log.critical(
+            "message_unsettleable",
+            error_type=error.type,
+            error=error.text,
+            last_error=str(last),
+        )
+        return self.notify_observers(tenant, delivery.queue, "unsettled")
+
+    def _record_outcome(
+        self,
+        tenant: TenantId | None,
+        delivery: Delivery,
+        outcome: Outcome,
+        message_id: str,
+        attempt: int,
+    ) -> None:
+        match outcome:
+            case Retry(error=error):
+                self._record(
+                    tenant,
+                    delivery,
+                    FailureOutcome.RETRY,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                )
+            case DeadLetter(error=error):
+                self._record(
+                    tenant,
+                    delivery,
+                    FailureOutcome.DEAD_LETTER,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                )
+            case Quarantine(error=error, claimed=claimed):
+                self._record(
+                    _claimed_tenant(tenant, outcome),
+                    delivery,
+                    FailureOutcome.QUARANTINE,
+                    error,
+                    message_id=message_id,
+                    attempt=attempt,
+                    raw_tenant=claimed,
+                )
+            case Ack() | Defer():
+                pass
+
+    def _record(
+        self,
+        tenant: TenantId | None,
+        delivery: Delivery,
+        outcome: FailureOutcome,
+        error: ErrorInfo,
+        *,
+        message_id: str,
+        attempt: int,
+        raw_tenant: str | None = None,
+    ) -> None:
+        """Bounded in time whatever the store does (record_failure); a failure to record is
+        logged at critical level, and the copy carries the error anyway."""
+        record_failure(
+            self._store,
+            FailureRecord(
+                tenant=tenant,
+                raw_tenant=raw_tenant,
+                queue=self._routing.logical(delivery.queue),
+                message_id=message_id,
+                correlation_id=delivery.correlation_id,
+                attempt=attempt,
+                outcome=outcome,
+                error_type=error.type,
+                error_text=error.text,
+                trace=error.trace,
+                occurred_at=datetime.now(UTC),
+            ),
+            attempts=self._settings.error_store_attempts,
+            timeout_s=self._settings.error_store_timeout_s,
+        )
+
+    def notify_observers(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
+        """Tell every observer of an outcome (by logical queue); returns the outcome's name."""
+        logical = self._routing.logical(queue)
+        for observer in self._observers:
+            observer.on_outcome(tenant, logical, outcome)
+        return outcome
+
+
+def _claimed_tenant(tenant: TenantId | None, outcome: Outcome) -> TenantId | None:
+    """Whose a failure is: the subscription's tenant, except for a quarantined message, which
+    belongs to the tenant it claims (None when that is not a valid tenant)."""
+    if not isinstance(outcome, Quarantine):
+        return tenant
+    return claimed_tenant(outcome.claimed)
+
+
+__all__ = ["DispatchObserver", "Settler"]

@@ -1,0 +1,150 @@
+"""Transports chosen by URL: a scheme names a factory, so adding a broker protocol is one new
+module and one line in _BUILT_IN (or one register_transport call from outside the toolkit).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.transports.base import Transport
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportUrl:
+    """A transport URL taken apart; user, password and path are percent-decoded."""
+
+    scheme: str
+    username: str | None
+    password: str | None = field(repr=False)
+    host: str | None
+    port: int | None
+    path: str
+    query: str
+    fragment: str
+    redacted: str
+    """The URL with the password masked: the only form of it an error or a log may show."""
+
+
+TransportFactory = Callable[[TransportUrl, Mapping[str, str] | None], Transport]
+"""Makes a transport, not connected, for a URL of its scheme; env (when given) supplies the
+settings the URL does not name. Raises ConfigError, showing the URL only as url.redacted."""
+
+# Imported on first use, so importing the registry loads no broker client.
+_BUILT_IN: Final[Mapping[str, str]] = {
+    "stomp": "boost_tenancy.transports.stomp:transport_from_url",
+}
+
+_SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.-]*")
+_lock = threading.Lock()
+_registered: dict[str, TransportFactory] = {}
+
+
+def register_transport(scheme: str, factory: TransportFactory) -> None:
+    """Make open_transport use factory for scheme:// URLs; it replaces an earlier one, built-in
+    ones included."""
+    name = scheme.lower() if isinstance(scheme, str) else ""
+    if _SCHEME_RE.fullmatch(name) is None:
+        raise ConfigError(
+            f"transport scheme {scheme!r} is not a URL scheme (letter, then a-z0-9+.-)"
+        )
+    with _lock:
+        _registered[name] = factory
+
+
+def known_schemes() -> list[str]:
+    with _lock:
+        return sorted({*_BUILT_IN, *_registered})
+
+
+def open_transport(url: str, env: Mapping[str, str] | None = None) -> Transport:
+    """The transport a URL names, not yet connected.
+
+    env: the environment to read the settings from that the URL does not name (what the URL
+    names wins); without it those settings keep their defaults.
+    """
+    parsed = parse_transport_url(url)
+    return _factory_for(parsed.scheme)(parsed, env)
+
+
+def _factory_for(scheme: str) -> TransportFactory:
+    with _lock:
+        factory = _registered.get(scheme)
+    if factory is not None:
+        return factory
+    target = _BUILT_IN.get(scheme)
+    if target is None:
+        raise ConfigError(
+            f"unknown transport scheme {scheme!r}; known: {', '.join(known_schemes())}"
+        )
+    module_name, _, attribute = target.partition(":")
+    built_in: TransportFactory = getattr(importlib.import_module(module_name), attribute)
+    return built_in
+
+
+def redact_url(url: str) -> str:
+    """url with the password of its user part masked; works on malformed URLs too (what cannot
+    be told apart is masked with it)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        # Not a URL: any colon or at-sign may be a password's neighbour.
+        return "***" if ":" in url or "@" in url else url
+    userinfo, at, tail = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{tail}"
+
+
+def parse_transport_url(url: str) -> TransportUrl:
+    """Take a URL apart; ConfigError for one that is malformed or of an unknown scheme."""
+    if not isinstance(url, str):
+        raise ConfigError(f"a transport URL must be a string, got {type(url).__name__}")
+    redacted = redact_url(url)
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or _SCHEME_RE.fullmatch(scheme) is None:
+        raise ConfigError(
+            f"transport URL {redacted!r} is malformed: expected scheme://..., "
+            f"schemes: {', '.join(known_schemes())}"
+        )
+    if scheme not in known_schemes():
+        raise ConfigError(
+            f"unknown transport scheme {scheme!r}; known: {', '.join(known_schemes())}"
+        )
+    if any(ch <= " " or ch == "\x7f" for ch in url):
+        # urlsplit would drop tabs and newlines silently; spaces belong percent-encoded.
+        raise ConfigError(f"transport URL {redacted!r} is malformed: it has blanks or controls")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = parts.hostname
+    except ValueError:
+        # Its text may echo part of the URL: the error is raised outside this handler so that
+        # not even its context keeps it; the redacted URL is all an error shows.
+        parts = None
+    if parts is None:
+        raise ConfigError(f"transport URL {redacted!r} is malformed (host or port)")
+    if "@" in url.partition("://")[2][len(parts.netloc) :]:
+        # An at-sign after the host: most likely a password with a raw '/', '?' or '#' that
+        # cut the user part short, which must not pass for a host, port or path.
+        raise ConfigError(
+            f"transport URL {redacted!r} is malformed: percent-encode '@', '/', '?', '#' and "
+            "':' in the user name and password"
+        )
+    return TransportUrl(
+        scheme=scheme,
+        username=None if parts.username is None else unquote(parts.username),
+        password=None if parts.password is None else unquote(parts.password),
+        host=host or None,
+        port=port,
+        path=unquote(parts.path),
+        query=parts.query,
+        fragment=parts.fragment,
+        redacted=redacted,
+    )

@@ -1,0 +1,27 @@
+"""The STOMP 1.2 transport (stomp.py) for ActiveMQ Classic and Artemis.
+
+It sends text bodies without content-length so Java consumers get a TextMessage, confirms every
+send by receipt, consumes with client-individual acks, and reconnects and resubscribes by itself.
+"""
+
+from boost_tenancy.transports.stomp.batch import StompBatch
+from boost_tenancy.transports.stomp.connection import reconnect_delay
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
+from boost_tenancy.transports.stomp.frames import encode_frame
+from boost_tenancy.transports.stomp.settings import StompSettings
+from boost_tenancy.transports.stomp.transport import (
+    StompSubscription,
+    StompTransport,
+    transport_from_url,
+)
+
+__all__ = [
+    "BrokerFlavour",
+    "StompBatch",
+    "StompSettings",
+    "StompSubscription",
+    "StompTransport",
+    "encode_frame",
+    "reconnect_delay",
+    "transport_from_url",
+]

@@ -1,0 +1,95 @@
+"""Acknowledgements written by one thread, every one waiting in one socket write, so workers
+never wait on the socket and a burst of acks costs one system call.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import threading
+from typing import Final
+
+import structlog
+
+from boost_tenancy.transports.stomp.connection import StompConnection
+from boost_tenancy.transports.stomp.frames import encode_frame
+from boost_tenancy.transports.stomp.link import FrameWriter
+
+log = structlog.get_logger("boost_tenancy.transports.stomp")
+
+AckToken = tuple[int, str]
+"""(generation of the connection that delivered the message, its ack id)."""
+
+_MAX_BATCH: Final = 1_000
+
+
+class _Flush:
+    """Marker on the queue: set the event once everything before it is written."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class AckWriter:
+    """Writes queued acknowledgements on the connection that made their deliveries; those of a
+    lost connection are dropped, since the broker has taken the messages back."""
+
+    def __init__(self, connection: StompConnection) -> None:
+        self._connection = connection
+        self._queue: queue_mod.SimpleQueue[AckToken | _Flush] = queue_mod.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="stomp-acks", daemon=True)
+                self._thread.start()
+
+    def put(self, token: AckToken) -> None:
+        self._queue.put(token)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait up to timeout_s until every acknowledgement queued so far is written (or dropped
+        as stale)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        marker = _Flush()
+        self._queue.put(marker)
+        marker.done.wait(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue_mod.Empty:
+                    break
+            self._write([item for item in batch if not isinstance(item, _Flush)])
+            for item in batch:
+                if isinstance(item, _Flush):
+                    item.done.set()
+
+    def _write(self, tokens: list[AckToken]) -> None:
+        if not tokens:
+            return
+        link = self._connection.live()
+        generation = link.generation if link is not None else None
+        frames = [
+            encode_frame("ACK", {"id": ack_id}) for gen, ack_id in tokens if gen == generation
+        ]
+        if len(frames) < len(tokens):
+            # Their connection is gone: the broker has taken them back and redelivers them.
+            log.info("stomp_ack_skipped_stale", count=len(tokens) - len(frames))
+        if not frames or link is None:
+            return
+        writer = FrameWriter(link, "acknowledgement write")
+        try:
+            for frame in frames:
+                writer.push(frame)
+            writer.flush()
+        except Exception as exc:
+            log.warning("stomp_acks_not_written", count=len(frames), error=str(exc))

@@ -1,0 +1,334 @@
+"""The STOMP connection under a transport, across reconnections: connecting with a deadline,
+deciding the broker's flavour, reconnecting with backoff, and the receipts awaited on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import stomp
+import structlog
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
+from boost_tenancy.transports.stomp.link import FrameWriter, Link
+from boost_tenancy.transports.stomp.receipts import Receipts
+from boost_tenancy.transports.stomp.settings import StompSettings
+
+log = structlog.get_logger("boost_tenancy.transports.stomp")
+
+OnMessage = Callable[[int, Mapping[str, str], bytes], None]
+"""(generation of the connection, headers, body) of a MESSAGE frame, on the receiving thread."""
+
+
+def reconnect_delay(
+    attempt: int, initial_s: float, max_s: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait after the attempt-th failed reconnection (1-based).
+
+    Doubles from initial_s up to max_s, then takes a random 50-100% of that, so clients that
+    lost the same broker do not come back in step and the wait never exceeds max_s.
+    """
+    # The exponent is capped: 2.0**1024 overflows, and a long outage counts that many attempts.
+    base = min(max_s, initial_s * 2.0 ** min(attempt - 1, 60))
+    return base * (0.5 + rand() / 2)
+
+
+class _FrameEvents(Protocol):
+    """What a connection's listener reports, each tagged with the connection's generation."""
+
+    def message_received(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        pass
+
+    def receipt_received(self, receipt: str | None) -> None:
+        pass
+
+    def error_received(self, headers: Mapping[str, str], body: bytes | str) -> None:
+        pass
+
+    def connection_lost(self, generation: int) -> None:
+        pass
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    """stomp.py's callbacks for one connection attempt, passed on through _FrameEvents."""
+
+    def __init__(self, events: _FrameEvents, generation: int) -> None:
+        self._events = events
+        self._generation = generation
+        self.server: str | None = None
+        """CONNECTED's server header, once CONNECTED came."""
+        self.lost = False
+        self.answered = threading.Event()
+        """Set on CONNECTED, on ERROR and when the socket closes: the connect wait can end."""
+
+    def on_connected(self, frame: Any) -> None:
+        self.server = frame.headers.get("server", "")
+        self.answered.set()
+
+    def on_message(self, frame: Any) -> None:
+        self._events.message_received(self._generation, frame.headers, frame.body)
+
+    def on_receipt(self, frame: Any) -> None:
+        self._events.receipt_received(frame.headers.get("receipt-id"))
+
+    def on_error(self, frame: Any) -> None:
+        self._events.error_received(frame.headers, frame.body)
+        self.answered.set()
+
+    def on_disconnected(self) -> None:
+        self.lost = True
+        self.answered.set()
+        self._events.connection_lost(self._generation)
+
+
+class StompConnection:
+    """The broker connection of one transport, across reconnections.
+
+    Each established connection is a Link with a new generation; deliveries and receipts are
+    tagged with it, so nothing of a lost connection is ever acknowledged on a later one.
+    """
+
+    def __init__(
+        self,
+        settings: StompSettings,
+        *,
+        on_open: Callable[[Link], None],
+        on_message: OnMessage,
+    ) -> None:
+        self._settings = settings
+        self._on_open = on_open
+        self._on_message = on_message
+        self.receipts = Receipts(settings.receipt_timeout_s)
+        self._lock = threading.Lock()
+        self._live = threading.Condition(self._lock)
+        self._link: Link | None = None
+        self._connected = False
+        self._generation = 0
+        self._closing = False
+        self._server = ""
+        self._flavour = BrokerFlavour.OTHER
+        self._reconnector: threading.Thread | None = None
+
+    @property
+    def server(self) -> str:
+        """The last CONNECTED server header, e.g. 'ActiveMQ/5.17.2'; empty before the first."""
+        return self._server
+
+    @property
+    def flavour(self) -> BrokerFlavour:
+        """The broker of the last connection; OTHER before the first."""
+        return self._flavour
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    @property
+    def where(self) -> str:
+        return f"{self._settings.host}:{self._settings.port}"
+
+    # -- taking the connection -------------------------------------------------------------------
+    def current(self) -> Link:
+        """The live connection, waiting up to reconnect_wait_s for one."""
+        with self._lock:
+            deadline = time.monotonic() + self._settings.reconnect_wait_s
+            while not self._connected or self._link is None:
+                if self._closing:
+                    raise TransportError("STOMP transport is closed")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"no connection to the STOMP broker at {self.where} within "
+                        f"{self._settings.reconnect_wait_s}s"
+                    )
+                self._live.wait(remaining)
+            return self._link
+
+    def live(self) -> Link | None:
+        """The live connection now, or None; never waits."""
+        with self._lock:
+            return self._link if self._connected else None
+
+    def confirm(
+        self,
+        link: Link,
+        frames: Iterable[bytes],
+        receipt: str,
+        what: str,
+        *,
+        writer: FrameWriter | None = None,
+    ) -> None:
+        """Write frames through link (after what writer still holds) and wait for the receipt
+        one of them carries. Callers encode every frame first, so a message that cannot be
+        encoded never passes for a lost connection."""
+        pending = self.receipts.expect(link.generation, receipt)
+        out = writer or FrameWriter(link, what)
+        try:
+            for frame in frames:
+                out.push(frame)
+            out.flush()
+        except BaseException:
+            self.receipts.discard(pending)
+            raise
+        self.receipts.wait(pending, what)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            self._closing = False
+        self._open()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            link, self._link = self._link, None
+            self._connected = False
+        self.receipts.fail(None, "transport closed")
+        if link is not None:
+            try:
+                link.disconnect()
+            except Exception as exc:  # a dead connection cannot be closed more
+                log.debug("stomp_disconnect_failed", error=str(exc))
+
+    def _open(self) -> None:
+        """Open a new connection, decide the broker's flavour and hand it to on_open.
+
+        The lock is not held while connecting: a broker that accepts TCP but never answers
+        CONNECT must not block close() or the receiving thread.
+        """
+        settings = self._settings
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        conn = stomp.Connection12(
+            [(settings.host, settings.port)],
+            heartbeats=(settings.heartbeat_ms, settings.heartbeat_ms),
+            auto_content_length=False,
+            auto_decode=False,
+            reconnect_attempts_max=1,
+            # Backoff between attempts is _reconnect_loop's; stomp.py would sleep once more
+            # after a refused TCP connect before giving up.
+            reconnect_sleep_initial=0.0,
+            # stomp.py applies it to the TCP connect only; the socket then blocks without one.
+            timeout=settings.connect_timeout_s,
+            vhost=settings.vhost,
+        )
+        listener = _Listener(self, generation)
+        conn.set_listener("boost", listener)
+        server = self._await_connected(conn, listener)
+        flavour = BrokerFlavour.from_server(server)
+        link = Link(conn, generation, flavour)
+        with self._lock:
+            if self._closing or generation != self._generation:
+                problem = "connection superseded or transport closed while connecting"
+            elif listener.lost:
+                problem = f"STOMP broker at {self.where} closed the connection after CONNECTED"
+            else:
+                problem = None
+                self._server, self._flavour = server, flavour
+                self._link, self._connected = link, True
+        if problem is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            raise TransportError(problem)
+        try:
+            self._on_open(link)
+        finally:
+            with self._lock:
+                self._live.notify_all()
+
+    def _await_connected(self, conn: Any, listener: _Listener) -> str:
+        """CONNECT and wait for CONNECTED within connect_timeout_s; its server header."""
+        settings = self._settings
+        deadline = time.monotonic() + settings.connect_timeout_s
+        try:
+            # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
+            conn.connect(settings.username, settings.password, wait=False)
+            while listener.server is None:
+                if conn.transport.connection_error:
+                    raise TransportError(f"STOMP broker at {self.where} refused the connection")
+                if listener.answered.is_set() or not conn.transport.running:
+                    # A peer that accepts and closes at once (a broker starting or stopping,
+                    # or not a broker at all) is told apart at once, not at the deadline.
+                    raise TransportError(
+                        f"STOMP broker at {self.where} closed the connection before CONNECTED"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"STOMP broker at {self.where} did not answer CONNECT within "
+                        f"{settings.connect_timeout_s}s"
+                    )
+                listener.answered.wait(remaining)
+        except Exception as exc:
+            # disconnect() sends nothing on a connection that never got CONNECTED, and its
+            # socket and receiving thread would stay behind (one per attempt on a deaf peer).
+            with contextlib.suppress(Exception):  # the connect error is the one to report
+                conn.transport.disconnect_socket()
+            if isinstance(exc, TransportError):
+                raise
+            # stomp.py's ConnectFailedException has no message: name it instead.
+            detail = str(exc) or type(exc).__name__
+            raise TransportError(
+                f"cannot connect to STOMP broker at {self.where}: {detail}"
+            ) from exc
+        return listener.server
+
+    def _reconnect_loop(self) -> None:
+        settings = self._settings
+        attempt = 0
+        while True:
+            with self._lock:
+                if self._closing or self._connected:
+                    return
+            try:
+                self._open()
+            except Exception as exc:  # keep trying whatever failed: the loop is the only way back
+                attempt += 1
+                log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
+            else:
+                log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
+                return
+            time.sleep(
+                reconnect_delay(attempt, settings.reconnect_initial_s, settings.reconnect_max_s)
+            )
+
+    # -- _FrameEvents, on the receiving thread --------------------------------------------------
+    def message_received(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        self._on_message(generation, headers, body)
+
+    def receipt_received(self, receipt: str | None) -> None:
+        self.receipts.resolve(receipt, None)
+
+    def error_received(self, headers: Mapping[str, str], body: bytes | str) -> None:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        message = headers.get("message", "broker error")
+        detail = f"{message}: {text.strip()}" if text.strip() else message
+        log.error("stomp_error_frame", message=message)
+        self.receipts.resolve(headers.get("receipt-id"), detail)
+
+    def connection_lost(self, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return
+            was_connected, self._connected = self._connected, False
+            closing = self._closing
+            # A connection that never came up is reported by _open to its caller instead.
+            if (
+                was_connected
+                and not closing
+                and (self._reconnector is None or not self._reconnector.is_alive())
+            ):
+                self._reconnector = threading.Thread(
+                    target=self._reconnect_loop, name="stomp-reconnect", daemon=True
+                )
+                self._reconnector.start()
+        self.receipts.fail(generation, "connection lost before the broker confirmed")
+        if was_connected and not closing:  # a failed attempt is logged by whoever made it
+            log.warning("stomp_connection_lost", host=self._settings.host, port=self._settings.port)

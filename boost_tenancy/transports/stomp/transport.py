@@ -1,0 +1,322 @@
+"""StompTransport: the toolkit's Transport over STOMP 1.2 (stomp.py), for ActiveMQ Classic and
+Artemis. Sends are confirmed by receipt, deliveries acknowledged one by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports.base import (
+    Delivery,
+    OnDelivery,
+    Outgoing,
+    SubscribeRequest,
+    TransportCapabilities,
+)
+from boost_tenancy.transports.registry import TransportUrl
+from boost_tenancy.transports.stomp.acks import AckToken, AckWriter
+from boost_tenancy.transports.stomp.batch import StompBatch
+from boost_tenancy.transports.stomp.connection import StompConnection
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
+from boost_tenancy.transports.stomp.frames import (
+    QUEUE_PREFIX,
+    check_bodies,
+    delivered_body,
+    encode_frame,
+    properties_of,
+    send_frame,
+)
+from boost_tenancy.transports.stomp.link import Link
+from boost_tenancy.transports.stomp.receipts import new_receipt
+from boost_tenancy.transports.stomp.settings import StompSettings
+
+
+@dataclass(frozen=True, slots=True)
+class StompSubscription:
+    """A subscription; the transport re-creates it with the same id after a reconnection."""
+
+    id: str
+    queue: str
+    selector: SelectorLike | None
+    prefetch: int
+    on_delivery: OnDelivery
+
+
+class StompTransport:
+    """Transport over STOMP 1.2; implements boost_tenancy.transports.base.Transport."""
+
+    def __init__(self, settings: StompSettings | None = None) -> None:
+        self._settings = settings or StompSettings()
+        self._connection = StompConnection(
+            self._settings, on_open=self._resubscribe, on_message=self._on_message
+        )
+        self._acks = AckWriter(self._connection)
+        self._lock = threading.Lock()
+        self._subscriptions: dict[str, StompSubscription] = {}
+        self._subscribed_on: dict[str, int] = {}
+        """Subscription id -> generation of the connection it was last created on."""
+        self._ids = itertools.count(1)
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def flavour(self) -> BrokerFlavour:
+        """The broker, decided on CONNECTED from its server header; OTHER before connecting."""
+        return self._connection.flavour
+
+    @property
+    def capabilities(self) -> TransportCapabilities:
+        return self._connection.flavour.capabilities
+
+    @property
+    def server(self) -> str:
+        """The broker's CONNECTED server header, e.g. 'ActiveMQ/5.17.2'."""
+        return self._connection.server
+
+    @property
+    def is_classic(self) -> bool:
+        return self._connection.flavour is BrokerFlavour.CLASSIC
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connection.is_connected
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def connect(self) -> None:
+        self._acks.start()
+        self._connection.connect()
+
+    def close(self) -> None:
+        # Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM,
+        # and a broker that stopped reading must not hold the process beyond its grace period.
+        # Acknowledgements not written are redelivered messages, never lost ones.
+        self._acks.flush(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
+        with self._lock:
+            self._subscriptions.clear()
+            self._subscribed_on.clear()
+        self._connection.close()
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        check_queue_name(queue)
+        # Encoded first: a MessageEncodeError then leaves nothing written and nothing awaited.
+        receipt = new_receipt()
+        frame = send_frame(queue, message, delay_ms, {"receipt": receipt})
+        link = self._connection.current()
+        self._connection.confirm(link, [frame], receipt, f"send to {queue!r}")
+
+    def _transaction(
+        self, items: Sequence[Outgoing], acks: tuple[Link, Sequence[str]] | None
+    ) -> None:
+        """Send items (and ack deliveries of one connection) in one transaction, by receipt."""
+        for queue, _, _ in items:
+            check_queue_name(queue)
+        tx = f"tx-{uuid.uuid4().hex}"
+        in_tx = {"transaction": tx}
+        # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
+        # alone (MessageEncodeError), not as half a transaction on a healthy connection.
+        sends = [send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
+        link = self._connection.current()
+        if acks is not None and acks[0].generation != link.generation:
+            raise TransportError("delivery belongs to a lost connection")
+        receipt = new_receipt()
+
+        def frames() -> Iterator[bytes]:
+            yield encode_frame("BEGIN", in_tx)
+            yield from sends
+            for ack_id in acks[1] if acks is not None else ():
+                yield encode_frame("ACK", {"id": ack_id, "transaction": tx})
+            yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
+
+        self._connection.confirm(link, frames(), receipt, f"commit of {len(items)} message(s)")
+
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
+        if not items:
+            return
+        if atomic:
+            self._transaction([(q, m, 0) for q, m in items], None)
+            return
+        for queue, _ in items:
+            check_queue_name(queue)
+        # A connection's frames are handled in order, so the receipt of the last confirms all.
+        # All are encoded before the first is written: a MessageEncodeError leaves none stored.
+        receipt = new_receipt()
+        last = len(items) - 1
+        frames = [
+            send_frame(q, m, 0, {"receipt": receipt} if i == last else {})
+            for i, (q, m) in enumerate(items)
+        ]
+        link = self._connection.current()
+        self._connection.confirm(link, frames, receipt, f"batch of {len(items)} message(s)")
+
+    def open_batch(self, *, atomic: bool = True) -> StompBatch:
+        return StompBatch(
+            self._connection, lambda items: self.send_batch(items, atomic=False), atomic=atomic
+        )
+
+    # -- consuming -------------------------------------------------------------------------------
+    def subscribe(
+        self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
+    ) -> StompSubscription:
+        [sub] = self.subscribe_many([SubscribeRequest(queue, selector, prefetch, on_delivery)])
+        return sub
+
+    def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[StompSubscription]:
+        subs = []
+        for request in requests:
+            if request.prefetch < 1:
+                raise ConfigError(f"prefetch must be at least 1, got {request.prefetch}")
+            subs.append(
+                StompSubscription(
+                    f"sub-{next(self._ids)}",
+                    check_queue_name(request.queue),
+                    request.selector,
+                    request.prefetch,
+                    request.on_delivery,
+                )
+            )
+        with self._lock:
+            for sub in subs:
+                self._subscriptions[sub.id] = sub
+            link = self._connection.live()
+            if link is None:
+                return subs  # created on (re)connection
+            self._mark_subscribed(subs, link)
+        self._subscribe_on(link, subs)
+        return subs
+
+    def _resubscribe(self, link: Link) -> None:
+        """Re-create every subscription on a new connection (StompConnection's on_open)."""
+        with self._lock:
+            missing = [
+                sub
+                for sub in self._subscriptions.values()
+                if self._subscribed_on.get(sub.id) != link.generation
+            ]
+            self._mark_subscribed(missing, link)
+        self._subscribe_on(link, missing)
+
+    def _mark_subscribed(self, subs: Sequence[StompSubscription], link: Link) -> None:
+        # Under self._lock: whoever marks a subscription for a connection creates it there, so
+        # a subscribe racing a reconnection creates it once, not twice or never.
+        for sub in subs:
+            self._subscribed_on[sub.id] = link.generation
+
+    def _subscribe_on(self, link: Link, subs: Sequence[StompSubscription]) -> None:
+        """Send every SUBSCRIBE first, then await the receipts: one round trip, not one each."""
+        receipts = self._connection.receipts
+        waiting = []
+        for sub in subs:
+            pending = receipts.expect(link.generation)
+            headers = {"activemq.prefetchSize": str(sub.prefetch), "receipt": pending.id}
+            if sub.selector is not None:
+                headers["selector"] = sub.selector.render()
+            if self._settings.artemis_window_bytes is not None:
+                headers["consumer-window-size"] = str(self._settings.artemis_window_bytes)
+            try:
+                link.subscribe(QUEUE_PREFIX + sub.queue, sub.id, headers)
+            except Exception as exc:
+                receipts.discard(pending)
+                raise TransportError(f"subscribe to {sub.queue!r} failed: {exc}") from exc
+            waiting.append((pending, sub))
+        for pending, sub in waiting:
+            receipts.wait(pending, f"subscribe to {sub.queue!r}")
+
+    def unsubscribe(self, subscription: object) -> None:
+        sub_id = str(getattr(subscription, "id", ""))
+        with self._lock:
+            sub = self._subscriptions.pop(sub_id, None)
+            self._subscribed_on.pop(sub_id, None)
+        link = self._connection.live()
+        if sub is not None and link is not None:
+            try:
+                link.unsubscribe(sub.id)
+            except Exception as exc:
+                raise TransportError(f"unsubscribe from {sub.queue!r} failed: {exc}") from exc
+
+    def _on_message(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        sub = self._subscriptions.get(headers.get("subscription", ""))
+        if sub is None:
+            return  # unsubscribed meanwhile: unacknowledged, so the broker redelivers it
+        delivery = Delivery(
+            queue=headers.get("destination", "").removeprefix(QUEUE_PREFIX),
+            body=delivered_body(headers, body),
+            properties=properties_of(headers),
+            correlation_id=headers.get("correlation-id"),
+            redelivered=headers.get("redelivered") == "true",
+            subscription_id=sub.id,
+            broker_message_id=headers.get("message-id"),
+            token=(generation, headers.get("ack") or headers.get("message-id", "")),
+        )
+        sub.on_delivery(delivery)
+
+    # -- settling --------------------------------------------------------------------------------
+    @staticmethod
+    def _token(delivery: Delivery) -> AckToken:
+        token = delivery.token
+        if not (isinstance(token, tuple) and len(token) == 2):
+            raise TransportError("delivery was not made by this STOMP transport")
+        return token[0], str(token[1])
+
+    def _ack_target(self, delivery: Delivery) -> tuple[Link, str] | None:
+        """The live connection that made delivery and its ack id; None once it is lost."""
+        generation, ack_id = self._token(delivery)
+        link = self._connection.live()
+        if link is None or link.generation != generation:
+            return None
+        return link, ack_id
+
+    def ack(self, delivery: Delivery) -> None:
+        # The ack thread writes every acknowledgement waiting in one socket write; close()
+        # flushes them first.
+        self._acks.put(self._token(delivery))
+
+    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        target = self._ack_target(delivery)
+        if target is None:
+            raise TransportError("delivery belongs to a lost connection; the broker redelivers it")
+        if not items:
+            self.ack(delivery)
+        elif self.capabilities.atomic_forward:
+            self._transaction(items, (target[0], [target[1]]))
+        else:
+            check_bodies(items)  # so a bad body fails before any of the copies is sent
+            for queue, message, delay_ms in items:
+                self.send(queue, message, delay_ms=delay_ms)
+            self.ack(delivery)
+
+    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        live = []
+        for delivery, items in moves:
+            target = self._ack_target(delivery)
+            if target is None:
+                continue  # its connection is gone: the broker redelivers it
+            live.append((delivery, items, target))
+        if not live:
+            return
+        if not self.capabilities.atomic_forward:
+            check_bodies(item for _, items, _ in live for item in items)
+            for delivery, items, _ in live:
+                self.forward(delivery, items)
+            return
+        link = live[0][2][0]
+        if any(target[0].generation != link.generation for _, _, target in live):
+            raise TransportError("deliveries of different connections cannot share a transaction")
+        self._transaction(
+            [item for _, items, _ in live for item in items],
+            (link, [target[1] for _, _, target in live]),
+        )
+
+    def is_live(self, delivery: Delivery) -> bool:
+        return self._ack_target(delivery) is not None
+
+
+def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:
+    """The registry's factory for stomp:// URLs (see StompSettings.from_url)."""
+    return StompTransport(StompSettings.from_url(url, env))

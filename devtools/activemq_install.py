@@ -1,0 +1,78 @@
+"""ActiveMQ Classic from the Debian package ``activemq``, installed with apt-get when missing.
+
+As root directly, through ``sudo -n`` otherwise; the package depends on a JRE, so Java comes too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from devtools.broker_settings import LocalBrokerError
+
+ACTIVEMQ_HOME: Final = Path("/usr/share/activemq")
+"""Where the Debian package ``activemq`` installs ActiveMQ Classic."""
+
+ACTIVEMQ_JAR: Final = ACTIVEMQ_HOME / "bin" / "activemq.jar"
+"""The broker's launcher; its presence is what 'ActiveMQ is installed' means here."""
+
+_APT_TIMEOUT_S: Final = 1800.0
+
+
+def _run_apt(command: list[str], env: Mapping[str, str]) -> None:
+    try:
+        result = subprocess.run(
+            command,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=_APT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LocalBrokerError(
+            f"`{' '.join(command)}` failed ({exc}); install it yourself: apt-get install activemq"
+        ) from exc
+    if result.returncode != 0:
+        output = "\n".join(result.stdout.splitlines()[-20:])
+        raise LocalBrokerError(
+            f"`{' '.join(command)}` failed with exit code {result.returncode}; install it "
+            f"yourself: apt-get install activemq\n{output}"
+        )
+
+
+def install_activemq(jar: Path = ACTIVEMQ_JAR) -> None:
+    """Install the Debian package activemq with apt-get, as root or through passwordless sudo.
+
+    jar is the launcher the package must leave behind; its absence afterwards is an error.
+    """
+    apt_get = shutil.which("apt-get")
+    if apt_get is None:
+        raise LocalBrokerError(
+            f"ActiveMQ is not installed ({jar} is missing) and apt-get is not available: "
+            "install ActiveMQ Classic 5.17 (Debian: apt-get install activemq)"
+        )
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        prefix: list[str] = []
+        env["DEBIAN_FRONTEND"] = "noninteractive"
+    elif shutil.which("sudo") is not None:
+        # -n fails at once instead of waiting for a password nobody will type; sudo drops the
+        # caller's environment, so the front end is passed on its command line.
+        prefix = ["sudo", "-n", "DEBIAN_FRONTEND=noninteractive"]
+    else:
+        raise LocalBrokerError(
+            f"ActiveMQ is not installed ({jar} is missing) and installing it needs root: "
+            "run `apt-get install activemq` as root"
+        )
+    # A fresh machine (or container) has empty package lists, so install alone would not find it.
+    _run_apt([*prefix, apt_get, "update"], env)
+    _run_apt([*prefix, apt_get, "install", "-y", "activemq"], env)
+    if not jar.is_file():
+        raise LocalBrokerError(f"apt-get installed activemq but {jar} is still missing")

@@ -1,0 +1,58 @@
+"""Probes of a broker's ports: does STOMP answer a CONNECT, is a port already taken."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+from typing import Final
+
+from devtools.broker_settings import LocalBrokerError
+
+_STOMP_CONNECT: Final = b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00"
+# Asking for a receipt lets the broker close the connection itself, so every readiness probe does
+# not leave a "transport failed" warning in the broker log.
+_STOMP_DISCONNECT: Final = b"DISCONNECT\nreceipt:probe\n\n\x00"
+_PROBE_TIMEOUT_S: Final = 2.0
+
+
+def stomp_handshake(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT_S) -> bool:
+    """True when a STOMP CONNECT on host:port is answered with CONNECTED."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(_STOMP_CONNECT)
+            reply = _read_frame(sock)
+            if not reply.lstrip(b"\r\n").startswith(b"CONNECTED"):
+                return False
+            with contextlib.suppress(OSError):
+                sock.sendall(_STOMP_DISCONNECT)
+                _read_frame(sock)
+            return True
+    except OSError:
+        return False
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\x00" not in data and len(data) < 65536:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (binding is refused)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # Without SO_REUSEADDR, connections of a just-stopped broker in TIME_WAIT would count as
+        # a listener; the broker's own sockets reuse the address the same way.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise LocalBrokerError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
+    return False
