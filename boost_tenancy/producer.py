@@ -115,13 +115,13 @@ class TenantProducer:
             raise
         sink.commit()
 
-    def for_tenant(self, tenant: TenantId | str) -> TenantPublisher:
+    def for_tenant(self, tenant: TenantId | str) -> OneTenantProducer:
         """A sender bound to one tenant, for code that must not choose tenants itself."""
-        return TenantPublisher(self, TenantId.parse(tenant))
+        return OneTenantProducer(self, TenantId.parse(tenant))
 
 
 @dataclass(frozen=True, slots=True)
-class TenantPublisher:
+class OneTenantProducer:
     """A TenantProducer bound to one tenant."""
 
     producer: TenantProducer

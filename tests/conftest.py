@@ -12,9 +12,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import Delivery, Transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -71,6 +73,16 @@ class Inbox:
     def bodies(self) -> list[object]:
         with self._lock:
             return [d.body for d in self.items]
+
+
+def recorded(store: ErrorStore, count: int, **filters: Any) -> list[FailureRecord]:
+    """The store's failures matching filters once at least count are there.
+
+    A failure is recorded just after the broker took the message's retry copy or dead letter,
+    so a test that has seen the copy waits a moment for the row.
+    """
+    wait_until(lambda: len(store.failures(**filters)) >= count)
+    return store.failures(**filters)
 
 
 def unique_queue(prefix: str = "test") -> str:

@@ -26,7 +26,7 @@ from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,8 +180,8 @@ class DeadLetterAdmin:
                 props = adopted.delivery.properties
                 if wanted is not None and adopted.message_id not in wanted:
                     continue  # left unacknowledged: returns to the dead-letter queue
-                self._transport.forward(
-                    delivery, [(target, redrive_copy(props, adopted.delivery), 0)]
+                self._transport.send_then_ack(
+                    delivery, [Outgoing(target, redrive_copy(props, adopted.delivery))]
                 )
                 record_failure(
                     self._store,

@@ -216,11 +216,13 @@ class ParkingSweeper:
                 # have it, so it stays unacknowledged and returns when the sweeper stops.
                 log.warning("parking_active_tenant_delivered", tenant=tenant.value)
                 continue
-            moves.append((delivery, [(parked_queue(delivery.queue, tenant), _copy(delivery), 0)]))
+            moves.append(
+                (delivery, [Outgoing(parked_queue(delivery.queue, tenant), _copy(delivery))])
+            )
             tenants.append(tenant)
         if not moves:
             return
-        self._transport.forward_many(moves)
+        self._transport.send_then_ack_many(moves)
         with self._lock:
             for tenant in tenants:
                 self._parked[tenant] = self._parked.get(tenant, 0) + 1
@@ -335,8 +337,8 @@ class ParkedRedrive:
                     if delivery.properties.get(TENANT_PROPERTY) == move.tenant.value
                 ]
                 try:
-                    self._transport.forward_many(
-                        [(d, [(move.target, _copy(d), 0)]) for move, d in mine]
+                    self._transport.send_then_ack_many(
+                        [(d, [Outgoing(move.target, _copy(d))]) for move, d in mine]
                     )
                 except Exception:
                     log.exception("unpark_failed", count=len(mine))

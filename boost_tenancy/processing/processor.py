@@ -63,7 +63,7 @@ class HandlerContext:
             correlation_id=self.correlation_id,
             properties=properties,
         )
-        self._outbox.items.append((queue, message.to_wire(), max(0, delay_ms)))
+        self._outbox.items.append(Outgoing(queue, message.to_wire(), max(0, delay_ms)))
         return message.message_id
 
     @property

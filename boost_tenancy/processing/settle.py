@@ -29,7 +29,7 @@ from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy
 from boost_tenancy.routing import Routing
 from boost_tenancy.tenancy import TenantId, claimed_tenant
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 
 if TYPE_CHECKING:
     from boost_tenancy.processing.dispatcher import DispatchSettings
@@ -96,10 +96,10 @@ class Settler:
         match outcome:
             case Ack(outputs=outputs) if tenant is not None:
                 # ctx.publish names logical queues; the same routing picks the broker queue.
-                self._transport.forward(
+                self._transport.send_then_ack(
                     delivery,
                     [
-                        (self._routing.physical(queue, tenant), message, delay_ms)
+                        Outgoing(self._routing.physical(queue, tenant), message, delay_ms)
                         for queue, message, delay_ms in outputs
                     ],
                 )
@@ -125,7 +125,9 @@ class Settler:
                     error_text=error.text,
                     attempt=self._strategy.attempt_of(delivery),
                 )
-                self._transport.forward(delivery, [(dead_letter_queue(delivery.queue), copy, 0)])
+                self._transport.send_then_ack(
+                    delivery, [Outgoing(dead_letter_queue(delivery.queue), copy)]
+                )
                 log.error(
                     "message_dead_lettered",
                     reason=reason.value,
@@ -141,7 +143,9 @@ class Settler:
                     error_text=error.text,
                     attempt=self._strategy.attempt_of(delivery),
                 )
-                self._transport.forward(delivery, [(quarantine_queue(delivery.queue), copy, 0)])
+                self._transport.send_then_ack(
+                    delivery, [Outgoing(quarantine_queue(delivery.queue), copy)]
+                )
                 log.critical(
                     "tenancy_violation",
                     subscription_tenant=None if tenant is None else tenant.value,
@@ -188,7 +192,7 @@ class Settler:
         last: Exception = exc
         for retry in range(self._settings.last_resort_attempts):
             try:
-                self._transport.forward(delivery, [(target, copy, 0)])
+                self._transport.send_then_ack(delivery, [Outgoing(target, copy)])
             except NotConfirmedError:
                 raise
             except TransportError as again:

@@ -12,7 +12,7 @@ from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
 from boost_tenancy.resilience.dead_letter import with_error
 from boost_tenancy.resilience.failure import ErrorInfo
-from boost_tenancy.transports.base import Delivery, Transport, TransportCapabilities
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport, TransportCapabilities
 
 
 class RedeliveryStrategy(Protocol):
@@ -70,11 +70,11 @@ class RepublishRedelivery:
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
     ) -> None:
         copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1, error)
-        transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
+        transport.send_then_ack(delivery, [Outgoing(delivery.queue, copy, delay_ms)])
 
     def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
         copy = _copy_with_attempt(delivery, _attempt_property(delivery))
-        transport.forward(delivery, [(delivery.queue, copy, delay_ms)])
+        transport.send_then_ack(delivery, [Outgoing(delivery.queue, copy, delay_ms)])
 
 
 def strategy_for(capabilities: TransportCapabilities) -> RedeliveryStrategy:

@@ -140,7 +140,7 @@ class InMemoryBroker:
             return True
 
     def _forward(self, consumer: _Consumer, seq: int, items: Sequence[Outgoing]) -> bool:
-        items = [(queue, _on_wire(message), delay_ms) for queue, message, delay_ms in items]
+        items = [Outgoing(q, _on_wire(m), d) for q, m, d in items]
         with self._cond:
             if seq not in consumer.in_flight:
                 return False
@@ -327,15 +327,15 @@ class InMemoryTransport:
         consumer, seq, _ = self._token(delivery)
         self._broker._ack(consumer, seq)
 
-    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
         consumer, seq, _ = self._token(delivery)
-        checked = [(check_queue_name(q), m, d) for q, m, d in items]
+        checked = [Outgoing(check_queue_name(q), m, d) for q, m, d in items]
         if not self._broker._forward(consumer, seq, checked):
             raise TransportError(f"delivery from {delivery.queue!r} is no longer in flight")
 
-    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
         for delivery, items in moves:
-            self.forward(delivery, items)
+            self.send_then_ack(delivery, items)
 
     def is_live(self, delivery: Delivery) -> bool:
         consumer, seq, generation = self._token(delivery)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from boost_tenancy.messages import Body, WireMessage
 from boost_tenancy.selectors import SelectorLike
@@ -33,8 +33,8 @@ class TransportCapabilities:
     Read by resilience.redelivery.strategy_for, which refuses a transport without it."""
     atomic_forward: bool
     """Sending a copy and acknowledging the original can be one transaction (Classic STOMP).
-    Read by the transport's own forward/forward_many, and by the dispatcher and redelivery to
-    know whether a crash between copy and ack can duplicate a message."""
+    Read by the transport's own send_then_ack and send_then_ack_many; where it is False a crash
+    between the copy and the ack duplicates a message (never loses one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +68,12 @@ class SubscribeRequest:
     on_delivery: OnDelivery
 
 
-Outgoing = tuple[str, WireMessage, int]
-"""(queue, message, delay in ms) to send."""
+class Outgoing(NamedTuple):
+    """A message to send: to which queue, and held back by the broker for how long."""
+
+    queue: str
+    message: WireMessage
+    delay_ms: int = 0
 
 
 class BatchSink(Protocol):
@@ -139,15 +143,15 @@ class Transport(Protocol):
     def ack(self, delivery: Delivery) -> None:
         """Acknowledge one delivery; the broker forgets the message."""
 
-    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
         """Send items (a handler's output, a retry copy, a dead letter), then ack delivery.
 
         Atomic where capabilities.atomic_forward; otherwise every item is confirmed before the
         ack, so a crash in between duplicates messages and never loses one.
         """
 
-    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
-        """forward() for many deliveries at once: one transaction where atomic_forward holds.
+    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        """send_then_ack() for many deliveries at once: one transaction where atomic_forward holds.
 
         For bulk moves (parking, re-driving), where one broker commit per message is too slow.
         """

@@ -28,7 +28,7 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_q
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
-from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
+from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
 
@@ -121,7 +121,7 @@ def test_always_failing_handler_reaches_dlq_after_exactly_the_cap(
     assert dead.properties["boostAttempt"] == "3"
     assert dead.properties["boostDeadLetterReason"] == "exhausted"
     assert "always fails" in dead.properties["boostError"]
-    records = store.failures(tenant=TenantId("org-A"), message_id=sent.message_id)
+    records = recorded(store, 3, tenant=TenantId("org-A"), message_id=sent.message_id)
     assert [(r.attempt, r.outcome) for r in records] == [
         (1, FailureOutcome.RETRY),
         (2, FailureOutcome.RETRY),
@@ -142,7 +142,7 @@ def test_permanent_error_is_dead_lettered_at_once(
     runner.stop(grace_s=5)
     assert processor.count() == 1
     assert dlq.items[0].properties["boostDeadLetterReason"] == "permanent"
-    records = store.failures(tenant=TenantId("org-A"))
+    records = recorded(store, 1, tenant=TenantId("org-A"))
     assert [(r.attempt, r.outcome, r.error_type) for r in records] == [
         (1, FailureOutcome.DEAD_LETTER, "boost_tenancy.errors.PermanentError")
     ]
@@ -204,7 +204,7 @@ def test_body_naming_another_tenant_is_quarantined_not_handled(
     runner.stop(grace_s=5)
     assert processor.count() == 0
     assert quarantine.items[0].properties["boostDeadLetterReason"] == "tenancy-violation"
-    records = store.failures(tenant=TenantId("org-A"), outcome=FailureOutcome.QUARANTINE)
+    records = recorded(store, 1, tenant=TenantId("org-A"), outcome=FailureOutcome.QUARANTINE)
     assert len(records) == 1
 
 
@@ -227,9 +227,9 @@ def test_delivery_of_another_tenant_never_reaches_the_handler(
     assert outcomes == ["quarantined", "quarantined"]
     assert processor.count() == 0
     assert wait_until(lambda: len(quarantine) == 2)
-    records = store.failures(tenant=None, outcome=FailureOutcome.QUARANTINE)
+    records = recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
     assert [r.raw_tenant for r in records] == [None]
-    foreign = store.failures(tenant=TenantId("org-B"), outcome=FailureOutcome.QUARANTINE)
+    foreign = recorded(store, 1, tenant=TenantId("org-B"), outcome=FailureOutcome.QUARANTINE)
     assert [r.raw_tenant for r in foreign] == ["org-B"]
 
 

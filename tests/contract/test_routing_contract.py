@@ -33,7 +33,7 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_q
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Topology, parked_queue
 from boost_tenancy.selectors import TenantExclusion, tenant_selector
-from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
+from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_ms=50, max_delay_ms=100)
 PER_TENANT = Routing(Topology.PER_TENANT)
@@ -149,7 +149,7 @@ def test_per_tenant_queue_still_checks_the_tenant_of_every_message(
     assert processor.count() == 0
     assert quarantine.items[0].properties["boostOriginalQueue"] == physical
     assert quarantine.items[0].properties["boostDeadLetterReason"] == "tenancy-violation"
-    records = store.failures(tenant=TenantId(a), outcome=FailureOutcome.QUARANTINE)
+    records = recorded(store, 1, tenant=TenantId(a), outcome=FailureOutcome.QUARANTINE)
     assert [r.queue for r in records] == [queue]  # the error store keeps the logical queue
 
 
@@ -172,7 +172,7 @@ def test_foreign_delivery_on_a_per_tenant_queue_is_quarantined_by_the_dispatcher
     assert wait_until(lambda: len(quarantine) == 1)
     assert processor.count() == 0
     assert quarantine.items[0].properties["tenantUUID"] == b
-    (record,) = store.failures(tenant=TenantId(b), outcome=FailureOutcome.QUARANTINE)
+    (record,) = recorded(store, 1, tenant=TenantId(b), outcome=FailureOutcome.QUARANTINE)
     assert record.queue == queue
 
 
@@ -270,7 +270,7 @@ def test_sweeper_parks_inactive_tenants_and_a_later_runner_redrives_its_backlog(
     )
     sweeper.stop()
     assert {seen[0] for seen in processor_a.seen} == {a}
-    (quarantined,) = store.failures(tenant=None, outcome=FailureOutcome.QUARANTINE)
+    (quarantined,) = recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
     assert quarantined.message_id == "m-no"
     assert quarantined.queue == queue
 

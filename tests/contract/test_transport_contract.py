@@ -151,7 +151,7 @@ def test_forward_sends_copies_and_acknowledges_the_original(
     transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
     transport.send(queue, wire("t1", "original"))
     assert wait_until(lambda: len(inbox) == 1)
-    transport.forward(
+    transport.send_then_ack(
         inbox.items[0], [(other, wire("t1", "copy-1"), 0), (other, wire("t1", "copy-2"), 0)]
     )
     assert wait_until(lambda: len(out) == 2)
@@ -237,7 +237,9 @@ def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
     for index in range(30):
         transport.send(queue, wire("t1", f"m{index}"))
     assert wait_until(lambda: len(inbox) == 30)
-    transport.forward_many([(d, [(other, wire("t1", f"copy-{d.body}"), 0)]) for d in inbox.items])
+    transport.send_then_ack_many(
+        [(d, [(other, wire("t1", f"copy-{d.body}"), 0)]) for d in inbox.items]
+    )
     assert wait_until(lambda: len(out) == 30)
     assert sorted(map(str, out.bodies())) == sorted(f"copy-m{i}" for i in range(30))
     transport.close()

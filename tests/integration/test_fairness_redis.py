@@ -291,7 +291,7 @@ class RedisSwitch:
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._thread.start()
 
-    def forward(self) -> None:
+    def send_then_ack(self) -> None:
         """From now on, new connections reach the real Redis."""
         with self._lock:
             self._forwarding = True
@@ -469,7 +469,7 @@ def test_limits_are_enforced_again_once_redis_answers_after_the_cooldown(
     assert time.monotonic() - started < 5
     opened_at = time.monotonic()
     # Redis answers again, but the breaker keeps refusing until the cool-down is over.
-    switch.forward()
+    switch.send_then_ack()
     accepted = switch.accepted
     assert middleware(*delivery("cooling"), ack) == Ack()
     assert switch.accepted == accepted  # refused without a connection

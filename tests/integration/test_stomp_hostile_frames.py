@@ -137,7 +137,7 @@ def test_a_forwarded_body_of_invalid_utf8_arrives_byte_exact(
     assert isinstance(delivery.body, str)  # a TextMessage: decoded with surrogateescape
     assert delivery.body.encode("utf-8", "surrogateescape") == INVALID_UTF8
 
-    transport.forward(delivery, [(target, wire(delivery.body, **delivery.properties), 0)])
+    transport.send_then_ack(delivery, [(target, wire(delivery.body, **delivery.properties), 0)])
 
     reader = RawStomp(stomp_settings)
     try:
@@ -172,10 +172,10 @@ def test_a_text_body_without_utf8_form_fails_alone_on_every_send_path(
     assert wait_until(lambda: len(inbox) == 1)
     delivery = inbox.items[0]
     with pytest.raises(MessageEncodeError, match="position 6"):
-        transport.forward(delivery, [(queue, good, 0), (queue, bad, 0)])
+        transport.send_then_ack(delivery, [(queue, good, 0), (queue, bad, 0)])
     # Nothing was written for it: the delivery is still live and can be forwarded properly.
     assert transport.is_connected and transport.is_live(delivery)
-    transport.forward(delivery, [(queue, wire("forwarded"), 0)])
+    transport.send_then_ack(delivery, [(queue, wire("forwarded"), 0)])
 
     reader = RawStomp(stomp_settings)
     try:

@@ -105,12 +105,12 @@ class RefusingTransport(InMemoryTransport):
         self.error = error
         self.refused = 0
 
-    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
         raw = all(m.properties.get("boostDeadLetterReason") == "unsettleable" for _, m, _ in items)
         if items and not raw:
             self.refused += 1
             raise self.error
-        super().forward(delivery, items)
+        super().send_then_ack(delivery, items)
 
 
 class Publishing(TenantProcessor):
@@ -161,13 +161,13 @@ def test_a_refused_outcome_on_a_lost_connection_is_left_to_redelivery(
     broker.put("cmd", WireMessage(body="{}", properties={"tenantUUID": "org-A"}))
     assert wait_until(lambda: len(inbox) == 1)
     dispatcher = Dispatcher(Publishing(), transport, store)
-    original = transport.forward
+    original = transport.send_then_ack
 
     def lose_then_refuse(d: Delivery, items: Sequence[Outgoing]) -> None:
         transport.close()  # the connection goes while the outcome is carried out
         original(d, items)
 
-    transport.forward = lose_then_refuse  # type: ignore[method-assign]
+    transport.send_then_ack = lose_then_refuse  # type: ignore[method-assign]
     with pytest.raises(TransportError):
         dispatcher.dispatch(ORG_A, inbox.items[0])
     assert broker.messages(dead_letter_queue("cmd")) == []

@@ -386,10 +386,12 @@ SEND_PATHS = {
     "send_batch plain": lambda t: t.send_batch(
         [("out", wire("ok")), ("out", wire(LONE_HIGH))], atomic=False
     ),
-    "forward": lambda t: t.forward(
+    "forward": lambda t: t.send_then_ack(
         delivery(), [("out", wire("ok"), 0), ("out", wire(LONE_HIGH), 0)]
     ),
-    "forward_many": lambda t: t.forward_many([(delivery(), [("out", wire(LONE_HIGH), 0)])]),
+    "send_then_ack_many": lambda t: t.send_then_ack_many(
+        [(delivery(), [("out", wire(LONE_HIGH), 0)])]
+    ),
     "batch add": lambda t: t.open_batch().add("out", wire(LONE_HIGH)),
     "plain batch add": lambda t: t.open_batch(atomic=False).add("out", wire(LONE_HIGH)),
 }
@@ -491,7 +493,7 @@ def test_forward_is_one_transaction_on_classic_and_send_then_ack_elsewhere(
     assert transport.flavour is (BrokerFlavour.CLASSIC if classic else BrokerFlavour.ARTEMIS)
     assert transport.capabilities.atomic_forward is classic
     assert transport.is_classic is classic
-    transport.forward(delivery(), [("out", wire("copy"), 0)])
+    transport.send_then_ack(delivery(), [("out", wire("copy"), 0)])
     transport.close()  # writes the acknowledgements still queued
     frames = sock.frames()
     if classic:

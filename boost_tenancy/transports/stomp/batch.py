@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.transports.base import Outgoing
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.frames import check_bodies, encode_frame, send_frame
 from boost_tenancy.transports.stomp.link import FrameWriter
@@ -36,7 +37,7 @@ class StompBatch:
         check_queue_name(queue)
         if self._tx is None:
             # Checked now so the error names this add, not the commit (which encodes again).
-            check_bodies([(queue, message, 0)])
+            check_bodies([Outgoing(queue, message)])
             self._items.append((queue, message))
             return
         # Encoded before BEGIN: a first message that cannot be encoded leaves nothing written.

@@ -140,7 +140,7 @@ class StompTransport:
         if not items:
             return
         if atomic:
-            self._transaction([(q, m, 0) for q, m in items], None)
+            self._transaction([Outgoing(q, m) for q, m in items], None)
             return
         for queue, _ in items:
             check_queue_name(queue)
@@ -277,7 +277,7 @@ class StompTransport:
         # flushes them first.
         self._acks.put(self._token(delivery))
 
-    def forward(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
         target = self._ack_target(delivery)
         if target is None:
             raise TransportError("delivery belongs to a lost connection; the broker redelivers it")
@@ -291,7 +291,7 @@ class StompTransport:
                 self.send(queue, message, delay_ms=delay_ms)
             self.ack(delivery)
 
-    def forward_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
         live = []
         for delivery, items in moves:
             target = self._ack_target(delivery)
@@ -303,7 +303,7 @@ class StompTransport:
         if not self.capabilities.atomic_forward:
             check_bodies(item for _, items, _ in live for item in items)
             for delivery, items, _ in live:
-                self.forward(delivery, items)
+                self.send_then_ack(delivery, items)
             return
         link = live[0][2][0]
         if any(target[0].generation != link.generation for _, _, target in live):

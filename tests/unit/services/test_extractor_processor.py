@@ -14,7 +14,7 @@ from boost_tenancy.resilience.error_store import FailureOutcome
 from services.common.blobs import document_key
 from services.common.contract import CMD_EXTRACT_TEXT, EVT_TEXT_ERROR, EVT_TEXT_EXTRACTED
 from services.extractor.processor import DocumentExtractor
-from tests.conftest import wait_until
+from tests.conftest import recorded, wait_until
 from tests.unit.services.processor_support import CONTENT_TYPES, Harness, new_document
 
 ORG_A = TenantId("org-a")
@@ -131,7 +131,7 @@ def test_malformed_command_is_dead_lettered_as_permanent(
     [dead] = harness.wait_for(dead_letter_queue(CMD_EXTRACT_TEXT))
     assert dead.properties["boostDeadLetterReason"] == "permanent"
     assert error in dead.properties["boostError"]
-    [record] = harness.errors.failures(tenant=ORG_A)
+    [record] = recorded(harness.errors, 1, tenant=ORG_A)
     assert record.outcome is FailureOutcome.DEAD_LETTER
     assert harness.messages(EVT_TEXT_EXTRACTED) == []
 
@@ -145,7 +145,7 @@ def test_another_tenants_blob_key_is_not_readable(harness: Harness) -> None:
     assert dead.properties["tenantUUID"] == "org-b"
     assert dead.properties["boostDeadLetterReason"] == "permanent"
     assert "of tenant org-b does not exist" in dead.properties["boostError"]
-    [record] = harness.errors.failures(tenant=ORG_B)
+    [record] = recorded(harness.errors, 1, tenant=ORG_B)
     assert record.error_type == "boost_tenancy.errors.PermanentError"
     assert harness.errors.failures(tenant=ORG_A) == []
     assert harness.messages(EVT_TEXT_EXTRACTED) == []
@@ -172,7 +172,7 @@ def test_unavailable_blob_store_is_retried_until_it_comes_back(tmp_path: Path) -
         harness.blobs.put(ORG_A, key, original)
         harness.wait_for(EVT_TEXT_EXTRACTED)
 
-        records = harness.errors.failures(tenant=ORG_A, message_id=sent)
+        records = recorded(harness.errors, 1, tenant=ORG_A, message_id=sent)
         assert records, "the failed attempt was not recorded"
         assert all(r.outcome is FailureOutcome.RETRY for r in records)
         assert all(r.error_type == "boost_tenancy.errors.TransientError" for r in records)

@@ -53,7 +53,7 @@ from services.common.documents import (
     Transition,
 )
 from services.manager import DocumentManager
-from tests.conftest import wait_until
+from tests.conftest import recorded, wait_until
 
 ORG_A = TenantId("org-a")
 ORG_B = TenantId("org-b")
@@ -401,7 +401,7 @@ def test_a_handler_failing_after_the_commit_sends_the_outputs_on_its_retry(
     assert pipeline.settled()
 
     assert crashing.committed.is_set()
-    retries = pipeline.errors.failures(tenant=ORG_A, outcome=FailureOutcome.RETRY)
+    retries = recorded(pipeline.errors, 1, tenant=ORG_A, outcome=FailureOutcome.RETRY)
     assert [(r.message_id, r.attempt) for r in retries] == [(sent, 1)]
     # The state changed on attempt 1; attempt 2 found the event applied and resent its outputs,
     # with the ids a clean first attempt would have given them.

@@ -26,7 +26,7 @@ from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import CMD_INTERPRET, EVT_INTERPRETATION_ERROR, EVT_INTERPRETED
 from services.professor.processor import DocumentProfessor
-from tests.conftest import wait_until
+from tests.conftest import recorded, wait_until
 from tests.unit.services.professor_texts import INVOICE, PURCHASE_ORDER_RULES, PURCHASE_ORDER_TEXT
 
 ACME = TenantId("org-acme")
@@ -179,7 +179,7 @@ def test_a_broken_tenant_rules_file_dead_letters_naming_the_file(pipeline: Pipel
     [(properties, _)] = pipeline.wait_for(dead_letter_queue(CMD_INTERPRET))
     assert properties["boostDeadLetterReason"] == "permanent"
     assert str(rules) in properties["boostError"]
-    [record] = pipeline.store.failures(tenant=ACME, outcome=FailureOutcome.DEAD_LETTER)
+    [record] = recorded(pipeline.store, 1, tenant=ACME, outcome=FailureOutcome.DEAD_LETTER)
     assert record.message_id == sent
     assert record.error_type == "boost_tenancy.errors.PermanentError"
     assert str(rules) in record.error_text

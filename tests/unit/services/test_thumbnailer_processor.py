@@ -16,7 +16,7 @@ from boost_tenancy.resilience.error_store import FailureOutcome
 from services.common.blobs import document_key
 from services.common.contract import CMD_THUMBNAIL_GENERATE
 from services.thumbnailer.processor import Thumbnailer
-from tests.conftest import wait_until
+from tests.conftest import recorded, wait_until
 from tests.unit.services.processor_support import CONTENT_TYPES, Harness, new_document
 
 ORG_A = TenantId("org-a")
@@ -79,7 +79,7 @@ def test_input_that_cannot_be_previewed_is_dead_lettered_with_its_reason(
     assert dead.properties["boostErrorType"] == "boost_tenancy.errors.PermanentError"
     assert reason in dead.properties["boostError"]
     assert dead.properties["boostAttempt"] == "1"  # permanent: never retried
-    [record] = harness.errors.failures(tenant=ORG_A, message_id=sent)
+    [record] = recorded(harness.errors, 1, tenant=ORG_A, message_id=sent)
     assert record.outcome is FailureOutcome.DEAD_LETTER
     assert reason in record.error_text
     assert not harness.blobs.exists(ORG_A, document_key(document, "thumbnail.png"))
@@ -94,7 +94,7 @@ def test_unavailable_blob_store_is_retried_then_dead_lettered_as_exhausted(
     sent = harness.send(CMD_THUMBNAIL_GENERATE, "org-a", command(document, key, "photo.png"))
     [dead] = harness.wait_for(DLQ)
 
-    records = harness.errors.failures(tenant=ORG_A, message_id=sent)
+    records = recorded(harness.errors, 3, tenant=ORG_A, message_id=sent)
     assert [(r.attempt, r.outcome) for r in records] == [
         (1, FailureOutcome.RETRY),
         (2, FailureOutcome.RETRY),
