@@ -118,16 +118,7 @@ class Settler:
                 )
                 return "retried"
             case DeadLetter(error=error, reason=reason):
-                copy = dead_letter_copy(
-                    delivery,
-                    reason=reason,
-                    error_type=error.type,
-                    error_text=error.text,
-                    attempt=self._strategy.attempt_of(delivery),
-                )
-                self._transport.send_then_ack(
-                    delivery, [Outgoing(dead_letter_queue(delivery.queue), copy)]
-                )
+                self._move(delivery, dead_letter_queue(delivery.queue), reason, error)
                 log.error(
                     "message_dead_lettered",
                     reason=reason.value,
@@ -136,16 +127,8 @@ class Settler:
                 )
                 return "dead_lettered"
             case Quarantine(error=error, claimed=claimed):
-                copy = dead_letter_copy(
-                    delivery,
-                    reason=DeadLetterReason.TENANCY_VIOLATION,
-                    error_type=error.type,
-                    error_text=error.text,
-                    attempt=self._strategy.attempt_of(delivery),
-                )
-                self._transport.send_then_ack(
-                    delivery, [Outgoing(quarantine_queue(delivery.queue), copy)]
-                )
+                target = quarantine_queue(delivery.queue)
+                self._move(delivery, target, DeadLetterReason.TENANCY_VIOLATION, error)
                 log.critical(
                     "tenancy_violation",
                     subscription_tenant=None if tenant is None else tenant.value,
@@ -156,6 +139,19 @@ class Settler:
             case _:
                 # Only an Ack without the subscription's tenant: nothing can route its outputs.
                 raise ConfigError(f"{type(outcome).__name__} needs the subscription's tenant")
+
+    def _move(
+        self, delivery: Delivery, target: str, reason: DeadLetterReason, error: ErrorInfo
+    ) -> None:
+        """Send the message with its error to a dead-letter or quarantine queue, then ack it."""
+        copy = dead_letter_copy(
+            delivery,
+            reason=reason,
+            error_type=error.type,
+            error_text=error.text,
+            attempt=self._strategy.attempt_of(delivery),
+        )
+        self._transport.send_then_ack(delivery, [Outgoing(target, copy)])
 
     def _last_resort(
         self,
