@@ -1,0 +1,40 @@
+"""The command refuses a processor it cannot run correctly before it takes any message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import HandlerContext, IncomingMessage, TenantProcessor
+from boost_tenancy.cli import main
+
+
+class AsyncHandle(TenantProcessor):
+    queues = ("cmd.refused",)
+
+    async def handle(  # type: ignore[override]  # the mistake under test
+        self, message: IncomingMessage, ctx: HandlerContext
+    ) -> None:
+        raise AssertionError("never awaited, never called")
+
+
+def test_run_refuses_an_async_handle_with_exit_2_and_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{tmp_path / 'errors.sqlite3'}")
+    # A port nothing listens on: the refusal must come before any connection is tried.
+    monkeypatch.setenv("BOOST_STOMP_PORT", "1")
+    code = main(["run", f"{__name__}:AsyncHandle", "--tenant", "org-a"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "AsyncHandle.handle is declared async def" in err
+    assert "plain def" in err
+
+
+def test_a_non_finite_grace_period_is_refused_at_start_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOOST_SHUTDOWN_GRACE_S", "inf")
+    assert main(["errors", "--tenant", "org-a"]) == 2
+    assert "BOOST_SHUTDOWN_GRACE_S must be a finite number" in capsys.readouterr().err
