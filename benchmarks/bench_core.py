@@ -14,7 +14,11 @@ noise of a shared machine affects baseline and candidate alike.
     .venv/bin/python benchmarks/bench_core.py [--messages N] [--rounds R] [--tenants T]
                                               [--json out.json]
 
-The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613).
+The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613),
+with BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when it requires a login (Artemis), as the test
+suite reads them. Its flavour (ActiveMQ Classic or Artemis) is read from the transport once
+connected and printed with its capabilities; both the raw baselines and the runner subscribe with
+the prefetch headers the transport sends to that flavour (Artemis counts prefetch in bytes).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -55,7 +59,12 @@ from boost_tenancy.observability import configure_logging
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import SubscribeRequest
-from boost_tenancy.transports.stomp import StompSettings, StompSubscription, StompTransport
+from boost_tenancy.transports.stomp import (
+    BrokerFlavour,
+    StompSettings,
+    StompSubscription,
+    StompTransport,
+)
 
 PRELOAD_CHUNK = 1000
 """Messages per preload transaction."""
@@ -97,10 +106,32 @@ class Config:
     timeout_s: float
     warmup: bool
     sections: tuple[str, ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    flavour: BrokerFlavour = BrokerFlavour.OTHER
+    """Set once the broker answered (main): decides the raw baselines' prefetch headers."""
 
     @property
     def stomp_settings(self) -> StompSettings:
-        return StompSettings(host=self.host, port=self.port, receipt_timeout_s=self.timeout_s)
+        return StompSettings(
+            host=self.host,
+            port=self.port,
+            username=self.username,
+            password=self.password,
+            receipt_timeout_s=self.timeout_s,
+        )
+
+    def prefetch_headers(self, prefetch: int) -> dict[str, str]:
+        """The SUBSCRIBE headers the transport sends for prefetch on this broker, so the raw
+        baselines ask the broker for the same window as the runner."""
+        return self.flavour.prefetch_headers(prefetch, self.stomp_settings.artemis_window_bytes)
+
+    def report(self) -> dict[str, Any]:
+        """The configuration for the JSON report: no password, the flavour by name."""
+        fields = asdict(self)
+        del fields["password"]
+        fields["flavour"] = self.flavour.value
+        return fields
 
 
 # -- small helpers --------------------------------------------------------------------------------
@@ -242,7 +273,7 @@ def raw_connection(cfg: Config, listener: RawListener) -> Iterator[Any]:
         reconnect_attempts_max=1,
     )
     conn.set_listener("bench", listener)
-    conn.connect(wait=False)
+    conn.connect(cfg.username, cfg.password, wait=False)
     deadline = time.monotonic() + cfg.timeout_s
     while not conn.is_connected():
         if time.monotonic() > deadline or listener.errors:
@@ -274,9 +305,7 @@ def drain(cfg: Config, queue: str, expected: int) -> None:
     listener = RawListener(lambda _h, _b: completion.add())
     listener.completion = completion
     with raw_connection(cfg, listener) as conn:
-        conn.subscribe(
-            "/queue/" + queue, "drain", ack="auto", headers={"activemq.prefetchSize": "1000"}
-        )
+        conn.subscribe("/queue/" + queue, "drain", ack="auto", headers=cfg.prefetch_headers(1000))
         completion.wait(cfg.timeout_s)
         conn.unsubscribe("drain")
 
@@ -449,7 +478,7 @@ def consume_raw(cfg: Config, messages: int, *, hand_off: bool) -> Sample:
                 "raw-1",
                 ack="client-individual",
                 headers={
-                    "activemq.prefetchSize": str(cfg.prefetch),
+                    **cfg.prefetch_headers(cfg.prefetch),
                     "selector": tenant_selector(tenant).render(),
                 },
             )
@@ -875,14 +904,28 @@ def cpu_of(result: RunnerResult) -> float:
     return result.consume_cpu_s / result.messages * 1e6
 
 
-def broker_server(cfg: Config) -> str:
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What the transport learned from the broker's CONNECTED frame."""
+
+    server: str
+    flavour: BrokerFlavour
+    capabilities: dict[str, bool]
+
+    def describe(self) -> str:
+        declared = ", ".join(f"{name}={value}" for name, value in self.capabilities.items())
+        return f"{self.server!r}, flavour {self.flavour.value}; capabilities: {declared}"
+
+
+def broker_info(cfg: Config) -> BrokerInfo:
     try:
         transport = connected_transport(cfg)
     except Exception as exc:
         raise BenchmarkError(f"no STOMP broker at {cfg.host}:{cfg.port}: {exc}") from exc
-    server = transport.server
-    transport.close()
-    return server
+    try:
+        return BrokerInfo(transport.server, transport.flavour, asdict(transport.capabilities))
+    finally:
+        transport.close()
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
@@ -921,6 +964,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
         timeout_s=args.timeout,
         warmup=not args.no_warmup,
         sections=tuple(args.only or ("consume", "publish", "tenants")),
+        username=os.environ.get("BOOST_BROKER_USER") or None,
+        password=os.environ.get("BOOST_BROKER_PASSWORD") or None,
     )
     return cfg, args.json
 
@@ -928,11 +973,15 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, json_path = parse_args(argv)
     configure_logging("console", "INFO")
-    server = broker_server(cfg)
+    broker = broker_info(cfg)
+    cfg = replace(cfg, flavour=broker.flavour)
     header = (
         f"boost_tenancy core benchmark  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"
-        f"broker {server} at {cfg.host}:{cfg.port}; Python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs; stomp.py {stomp.__version__}\n"
+        f"broker at {cfg.host}:{cfg.port}: {broker.describe()}\n"
+        f"subscribe headers for prefetch={cfg.prefetch} (raw baselines and runner): "
+        f"{cfg.prefetch_headers(cfg.prefetch)}\n"
+        f"Python {platform.python_version()}; {os.cpu_count()} CPUs; "
+        f"stomp.py {stomp.__version__}\n"
         f"messages={cfg.messages} rounds={cfg.rounds} prefetch={cfg.prefetch} "
         f"workers={cfg.workers} tenants={cfg.tenants}x{cfg.per_tenant} "
         f"tenant_prefetch={cfg.tenant_prefetch} confirmed_messages={cfg.confirmed_messages}\n"
@@ -949,7 +998,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tenants": f"3. {cfg.tenants} tenants on one queue ({cfg.per_tenant} messages each)",
     }
     print(header, flush=True)
-    report: dict[str, Any] = {"config": asdict(cfg), "broker": server, "sections": {}}
+    report: dict[str, Any] = {
+        "config": cfg.report(),
+        "broker": {
+            "server": broker.server,
+            "flavour": broker.flavour.value,
+            "capabilities": broker.capabilities,
+        },
+        "sections": {},
+    }
     for name, run in sections:
         if name not in cfg.sections:
             continue

@@ -2,6 +2,13 @@
 
 A missing broker or database skips a test locally and fails it under CI=true, so CI can never
 pass by skipping the real-broker tests.
+
+The broker under test is a test dimension (tests/broker_target.py): by default the project's
+local ActiveMQ Classic; BOOST_TEST_BROKER_FLAVOUR (with BOOST_BROKER_HOST, _STOMP_PORT,
+_OPENWIRE_PORT, _AMQP_URL, _USER, _PASSWORD) names an external one; `--artemis-container` starts
+Artemis with the project's docker/artemis configuration. Against an external broker, tests that
+manage brokers themselves (local_broker) or rely on Classic (classic_only, when the flavour is
+another) are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -11,24 +18,105 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import pytest
 
+from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord
-from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import Delivery, Transport
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.broker_probes import stomp_handshake
+from boost_tenancy.transports.stomp import StompSettings
+from tests.artemis_container import ArtemisContainer, docker_engine_missing
+from tests.broker_target import (
+    AMQP_URL_ENV,
+    FLAVOUR_ENV,
+    OPENWIRE_PORT_ENV,
+    BrokerTarget,
+    BrokerTargetError,
+    connected_server,
+)
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
-STOMP_HOST = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
-STOMP_PORT = int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613"))
-OPENWIRE_PORT = int(os.environ.get("BOOST_BROKER_OPENWIRE_PORT", "61616"))
+TARGET_KEY = pytest.StashKey[BrokerTarget]()
 
 
-def unavailable(reason: str) -> None:
+# -- the broker under test ------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("boost-tenancy broker").addoption(
+        "--artemis-container",
+        action="store_true",
+        help="start ActiveMQ Artemis (docker/artemis configuration) with testcontainers and run "
+        "the contract and integration suites against it; needs a Docker engine",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        target = BrokerTarget.from_env(os.environ)
+    except BrokerTargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.getoption("artemis_container", default=False):
+        target = _start_artemis_container(config, target)
+    config.stash[TARGET_KEY] = target
+
+
+def _start_artemis_container(config: pytest.Config, declared: BrokerTarget) -> BrokerTarget:
+    if declared.external:
+        raise pytest.UsageError(
+            f"--artemis-container starts its own broker; unset {FLAVOUR_ENV} "
+            f"(it names {declared.describe()})"
+        )
+    reason = docker_engine_missing()
+    if reason is not None:
+        raise pytest.UsageError(f"--artemis-container needs a Docker engine: {reason}")
+    container = ArtemisContainer()
+    try:
+        target = container.start()
+    except Exception as exc:
+        raise pytest.UsageError(
+            f"--artemis-container: Artemis ({container.image}) did not start: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    config.add_cleanup(container.stop)
+    return target
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"broker under test: {config.stash[TARGET_KEY].describe()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip what the broker under test cannot run, each with its reason.
+
+    Only an external broker skips anything here: the default run against the local broker
+    (CI's run) selects every test.
+    """
+    target = config.stash[TARGET_KEY]
+    for item in items:
+        local = item.get_closest_marker("local_broker")
+        if local is not None and target.external:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"{_why(local, 'manages brokers of its own')}: runs only against the "
+                    f"project's local broker, not an external one ({target.origin})"
+                )
+            )
+        classic = item.get_closest_marker("classic_only")
+        if classic is not None and target.flavour != "classic":
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"ActiveMQ Classic only ({_why(classic, 'Classic behaviour')}); "
+                    f"the broker under test is {target.flavour}"
+                )
+            )
+
+
+def _why(marker: pytest.Mark, default: str) -> str:
+    return str(marker.args[0]) if marker.args else default
+
+
+def unavailable(reason: str) -> NoReturn:
     """Skip locally; under CI a missing prerequisite is a failure, not a skip."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but {reason}", pytrace=False)
@@ -90,15 +178,36 @@ def unique_queue(prefix: str = "test") -> str:
 
 
 @pytest.fixture(scope="session")
-def stomp_settings() -> StompSettings:
-    """Settings of the local broker; the test is skipped (or failed under CI) when it is down."""
-    # A handshake, not just an open port: a broker out of memory still accepts TCP.
-    if not stomp_handshake(STOMP_HOST, STOMP_PORT):
-        unavailable(
-            f"no ActiveMQ broker answering STOMP at {STOMP_HOST}:{STOMP_PORT} "
-            "(start one with `scripts/broker start`)"
+def broker_target(pytestconfig: pytest.Config) -> BrokerTarget:
+    """The broker under test: flavour, addresses, credentials, and whether it is external."""
+    return pytestconfig.stash[TARGET_KEY]
+
+
+@pytest.fixture(scope="session")
+def broker_flavour(broker_target: BrokerTarget) -> str:
+    """classic or artemis: the flavour the broker under test was declared to be."""
+    return broker_target.flavour
+
+
+@pytest.fixture(scope="session")
+def stomp_settings(broker_target: BrokerTarget) -> StompSettings:
+    """Settings of the broker under test; skipped (or failed under CI) when it does not answer,
+    failed when it is another flavour than declared."""
+    settings = broker_target.stomp_settings(receipt_timeout_s=15.0)
+    try:
+        server, flavour = connected_server(settings)
+    except BoostTenancyError as exc:
+        hint = "" if broker_target.external else " (start one with `scripts/broker start`)"
+        unavailable(f"no ActiveMQ broker answering STOMP: {exc}{hint}")
+    if flavour is not broker_target.broker_flavour:
+        # Results against the wrong flavour would be taken for the declared one's.
+        pytest.fail(
+            f"the broker under test was declared {broker_target.flavour} "
+            f"({broker_target.origin}) but {broker_target.host}:{broker_target.stomp_port} "
+            f"answers as {server!r}",
+            pytrace=False,
         )
-    return StompSettings(host=STOMP_HOST, port=STOMP_PORT, receipt_timeout_s=15.0)
+    return settings
 
 
 @pytest.fixture(scope="session")
@@ -107,42 +216,37 @@ def jms_peer(tmp_path_factory: pytest.TempPathFactory) -> JmsPeer:
     reason = jms_available()
     if reason is not None:
         unavailable(f"JMS peer unavailable: {reason}")
-    for port, protocol in ((STOMP_PORT, "STOMP"), (OPENWIRE_PORT, "OpenWire")):
-        if not port_open(STOMP_HOST, port):
-            unavailable(f"no ActiveMQ broker: {protocol} port {STOMP_HOST}:{port} is not open")
     return compile_peer(tmp_path_factory.mktemp("jms-peer-classes"))
 
 
-OPENWIRE_URL = f"tcp://{STOMP_HOST}:{OPENWIRE_PORT}"
+@pytest.fixture(scope="session")
+def openwire_url(broker_target: BrokerTarget) -> str:
+    """The JMS client's URL of the broker under test (OpenWire).
+
+    The local broker always has OpenWire (a closed port skips locally, fails under CI); an
+    external broker may have none, and the JMS tests are then skipped with the reason.
+    """
+    try:
+        url, port = broker_target.openwire_url, broker_target.openwire_port
+    except BrokerTargetError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if url is None or port is None:
+        pytest.skip(f"the broker under test has no OpenWire port ({OPENWIRE_PORT_ENV} is empty)")
+    if not port_open(broker_target.host, port):
+        reason = f"no OpenWire port open at {broker_target.host}:{port}"
+        if broker_target.external:
+            pytest.skip(f"{reason} on the external broker (set {OPENWIRE_PORT_ENV})")
+        unavailable(f"no ActiveMQ broker: {reason}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def amqp_url(broker_target: BrokerTarget) -> str:
+    """The AMQP 1.0 address of the broker under test; ActiveMQ Classic 5.17 has none."""
+    if broker_target.amqp_url is None:
+        pytest.skip(f"no AMQP 1.0 broker given ({AMQP_URL_ENV}; the local Classic has none)")
+    return broker_target.amqp_url
+
 
 TransportFactory = Callable[[], Transport]
-
-
-@pytest.fixture(params=["memory", pytest.param("stomp", marks=pytest.mark.broker)])
-def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFactory]:
-    """Connected transports of one kind, closed after the test: the contract suite's axis."""
-    made: list[Transport] = []
-    broker: InMemoryBroker | None = None
-    if request.param == "memory":
-        broker = InMemoryBroker()
-
-        def make() -> Transport:
-            assert broker is not None
-            transport = InMemoryTransport(broker)
-            transport.connect()
-            made.append(transport)
-            return transport
-    else:
-        settings: StompSettings = request.getfixturevalue("stomp_settings")
-
-        def make() -> Transport:
-            transport = StompTransport(settings)
-            transport.connect()
-            made.append(transport)
-            return transport
-
-    yield make
-    for transport in made:
-        transport.close()
-    if broker is not None:
-        broker.close()
+"""Makes a connected transport: the contract suite's axis (tests/contract/conftest.py)."""

@@ -43,7 +43,8 @@ class RunnerSettings:
 
     workers: int = 4
     prefetch: int = 10
-    """Unacknowledged messages per subscription (Classic activemq.prefetchSize)."""
+    """Unacknowledged messages per subscription; the transport maps it to what its broker reads
+    (Classic activemq.prefetchSize, Artemis consumer-window-size in bytes)."""
     shutdown_grace_s: float = 30.0
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     tenant_weights: Mapping[str, int] = field(default_factory=dict)

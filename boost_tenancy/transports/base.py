@@ -33,8 +33,15 @@ class TransportCapabilities:
     Read by resilience.redelivery.strategy_for, which refuses a transport without it."""
     atomic_forward: bool
     """Sending a copy and acknowledging the original can be one transaction (Classic STOMP).
-    Read by the transport's own send_then_ack and send_then_ack_many; where it is False a crash
-    between the copy and the ack duplicates a message (never loses one)."""
+    Read by the transport's own send_then_ack and send_then_ack_many; where it is False (Artemis
+    STOMP ignores ACK inside a transaction) every copy is confirmed before the ack, so a crash
+    between the two duplicates a message, with the same boostMessageId, and never loses one."""
+    prefetch_counts_messages: bool
+    """prefetch bounds the unacknowledged messages of a subscription exactly (Classic). Where it
+    is False the broker bounds bytes (Artemis consumer-window-size): the transport asks for
+    prefetch times an expected message size, so smaller messages are more in flight and one
+    larger than the window still comes alone. Read by the contract suite; the runner's work
+    queue takes whatever arrives and never blocks the receiving thread."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,7 +139,8 @@ class Transport(Protocol):
     def subscribe(
         self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
     ) -> Subscription:
-        """Consume with individual client acknowledgement and at most prefetch unacknowledged."""
+        """Consume with individual client acknowledgement and about prefetch unacknowledged
+        messages (exactly prefetch where capabilities.prefetch_counts_messages)."""
 
     def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> Sequence[Subscription]:
         """Open several subscriptions at once, confirmed together (1,000 tenants start fast)."""

@@ -1,4 +1,5 @@
-"""The transport contract the toolkit relies on, proven on the in-memory and STOMP transports."""
+"""The transport contract the toolkit relies on, proven on the in-memory models of Classic and
+Artemis and on the STOMP broker; where brokers differ, the capabilities say how."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import time
 from boost_tenancy import TenantId
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
+from tests.contract.conftest import LoseConnection
 
 
 def wire(tenant: str, body: str | bytes = "{}", **props: str) -> WireMessage:
@@ -102,18 +105,41 @@ def test_acked_delivery_is_gone_and_unacked_comes_back_redelivered(
     assert again.items[0].redelivered is True
 
 
-def test_prefetch_bounds_unacknowledged_deliveries(transport_factory: TransportFactory) -> None:
+def test_prefetch_bounds_unacknowledged_messages_of_the_expected_size(
+    transport_factory: TransportFactory,
+) -> None:
+    """Prefetch means messages on both brokers for messages of the expected size (Artemis counts
+    bytes: the transport asks for prefetch times the expected size)."""
     queue = unique_queue()
     sender, receiver = transport_factory(), transport_factory()
     inbox = Inbox()
     receiver.subscribe(queue, selector=None, prefetch=2, on_delivery=inbox)
     for index in range(6):
-        sender.send(queue, wire("t1", str(index)))
+        sender.send(queue, wire("t1", f"{index}:".ljust(DEFAULT_ARTEMIS_WINDOW_BYTES, "x")))
     assert wait_until(lambda: len(inbox) == 2)
     time.sleep(0.5)
     assert len(inbox) == 2
     receiver.ack(inbox.items[0])
     assert wait_until(lambda: len(inbox) == 3)
+    time.sleep(0.3)
+    assert len(inbox) == 3
+    assert [str(b).split(":")[0] for b in inbox.bodies()] == ["0", "1", "2"]
+
+
+def test_prefetch_of_small_messages_follows_the_brokers_unit(
+    transport_factory: TransportFactory,
+) -> None:
+    """Counted in messages, prefetch holds exactly; counted in bytes, small messages fill the
+    window of prefetch times the expected size, so all 20 arrive unacknowledged."""
+    queue = unique_queue()
+    sender, receiver = transport_factory(), transport_factory()
+    inbox = Inbox()
+    receiver.subscribe(queue, selector=None, prefetch=2, on_delivery=inbox)
+    sender.send_batch([(queue, wire("t1", f"small-{i}")) for i in range(20)])
+    expected = 2 if receiver.capabilities.prefetch_counts_messages else 20
+    assert wait_until(lambda: len(inbox) == expected)
+    time.sleep(0.5)
+    assert len(inbox) == expected
 
 
 def test_delayed_delivery_is_held_back(transport_factory: TransportFactory) -> None:
@@ -247,3 +273,59 @@ def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
     transport_factory().subscribe(queue, selector=None, prefetch=50, on_delivery=again)
     time.sleep(0.8)
     assert len(again) == 0, "every forwarded original was acknowledged"
+
+
+def test_text_and_byte_bodies_keep_their_kind_even_when_empty_or_alike(
+    transport_factory: TransportFactory,
+) -> None:
+    """Text comes back as str and bytes as bytes on both brokers (Artemis puts content-length on
+    every MESSAGE), including empty bodies and bytes that happen to be valid UTF-8 text."""
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
+    sent: list[str | bytes] = ["", b"", '{"a": 1}', b'{"a": 1}', "Zürich", "Zürich".encode()]
+    for body in sent:
+        transport.send(queue, wire("t1", body))
+    assert wait_until(lambda: len(inbox) == len(sent))
+    assert [(type(b), b) for b in inbox.bodies()] == [(type(b), b) for b in sent]
+    for delivery in inbox.items:
+        assert "content-type" not in delivery.properties
+        assert "content-length" not in delivery.properties
+
+
+def test_a_forward_across_a_lost_connection_loses_nothing_and_duplicates_only_if_not_atomic(
+    transport_factory: TransportFactory, lose_connection_before_next_ack: LoseConnection
+) -> None:
+    """Atomic forward: the copy and the ack are one step, so the original never comes back.
+    Otherwise the copy is confirmed first and the original comes back redelivered; forwarded
+    again, the two copies carry the same boostMessageId, so the duplicate is detectable."""
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    inbox, out = Inbox(), Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
+    transport.send(queue, wire("t1", "original", boostMessageId="m-42"))
+    assert wait_until(lambda: len(inbox) == 1)
+    copy = wire("t1", "copy", boostMessageId="m-42")
+    lose_connection_before_next_ack(transport)
+    transport.send_then_ack(inbox.items[0], [(other, copy, 0)])
+    assert wait_until(lambda: len(out) == 1)
+    if transport.capabilities.atomic_forward:
+        time.sleep(1.0)
+        assert len(inbox) == 1, "forwarded atomically, the original is gone"
+    else:
+        assert wait_until(lambda: len(inbox) == 2, timeout=15), "the original comes back"
+        again = inbox.items[1]
+        assert (again.body, again.redelivered) == ("original", True)
+        assert wait_until(lambda: transport.is_live(again))
+        transport.send_then_ack(again, [(other, copy, 0)])
+        assert wait_until(lambda: len(out) == 2)
+    ids = {d.properties["boostMessageId"] for d in out.items}
+    assert ids == {"m-42"}, "every copy carries the original's id"
+    transport.close()
+    reader = transport_factory()
+    left = Inbox()
+    reader.subscribe(queue, selector=None, prefetch=5, on_delivery=left)
+    time.sleep(0.8)
+    assert len(left) == 0, "the original was acknowledged in the end"

@@ -1,7 +1,8 @@
-"""The toolkit against ActiveMQ Artemis, the production broker, through testcontainers.
+"""The toolkit against ActiveMQ Artemis, the production broker.
 
-Runs where a Docker engine answers; elsewhere (the project's development and CI machines have
-none) it skips with the reason, also under CI=true, because no engine can be installed there.
+Runs against the broker under test when that is Artemis, else against a container of its own
+where a Docker engine answers; elsewhere (the project's development and CI machines have none)
+it skips with the reason, also under CI=true, because no engine can be installed there.
 """
 
 from __future__ import annotations
@@ -26,50 +27,27 @@ from boost_tenancy import (
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from tests.artemis_container import ArtemisContainer, docker_engine_missing
+from tests.broker_target import BrokerTarget, stomp_env
 from tests.conftest import Inbox, unique_queue, wait_until
 
 pytestmark = [pytest.mark.slow]
 
-ARTEMIS_IMAGE = "apache/activemq-artemis:2.37.0"
-ETC_OVERRIDE = Path(__file__).resolve().parents[2] / "docker" / "artemis" / "etc-override"
-
-
-def docker_engine_missing() -> str | None:
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-    except Exception as exc:
-        return f"no Docker engine answers ({type(exc).__name__}: {exc})"
-    return None
-
 
 @pytest.fixture(scope="module")
-def artemis() -> Iterator[StompSettings]:
+def artemis(broker_target: BrokerTarget, request: pytest.FixtureRequest) -> Iterator[StompSettings]:
+    """The broker under test when it is Artemis (BOOST_TEST_BROKER_FLAVOUR=artemis or
+    --artemis-container); otherwise a container of this module's own, where Docker runs."""
+    if broker_target.flavour == "artemis":
+        yield request.getfixturevalue("stomp_settings")
+        return
     reason = docker_engine_missing()
     if reason is not None:
         pytest.skip(f"Artemis tests need a Docker engine: {reason}")
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.core.waiting_utils import wait_for_logs
-
-    container = (
-        DockerContainer(ARTEMIS_IMAGE)
-        .with_env("ARTEMIS_USER", "boost")
-        .with_env("ARTEMIS_PASSWORD", "boost-test")
-        # The project's broker.xml (docker-compose.yml uses it too): anycast /queue/ prefix,
-        # dead-letter and expiry addresses.
-        .with_volume_mapping(str(ETC_OVERRIDE), "/var/lib/artemis-instance/etc-override", "ro")
-        .with_exposed_ports(61613)
-    )
-    container.start()
+    container = ArtemisContainer()
+    target = container.start()
     try:
-        wait_for_logs(container, "AMQ221007", timeout=120)  # "Server is now live"
-        yield StompSettings(
-            host=container.get_container_host_ip(),
-            port=int(container.get_exposed_port(61613)),
-            username="boost",
-            password="boost-test",
-        )
+        yield target.stomp_settings()
     finally:
         container.stop()
 
@@ -132,12 +110,7 @@ def test_document_pipeline_on_artemis_for_two_tenants(
     from services.demo.stack import FINAL_STATES, PROCESSORS, Stack, environment
 
     env = environment()
-    env.update(
-        BOOST_STOMP_HOST=artemis.host,
-        BOOST_STOMP_PORT=str(artemis.port),
-        BOOST_STOMP_USER=artemis.username or "",
-        BOOST_STOMP_PASSWORD=artemis.password or "",
-    )
+    env.update(stomp_env(artemis))
     stack = Stack(tmp_path / "stack", ("org-a", "org-b"), env)
     samples = Path(__file__).resolve().parents[2] / "services" / "samples"
     try:

@@ -34,7 +34,11 @@ from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
 from tests.integration.worker_support import dedicated_broker, read_queue
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("restarts and kills a dedicated local broker"),
+]
 
 TENANTS = ("org-A", "org-B")
 TOTAL = 300

@@ -20,6 +20,7 @@ import pytest
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from tests.broker_target import stomp_env
 from tests.conftest import wait_until
 from tests.integration.cli_processors import ALWAYS_FAILS_QUEUE
 
@@ -59,8 +60,7 @@ def cli(stomp_settings: StompSettings, tmp_path: Path) -> Cli:
     store = tmp_path / "e.sqlite3"
     env.update(
         {
-            "BOOST_STOMP_HOST": stomp_settings.host,
-            "BOOST_STOMP_PORT": str(stomp_settings.port),
+            **stomp_env(stomp_settings),
             "BOOST_ERROR_STORE": f"sqlite:///{store}",
             "PYTHONPATH": os.pathsep.join(
                 [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]

@@ -26,7 +26,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from tests.conftest import OPENWIRE_URL, unique_queue, wait_until
+from tests.conftest import unique_queue, wait_until
 from tests.jms.peer import JmsPeer
 
 pytestmark = [pytest.mark.broker, pytest.mark.java]
@@ -64,7 +64,7 @@ def run(
 
 
 def test_java_consumer_gets_a_text_message_with_the_tenant_property(
-    stomp_settings: StompSettings, jms_peer: JmsPeer
+    stomp_settings: StompSettings, jms_peer: JmsPeer, openwire_url: str
 ) -> None:
     queue = unique_queue("cmd.document.process")
     transport = StompTransport(stomp_settings)
@@ -76,7 +76,7 @@ def test_java_consumer_gets_a_text_message_with_the_tenant_property(
     finally:
         transport.close()
     [received] = jms_peer.receive(
-        OPENWIRE_URL, queue, selector="tenantUUID = 'org-123'", count=1, timeout_ms=10_000
+        openwire_url, queue, selector="tenantUUID = 'org-123'", count=1, timeout_ms=10_000
     )
     assert received["class"] == "TextMessage"
     assert json.loads(received["text"]) == {
@@ -91,7 +91,7 @@ def test_java_consumer_gets_a_text_message_with_the_tenant_property(
 
 
 def test_java_producer_reaches_only_the_right_tenants_processor_and_gets_a_reply(
-    stomp_settings: StompSettings, jms_peer: JmsPeer, tmp_path: Path
+    stomp_settings: StompSettings, jms_peer: JmsPeer, openwire_url: str, tmp_path: Path
 ) -> None:
     queue = unique_queue("cmd.document.process")
     mine, other = Replier(queue), Replier(queue)
@@ -101,10 +101,10 @@ def test_java_producer_reaches_only_the_right_tenants_processor_and_gets_a_reply
     ]
     try:
         body = json.dumps({"documentUUID": "d-2", "organizationId": "org-B"})
-        jms_peer.send(OPENWIRE_URL, queue, "org-B", body)
+        jms_peer.send(openwire_url, queue, "org-B", body)
         assert wait_until(lambda: len(mine.seen) == 1, timeout=15)
         replies = jms_peer.receive(
-            OPENWIRE_URL, queue + ".reply", selector="tenantUUID = 'org-B'", timeout_ms=10_000
+            openwire_url, queue + ".reply", selector="tenantUUID = 'org-B'", timeout_ms=10_000
         )
     finally:
         for runner in runners:
@@ -120,15 +120,15 @@ def test_java_producer_reaches_only_the_right_tenants_processor_and_gets_a_reply
 
 
 def test_java_message_that_keeps_failing_ends_in_the_dlq_readable_by_java(
-    stomp_settings: StompSettings, jms_peer: JmsPeer, tmp_path: Path
+    stomp_settings: StompSettings, jms_peer: JmsPeer, openwire_url: str, tmp_path: Path
 ) -> None:
     queue = unique_queue("cmd.document.extractText")
     failing = Replier(queue, fail=True)
     runner = run(failing, stomp_settings, "org-C", tmp_path)
     try:
-        jms_peer.send(OPENWIRE_URL, queue, "org-C", json.dumps({"documentUUID": "d-3"}))
+        jms_peer.send(openwire_url, queue, "org-C", json.dumps({"documentUUID": "d-3"}))
         dead = jms_peer.receive(
-            OPENWIRE_URL,
+            openwire_url,
             dead_letter_queue(queue),
             selector="tenantUUID = 'org-C'",
             timeout_ms=15_000,

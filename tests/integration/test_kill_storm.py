@@ -37,7 +37,11 @@ from tests.integration.worker_support import (
     worker_pool,
 )
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("restarts and kills a dedicated local broker"),
+]
 
 PROCESSOR = "tests.integration.storm_processors:StormRecorder"
 SEED_ENV = "KILL_STORM_SEED"

@@ -18,7 +18,11 @@ from devtools.local_broker import (
     LocalBrokerSettings,
 )
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("tests the local broker manager itself"),
+]
 
 
 def _free_port_pair() -> tuple[int, int]:

@@ -22,6 +22,7 @@ from boost_tenancy import ProcessorRunner, TenantId, open_error_store
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from services.demo.stack import AUDIENCE, FINAL_STATES, ISSUER, Stack, environment
 from services.notifier.processor import Notifier
+from tests.broker_target import stomp_env
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -42,8 +43,7 @@ def stack(
     tmp_path: Path, stomp_settings: StompSettings, tenants: tuple[str, str]
 ) -> Iterator[Stack]:
     env = environment()
-    env["BOOST_STOMP_HOST"] = stomp_settings.host
-    env["BOOST_STOMP_PORT"] = str(stomp_settings.port)
+    env.update(stomp_env(stomp_settings))
     running = Stack(tmp_path / "stack", tenants, env)
     try:
         yield running

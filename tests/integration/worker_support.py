@@ -19,6 +19,7 @@ from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from tests.broker_target import stomp_env
 from tests.conftest import Inbox, unavailable, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,8 +88,7 @@ class WorkerPool:
         env = dict(os.environ)
         env.update(
             {
-                "BOOST_STOMP_HOST": self._settings.host,
-                "BOOST_STOMP_PORT": str(self._settings.port),
+                **stomp_env(self._settings),
                 "BOOST_ERROR_STORE": f"sqlite:///{self._directory / 'errors.sqlite3'}",
                 "BOOST_LOG_FORMAT": "json",
                 "BOOST_LOG_LEVEL": "INFO",

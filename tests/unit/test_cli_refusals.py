@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
 from boost_tenancy import HandlerContext, IncomingMessage, TenantProcessor
 from boost_tenancy.cli import main
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """main() configures structlog onto the captured stderr; later tests must not write there."""
+    saved: dict[str, Any] = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 class AsyncHandle(TenantProcessor):

@@ -326,15 +326,27 @@ class RecordingConnection:
     def connect(self, *args: Any, **kwargs: Any) -> None:
         self.transport.listener.on_connected(Frame("CONNECTED", {"server": self.server}))
         if self.drop_after_connected:
-            self.transport.running = False
-            self.transport.listener.on_disconnected()
+            self.drop()
+
+    def subscribe(self, destination: str, id: str, ack: str, headers: dict[str, str]) -> None:
+        frame = {"destination": destination, "id": id, "ack": ack, **headers}
+        self.transport.send(encode_frame("SUBSCRIBE", frame))
 
     def disconnect(self) -> None:
         self.transport.running = False
 
+    def drop(self) -> None:
+        """The broker goes away: the transport notices and reconnects."""
+        self.transport.running = False
+        self.transport.listener.on_disconnected()
+
 
 def recording_transport(
-    monkeypatch: pytest.MonkeyPatch, server: str, *, drop_after_connected: bool = False
+    monkeypatch: pytest.MonkeyPatch,
+    server: str,
+    *,
+    drop_after_connected: bool = False,
+    settings: StompSettings | None = None,
 ) -> tuple[StompTransport, list[RecordingSocket]]:
     """A transport whose connections go to recording stand-ins for a broker named server."""
     sockets: list[RecordingSocket] = []
@@ -345,7 +357,8 @@ def recording_transport(
         return made
 
     monkeypatch.setattr(stomp, "Connection12", connection)
-    return StompTransport(StompSettings(receipt_timeout_s=2, reconnect_wait_s=0)), sockets
+    settings = settings or StompSettings(receipt_timeout_s=2, reconnect_wait_s=0)
+    return StompTransport(settings), sockets
 
 
 @pytest.fixture(params=["ActiveMQ/5.17.2", "ActiveMQ-Artemis/2.44.0"])

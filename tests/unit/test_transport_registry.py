@@ -103,6 +103,12 @@ def test_a_user_in_the_url_brings_its_password_from_the_url_not_from_env() -> No
         open_transport("stomp://url-user@host", env)
 
 
+def test_the_artemis_window_comes_from_the_environment_beside_a_url() -> None:
+    env = {"BOOST_ARTEMIS_WINDOW_BYTES": "2048"}
+    assert settings_of("stomp://broker", env).artemis_window_bytes == 2048
+    assert settings_of("stomp://broker").artemis_window_bytes == 64 * 1024
+
+
 def test_the_scheme_is_case_insensitive() -> None:
     assert settings_of("STOMP://Broker.Example").host == "broker.example"
 

@@ -1,7 +1,8 @@
 """The STOMP 1.2 transport (stomp.py) for ActiveMQ Classic and Artemis.
 
-It sends text bodies without content-length so Java consumers get a TextMessage, confirms every
-send by receipt, consumes with client-individual acks, and reconnects and resubscribes by itself.
+It sends text bodies without content-length (so Java consumers get a TextMessage) and with a
+text content-type (so they stay text on Artemis), confirms every send by receipt, consumes with
+client-individual acks in the broker's prefetch unit, and reconnects and resubscribes by itself.
 """
 
 from boost_tenancy.transports.stomp.batch import StompBatch

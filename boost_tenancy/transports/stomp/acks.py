@@ -25,10 +25,11 @@ _MAX_BATCH: Final = 1_000
 class _Flush:
     """Marker on the queue: set the event once everything before it is written."""
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "stop")
 
-    def __init__(self) -> None:
+    def __init__(self, *, stop: bool = False) -> None:
         self.done = threading.Event()
+        self.stop = stop
 
 
 class AckWriter:
@@ -50,15 +51,17 @@ class AckWriter:
     def put(self, token: AckToken) -> None:
         self._queue.put(token)
 
-    def flush(self, timeout_s: float) -> None:
+    def flush(self, timeout_s: float, *, stop: bool = False) -> None:
         """Wait up to timeout_s until every acknowledgement queued so far is written (or dropped
-        as stale)."""
+        as stale); with stop, the thread then ends (start() makes a new one)."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
-        marker = _Flush()
+        marker = _Flush(stop=stop)
         self._queue.put(marker)
-        marker.done.wait(timeout_s)
+        if marker.done.wait(timeout_s) and stop:
+            # It ends right after the marker; joined so that a start() at once makes a new one.
+            thread.join(timeout_s)
 
     def _run(self) -> None:
         while True:
@@ -69,9 +72,13 @@ class AckWriter:
                 except queue_mod.Empty:
                     break
             self._write([item for item in batch if not isinstance(item, _Flush)])
+            stopping = False
             for item in batch:
                 if isinstance(item, _Flush):
                     item.done.set()
+                    stopping = stopping or item.stop
+            if stopping:
+                return
 
     def _write(self, tokens: list[AckToken]) -> None:
         if not tokens:

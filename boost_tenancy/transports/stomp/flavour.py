@@ -1,12 +1,22 @@
 """Which ActiveMQ is on the other end, decided once per connection from CONNECTED's server
-header, and what the transport can promise on it.
+header, and what the transport can promise and must ask for on it.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from boost_tenancy.transports.base import TransportCapabilities
+
+MAX_CONSUMER_WINDOW: Final = 2**31 - 1
+"""The largest consumer-window-size Artemis takes (a Java int)."""
+
+
+def consumer_window_bytes(prefetch: int, bytes_per_message: int) -> int:
+    """The Artemis consumer window, in bytes, that holds about prefetch messages of the expected
+    size; never more than the broker takes."""
+    return min(prefetch * bytes_per_message, MAX_CONSUMER_WINDOW)
 
 
 class BrokerFlavour(enum.Enum):
@@ -29,10 +39,36 @@ class BrokerFlavour(enum.Enum):
 
     @property
     def capabilities(self) -> TransportCapabilities:
-        return TransportCapabilities(
-            server_side_selectors=True,
-            native_delivery_count=False,  # neither broker exposes a delivery count over STOMP
-            delayed_delivery=True,  # AMQ_SCHEDULED_DELAY, on Classic with schedulerSupport
-            # Artemis ignores ACK inside a STOMP transaction (BROKERS.md); Classic honours it.
-            atomic_forward=self is BrokerFlavour.CLASSIC,
-        )
+        return _CAPABILITIES[self]
+
+    @property
+    def length_on_every_message(self) -> bool:
+        """Whether content-length is on every MESSAGE frame, text or not (Artemis), so that
+        its presence does not mean bytes."""
+        return self is BrokerFlavour.ARTEMIS
+
+    def prefetch_headers(self, prefetch: int, bytes_per_message: int) -> dict[str, str]:
+        """The SUBSCRIBE headers that let about prefetch messages be unacknowledged at once.
+
+        Artemis reads activemq.prefetchSize as consumer-window-size in bytes (prefetch 10 let
+        one message through), so it is asked for a byte window instead; Classic counts messages.
+        """
+        if self is BrokerFlavour.ARTEMIS:
+            window = consumer_window_bytes(prefetch, bytes_per_message)
+            return {"consumer-window-size": str(window)}
+        return {"activemq.prefetchSize": str(prefetch)}
+
+
+_CAPABILITIES: Final = {
+    flavour: TransportCapabilities(
+        server_side_selectors=True,
+        native_delivery_count=False,  # neither broker exposes a delivery count over STOMP
+        delayed_delivery=True,  # AMQ_SCHEDULED_DELAY, on Classic with schedulerSupport
+        # Artemis ignores ACK inside a STOMP transaction (an ACK in an aborted transaction still
+        # removes the message); Classic honours it.
+        atomic_forward=flavour is BrokerFlavour.CLASSIC,
+        # Artemis counts its consumer window in bytes; an unknown broker promises nothing.
+        prefetch_counts_messages=flavour is BrokerFlavour.CLASSIC,
+    )
+    for flavour in BrokerFlavour
+}

@@ -1,5 +1,6 @@
-"""STOMP 1.2 frames as the toolkit writes and reads them: header escaping, SEND encoding and
-the headers of a MESSAGE that are not application properties.
+"""STOMP 1.2 frames as the toolkit writes and reads them: header escaping, SEND encoding, the
+rule that tells a text body from a byte body, and the headers of a MESSAGE that are not
+application properties.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
-from boost_tenancy.messages import WireMessage, check_queue_name
-from boost_tenancy.transports.base import Outgoing
+from boost_tenancy.messages import Body, WireMessage, check_queue_name
+from boost_tenancy.transports.base import Delivery, Outgoing
 
 FRAME_HEADERS: Final = frozenset(
     {
@@ -42,6 +43,19 @@ FRAME_HEADERS: Final = frozenset(
 """Headers the broker sets on MESSAGE frames that are not application properties."""
 
 QUEUE_PREFIX: Final = "/queue/"
+
+TEXT_CONTENT_TYPE: Final = "text/plain;charset=utf-8"
+"""Sent with every text body. Artemis puts content-length on every MESSAGE it delivers, so the
+missing content-length that marks a TextMessage on Classic marks nothing there; both brokers
+return the SEND's content-type on the MESSAGE (Classic as a string property of that name,
+Artemis in its _AMQ_CONTENT_TYPE)."""
+TEXT_MARKER_PROPERTY: Final = "boostBodyType"
+TEXT_MARKER_VALUE: Final = "text"
+BYTES_MARKER_VALUE: Final = "bytes"
+"""What the toolkit stamps on a byte body: on Artemis an unmarked valid-UTF-8 body is text."""
+"""A string property a JMS producer can set (a JMS property name cannot be content-type) so a
+TextMessage read over STOMP on Artemis is text to the toolkit: boostBodyType=text."""
+_UTF8_CHARSETS: Final = frozenset({"utf-8", "utf8"})
 
 # Surrogates have no UTF-8 form; a str holds them when text was decoded with surrogateescape
 # or surrogatepass, or parsed from a JSON "\ud83d" escape.
@@ -123,6 +137,18 @@ def check_bodies(items: Iterable[Outgoing]) -> None:
             text_body_bytes(queue, message.body)
 
 
+def body_headers(body: Body) -> dict[str, str]:
+    """The headers a SEND carries to say what its body is.
+
+    Text: no content-length, so both brokers create a TextMessage (Java getText() works), and a
+    text content-type, which Artemis returns on the MESSAGE where it adds a content-length.
+    Bytes: content-length, so both create a BytesMessage.
+    """
+    if isinstance(body, str):
+        return {"content-type": TEXT_CONTENT_TYPE}
+    return {"content-length": str(len(body)), TEXT_MARKER_PROPERTY: BYTES_MARKER_VALUE}
+
+
 def send_frame(queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]) -> bytes:
     """One SEND frame; MessageEncodeError when the body cannot be put on the wire."""
     headers = dict(message.properties)
@@ -133,20 +159,98 @@ def send_frame(queue: str, message: WireMessage, delay_ms: int, extra: Mapping[s
     if delay_ms > 0:
         headers["AMQ_SCHEDULED_DELAY"] = str(int(delay_ms))
     headers.update(extra)
-    if isinstance(message.body, str):
-        # No content-length: both brokers then create a TextMessage (Java getText() works).
-        return encode_frame("SEND", headers, text_body_bytes(queue, message.body))
-    headers["content-length"] = str(len(message.body))
-    return encode_frame("SEND", headers, message.body)
+    body = message.body
+    if isinstance(body, str):
+        # A property of that name would turn the text into a BytesMessage, or end it early.
+        headers.pop("content-length", None)
+        if headers.get(TEXT_MARKER_PROPERTY) == BYTES_MARKER_VALUE:
+            del headers[TEXT_MARKER_PROPERTY]
+        data = text_body_bytes(queue, body)
+    else:
+        # Byte bodies stay bytes, whatever a property claims.
+        headers.pop("content-type", None)
+        if headers.get(TEXT_MARKER_PROPERTY) == TEXT_MARKER_VALUE:
+            del headers[TEXT_MARKER_PROPERTY]
+        data = body
+    headers.update(body_headers(body))
+    return encode_frame("SEND", headers, data)
 
 
-def delivered_body(headers: Mapping[str, str], body: bytes) -> bytes | str:
-    """A MESSAGE body: text when the frame has no content-length (a TextMessage on Classic)."""
-    if "content-length" in headers:
-        return body
-    return body.decode("utf-8", "surrogateescape")
+def is_text_frame(
+    headers: Mapping[str, str], body: bytes = b"", *, length_on_every_message: bool = False
+) -> bool:
+    """Whether a MESSAGE carries text, decided by what both brokers carry.
+
+    No content-length: a TextMessage on Classic (whoever sent it). boostBodyType: text or bytes
+    as the producer says (the toolkit marks its byte bodies). A content-type text/* in UTF-8 (the
+    STOMP default for text/*): the toolkit's own text on either broker. Where content-length is
+    on every MESSAGE (Artemis), an unmarked body is text when it is valid UTF-8: a Java
+    TextMessage has no other sign there, and its retry copies and dead letters must stay
+    TextMessages for Java consumers. Anything else is bytes.
+    """
+    if "content-length" not in headers:
+        return True
+    marker = headers.get(TEXT_MARKER_PROPERTY)
+    if marker is not None and marker in (TEXT_MARKER_VALUE, BYTES_MARKER_VALUE):
+        return marker == TEXT_MARKER_VALUE
+    content_type = headers.get("content-type")
+    if content_type is not None:
+        return _is_utf8_text_type(content_type)
+    if length_on_every_message:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return b"\x00" not in body  # a text frame cannot carry NUL
+    return False
+
+
+def _is_utf8_text_type(content_type: str) -> bool:
+    media, *parameters = content_type.split(";")
+    if not media.strip().lower().startswith("text/"):
+        return False
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            # Another charset would not come back byte-exact from a UTF-8 decoding: bytes.
+            return value.strip().strip('"').lower() in _UTF8_CHARSETS
+    return True
+
+
+def delivered_body(
+    headers: Mapping[str, str], body: bytes, *, length_on_every_message: bool = False
+) -> bytes | str:
+    """A MESSAGE body as the toolkit hands it on: text (see is_text_frame) or bytes.
+
+    Text is decoded with surrogateescape, so invalid UTF-8 goes out again as the same bytes.
+    """
+    if is_text_frame(headers, body, length_on_every_message=length_on_every_message):
+        return body.decode("utf-8", "surrogateescape")
+    return body
 
 
 def properties_of(headers: Mapping[str, str]) -> dict[str, str]:
     """The application properties of a MESSAGE: every header the broker did not set itself."""
     return {k: v for k, v in headers.items() if k not in FRAME_HEADERS}
+
+
+def delivery_of(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    subscription_id: str,
+    token: object,
+    length_on_every_message: bool = False,
+) -> Delivery:
+    """The Delivery a MESSAGE frame becomes. The message-id and ack values are opaque
+    (Artemis 2.44 sends '87061,87067'): kept as received, never parsed."""
+    return Delivery(
+        queue=headers.get("destination", "").removeprefix(QUEUE_PREFIX),
+        body=delivered_body(headers, body, length_on_every_message=length_on_every_message),
+        properties=properties_of(headers),
+        correlation_id=headers.get("correlation-id"),
+        redelivered=headers.get("redelivered") == "true",
+        subscription_id=subscription_id,
+        broker_message_id=headers.get("message-id"),
+        token=token,
+    )

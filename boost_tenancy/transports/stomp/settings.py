@@ -11,13 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from boost_tenancy.envvars import env_float
+from boost_tenancy.envvars import env_float, env_int
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.transports.registry import TransportUrl
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 61613
 _DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+DEFAULT_ARTEMIS_WINDOW_BYTES: Final = 64 * 1024
+"""Bytes of Artemis consumer window per prefetched message: room for a JSON document of tens of
+KiB. Measured on Artemis 2.44: 1 KiB messages with a 1 MiB window 7.4k msg/s, one at a time
+1.3-2.1k msg/s."""
+MAX_ARTEMIS_WINDOW_BYTES: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,8 +42,10 @@ class StompSettings:
     """How long a send waits for a lost connection to come back before failing."""
     reconnect_initial_s: float = 0.2
     reconnect_max_s: float = 5.0
-    artemis_window_bytes: int | None = None
-    """Artemis consumer-window-size in bytes (its prefetch unit); None keeps the broker default."""
+    artemis_window_bytes: int = DEFAULT_ARTEMIS_WINDOW_BYTES
+    """The expected size of one message on Artemis, in bytes: a subscription's consumer window
+    (Artemis counts prefetch in bytes) is prefetch times this. Smaller messages are then more in
+    flight, larger ones fewer, and one larger than the whole window still comes alone."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -58,11 +65,16 @@ class StompSettings:
             )
         if (self.username is None) != (self.password is None):
             raise ConfigError("set both the broker username and password, or neither")
+        if not 1 <= self.artemis_window_bytes <= MAX_ARTEMIS_WINDOW_BYTES:
+            raise ConfigError(
+                f"artemis_window_bytes must be 1-{MAX_ARTEMIS_WINDOW_BYTES} bytes per message, "
+                f"got {self.artemis_window_bytes}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StompSettings:
-        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST, _CONNECT_TIMEOUT_S; errors
-        name the variable."""
+        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST, _CONNECT_TIMEOUT_S and
+        BOOST_ARTEMIS_WINDOW_BYTES; errors name the variable."""
         port_text = env.get("BOOST_STOMP_PORT", str(DEFAULT_PORT))
         try:
             port = int(port_text)
@@ -80,6 +92,12 @@ class StompSettings:
                 "BOOST_STOMP_CONNECT_TIMEOUT_S must be a positive number of seconds, "
                 f"got {env['BOOST_STOMP_CONNECT_TIMEOUT_S']!r}"
             )
+        window = env_int(env, "BOOST_ARTEMIS_WINDOW_BYTES", DEFAULT_ARTEMIS_WINDOW_BYTES, minimum=1)
+        if window > MAX_ARTEMIS_WINDOW_BYTES:
+            raise ConfigError(
+                f"BOOST_ARTEMIS_WINDOW_BYTES must be at most {MAX_ARTEMIS_WINDOW_BYTES} bytes per "
+                f"message, got {window}"
+            )
         return cls(
             host=env.get("BOOST_STOMP_HOST", DEFAULT_HOST),
             port=port,
@@ -87,6 +105,7 @@ class StompSettings:
             password=env.get("BOOST_STOMP_PASSWORD") or None,
             vhost=env.get("BOOST_STOMP_VHOST") or None,
             connect_timeout_s=connect_timeout_s,
+            artemis_window_bytes=window,
         )
 
     @classmethod

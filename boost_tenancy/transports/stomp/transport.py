@@ -27,10 +27,8 @@ from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import (
     QUEUE_PREFIX,
-    check_bodies,
-    delivered_body,
+    delivery_of,
     encode_frame,
-    properties_of,
     send_frame,
 )
 from boost_tenancy.transports.stomp.link import Link
@@ -96,7 +94,9 @@ class StompTransport:
         # Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM,
         # and a broker that stopped reading must not hold the process beyond its grace period.
         # Acknowledgements not written are redelivered messages, never lost ones.
-        self._acks.flush(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
+        self._acks.flush(
+            min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s), stop=True
+        )
         with self._lock:
             self._subscriptions.clear()
             self._subscribed_on.clear()
@@ -104,12 +104,23 @@ class StompTransport:
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
-        check_queue_name(queue)
-        # Encoded first: a MessageEncodeError then leaves nothing written and nothing awaited.
+        self._send_confirmed([Outgoing(queue, message, delay_ms)], f"send to {queue!r}")
+
+    def _send_confirmed(self, items: Sequence[Outgoing], what: str) -> None:
+        """Send items in order, all confirmed by one receipt on the last: a connection's frames
+        are handled in order. A failure may leave a prefix stored."""
+        for queue, _, _ in items:
+            check_queue_name(queue)
+        # All are encoded before the first is written: a MessageEncodeError leaves nothing
+        # written and nothing awaited.
         receipt = new_receipt()
-        frame = send_frame(queue, message, delay_ms, {"receipt": receipt})
+        last = len(items) - 1
+        frames = [
+            send_frame(q, m, delay_ms, {"receipt": receipt} if i == last else {})
+            for i, (q, m, delay_ms) in enumerate(items)
+        ]
         link = self._connection.current()
-        self._connection.confirm(link, [frame], receipt, f"send to {queue!r}")
+        self._connection.confirm(link, frames, receipt, what)
 
     def _transaction(
         self, items: Sequence[Outgoing], acks: tuple[Link, Sequence[str]] | None
@@ -139,21 +150,11 @@ class StompTransport:
     def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
         if not items:
             return
+        outgoing = [Outgoing(q, m) for q, m in items]
         if atomic:
-            self._transaction([Outgoing(q, m) for q, m in items], None)
-            return
-        for queue, _ in items:
-            check_queue_name(queue)
-        # A connection's frames are handled in order, so the receipt of the last confirms all.
-        # All are encoded before the first is written: a MessageEncodeError leaves none stored.
-        receipt = new_receipt()
-        last = len(items) - 1
-        frames = [
-            send_frame(q, m, 0, {"receipt": receipt} if i == last else {})
-            for i, (q, m) in enumerate(items)
-        ]
-        link = self._connection.current()
-        self._connection.confirm(link, frames, receipt, f"batch of {len(items)} message(s)")
+            self._transaction(outgoing, None)
+        else:
+            self._send_confirmed(outgoing, f"batch of {len(items)} message(s)")
 
     def open_batch(self, *, atomic: bool = True) -> StompBatch:
         return StompBatch(
@@ -214,11 +215,13 @@ class StompTransport:
         waiting = []
         for sub in subs:
             pending = receipts.expect(link.generation)
-            headers = {"activemq.prefetchSize": str(sub.prefetch), "receipt": pending.id}
+            # The connection's own flavour: a reconnection may reach another broker.
+            headers = link.flavour.prefetch_headers(
+                sub.prefetch, self._settings.artemis_window_bytes
+            )
+            headers["receipt"] = pending.id
             if sub.selector is not None:
                 headers["selector"] = sub.selector.render()
-            if self._settings.artemis_window_bytes is not None:
-                headers["consumer-window-size"] = str(self._settings.artemis_window_bytes)
             try:
                 link.subscribe(QUEUE_PREFIX + sub.queue, sub.id, headers)
             except Exception as exc:
@@ -244,17 +247,17 @@ class StompTransport:
         sub = self._subscriptions.get(headers.get("subscription", ""))
         if sub is None:
             return  # unsubscribed meanwhile: unacknowledged, so the broker redelivers it
-        delivery = Delivery(
-            queue=headers.get("destination", "").removeprefix(QUEUE_PREFIX),
-            body=delivered_body(headers, body),
-            properties=properties_of(headers),
-            correlation_id=headers.get("correlation-id"),
-            redelivered=headers.get("redelivered") == "true",
-            subscription_id=sub.id,
-            broker_message_id=headers.get("message-id"),
-            token=(generation, headers.get("ack") or headers.get("message-id", "")),
+        # The ack value is echoed back exactly as received (Artemis: '87061,87067').
+        ack_id = headers.get("ack") or headers.get("message-id", "")
+        sub.on_delivery(
+            delivery_of(
+                headers,
+                body,
+                subscription_id=sub.id,
+                token=(generation, ack_id),
+                length_on_every_message=self._connection.flavour.length_on_every_message,
+            )
         )
-        sub.on_delivery(delivery)
 
     # -- settling --------------------------------------------------------------------------------
     @staticmethod
@@ -283,12 +286,13 @@ class StompTransport:
             raise TransportError("delivery belongs to a lost connection; the broker redelivers it")
         if not items:
             self.ack(delivery)
-        elif self.capabilities.atomic_forward:
+        elif target[0].flavour.capabilities.atomic_forward:
             self._transaction(items, (target[0], [target[1]]))
         else:
-            check_bodies(items)  # so a bad body fails before any of the copies is sent
-            for queue, message, delay_ms in items:
-                self.send(queue, message, delay_ms=delay_ms)
+            # At least once: every copy is confirmed before the ack goes out, so a connection
+            # lost in between redelivers the original (a duplicate with the same boostMessageId),
+            # never loses it. Artemis would ignore an ACK inside the transaction anyway.
+            self._send_confirmed(items, f"forward of {len(items)} message(s)")
             self.ack(delivery)
 
     def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
@@ -300,12 +304,14 @@ class StompTransport:
             live.append((delivery, items, target))
         if not live:
             return
-        if not self.capabilities.atomic_forward:
-            check_bodies(item for _, items, _ in live for item in items)
-            for delivery, items, _ in live:
-                self.send_then_ack(delivery, items)
-            return
         link = live[0][2][0]
+        if not link.flavour.capabilities.atomic_forward:
+            copies = [item for _, items, _ in live for item in items]
+            if copies:
+                self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
+            for delivery, _, _ in live:
+                self.ack(delivery)
+            return
         if any(target[0].generation != link.generation for _, _, target in live):
             raise TransportError("deliveries of different connections cannot share a transaction")
         self._transaction(
