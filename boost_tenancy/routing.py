@@ -16,6 +16,10 @@ from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.tenancy import TenantId
 
+DLQ_PREFIX: Final = "DLQ."
+"""DLQ.<queue>: the dead-letter queue of a broker queue."""
+QUARANTINE_SUFFIX: Final = ".quarantine"
+"""DLQ.<queue>.quarantine: where messages of a missing or foreign tenant go."""
 TENANT_QUEUE_PREFIX: Final = "tenant."
 """Per-tenant queues: tenant.<tenant>.<queue>; Classic secures tenant.<t>.>, Artemis tenant.<t>.#"""
 PARKED_QUEUE_PREFIX: Final = "parked."
@@ -51,12 +55,20 @@ def _split_tenant_prefix(name: str, prefix: str) -> tuple[TenantId, str] | None:
 
 
 def check_logical_queue(queue: str) -> str:
-    """A queue name services may use: valid, and outside the per-tenant and parked namespaces.
+    """A queue name services may use: valid, and outside the per-tenant, parked, dead-letter and
+    quarantine namespaces.
 
     A shared queue named tenant.<t>.x would fall under tenant t's broker permissions, and the
     dispatcher would read it as t's per-tenant queue x; parked.<t>.x belongs to the sweeper.
     """
     check_queue_name(queue)
+    # DLQ.<queue> and DLQ.<queue>.quarantine are derived names: a service queue shaped like one
+    # would share its dead letters with another queue's, and re-drive would mix them.
+    if queue.startswith(DLQ_PREFIX) or queue.endswith(QUARANTINE_SUFFIX):
+        raise ConfigError(
+            f"invalid queue name {queue!r}: {DLQ_PREFIX}<queue> and <queue>{QUARANTINE_SUFFIX} "
+            "are reserved for dead-letter and quarantine queues"
+        )
     for prefix in (TENANT_QUEUE_PREFIX, PARKED_QUEUE_PREFIX):
         if _split_tenant_prefix(queue, prefix) is not None:
             raise ConfigError(

@@ -13,6 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import structlog
+
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import (
     DEAD_LETTER_REASON_PROPERTY,
@@ -24,9 +26,11 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
 from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
-from boost_tenancy.selectors import tenant_selector
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
+from boost_tenancy.tenancy import TenantId, belongs_to
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport
+
+log = structlog.get_logger("boost_tenancy.ops")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +100,17 @@ class DeadLetterAdmin:
             prefetch=limit,
             on_delivery=collector,
         )
-        return subscription, collector.wait_idle(idle_s, max_s)
+        delivered = collector.wait_idle(idle_s, max_s)
+        # The tenant guard, not only the broker's selector: a delivery of another tenant is left
+        # unacknowledged (it returns to the queue on unsubscribe) and never shown or re-driven.
+        mine = [d for d in delivered if belongs_to(d.properties.get(TENANT_PROPERTY), tenant)]
+        if len(mine) < len(delivered):
+            log.critical(
+                "dead_letter_of_another_tenant_delivered",
+                tenant=tenant.value,
+                count=len(delivered) - len(mine),
+            )
+        return subscription, mine
 
     def list(
         self,

@@ -15,15 +15,16 @@ from typing import TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, MessageEncodeError
 from boost_tenancy.inbound import adopt
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import (
     WireMessage,
 )
 from boost_tenancy.processing.dispatcher import DispatchSettings
-from boost_tenancy.processing.outcomes import Quarantine
+from boost_tenancy.processing.outcomes import DeadLetter, Quarantine
 from boost_tenancy.processing.settle import Settler
+from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import strategy_for
@@ -222,10 +223,33 @@ class ParkingSweeper:
             tenants.append(tenant)
         if not moves:
             return
-        self._transport.send_then_ack_many(moves)
+        try:
+            self._transport.send_then_ack_many(moves)
+        except MessageEncodeError:
+            # One message the wire cannot carry must not hold the whole batch: move them one by
+            # one, and settle the ones that still fail as raw dead letters.
+            for move, tenant in zip(moves, tenants, strict=True):
+                self._move_one(*move, tenant)
+            return
         with self._lock:
             for tenant in tenants:
                 self._parked[tenant] = self._parked.get(tenant, 0) + 1
+
+    def _move_one(self, delivery: Delivery, items: list[Outgoing], tenant: TenantId) -> None:
+        try:
+            self._transport.send_then_ack(delivery, items)
+        except MessageEncodeError as exc:
+            adopted = adopt(delivery)
+            self._settler.settle(
+                tenant,
+                adopted.delivery,
+                DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNSETTLEABLE),
+                message_id=adopted.message_id,
+                attempt=adopted.attempt,
+            )
+            return
+        with self._lock:
+            self._parked[tenant] = self._parked.get(tenant, 0) + 1
 
     def _quarantine(self, delivery: Delivery, raw_tenant: str | None) -> None:
         """What the dispatcher does with a message without a valid tenant: the same Settler

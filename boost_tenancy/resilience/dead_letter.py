@@ -19,11 +19,9 @@ from boost_tenancy.messages import (
     WireMessage,
     header_text,
 )
+from boost_tenancy.routing import DLQ_PREFIX, QUARANTINE_SUFFIX
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.transports.base import Delivery
-
-DLQ_PREFIX = "DLQ."
-QUARANTINE_SUFFIX = ".quarantine"
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -51,8 +49,7 @@ def quarantine_queue(queue: str) -> str:
 def source_queue(dead_letter_queue_name: str) -> str:
     """The queue a dead-letter queue belongs to, derived from its own name: the only place a
     re-drive may send to, whatever a message's properties claim."""
-    name = dead_letter_queue_name.removeprefix(DLQ_PREFIX)
-    return name.removesuffix(QUARANTINE_SUFFIX)
+    return dead_letter_queue_name.removeprefix(DLQ_PREFIX)
 
 
 def with_error(

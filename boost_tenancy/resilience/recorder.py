@@ -96,8 +96,14 @@ class _Writer:
             job = self.queue.get(timeout=_WRITER_IDLE_S)
         except queue.Empty:
             with _writers_lock:
-                # Jobs are queued under this lock, so none can arrive between the look and the exit.
-                return not self.queue.empty()
+                # Jobs are queued under this lock, so none can arrive between the look and the
+                # exit; leaving the registry in the same step means the next caller starts a new
+                # writer instead of queueing on this one as it ends.
+                if not self.queue.empty():
+                    return True
+                if _writers.get(self.key) is self:
+                    del _writers[self.key]
+                return False
         store = self.store()
         if store is None:
             job.finish(stored=False, error="the error store was garbage-collected")

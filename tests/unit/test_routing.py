@@ -172,3 +172,10 @@ def test_exclusion_needs_at_least_one_tenant_and_a_sequence() -> None:
         TenantExclusion(())
     with pytest.raises(ConfigError, match="sequence of tenants"):
         TenantExclusion("org-A")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["DLQ.cmd", "cmd.quarantine", "DLQ.x.quarantine"])
+def test_dead_letter_and_quarantine_names_are_not_service_queues(name: str) -> None:
+    """A service queue named like one would share another queue's dead letters and re-drives."""
+    with pytest.raises(ConfigError, match="reserved for dead-letter and quarantine queues"):
+        check_logical_queue(name)

@@ -23,7 +23,7 @@ import stomp
 from stomp.utils import Frame, parse_frame
 
 from boost_tenancy import TransportError
-from boost_tenancy.errors import ConfigError, MessageEncodeError
+from boost_tenancy.errors import ConfigError, MessageEncodeError, NotConfirmedError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import (
@@ -33,6 +33,7 @@ from boost_tenancy.transports.stomp import (
     encode_frame,
     reconnect_delay,
 )
+from tests.conftest import wait_until
 
 CONNECTED = b"CONNECTED\nversion:1.2\nserver:ActiveMQ/5.17.2\n\n\x00"
 
@@ -526,3 +527,26 @@ def test_a_connection_lost_right_after_connected_is_a_failed_connect(
         transport.connect()
     assert not transport.is_connected
     transport.close()
+
+
+# -- a broker that stops answering receipts --------------------------------------------------------
+
+
+def test_a_missing_receipt_abandons_the_connection_so_the_broker_redelivers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without this, a broker that keeps the connection up but stops confirming would hold every
+    unacknowledged delivery of that connection for good (one prefetch slot each)."""
+    settings = StompSettings(receipt_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
+    transport, sockets = recording_transport(monkeypatch, "ActiveMQ/5.17.2", settings=settings)
+    transport.connect()
+    try:
+        silent = sockets[0]
+        silent.send = silent.writes.append  # type: ignore[method-assign]  # answers nothing
+        with pytest.raises(NotConfirmedError):
+            transport.send("out", wire("never confirmed"))
+        assert not silent.running, "the silent connection was dropped"
+        assert wait_until(lambda: len(sockets) == 2 and transport.is_connected, timeout=10)
+        transport.send("out", wire("confirmed on the new connection"))
+    finally:
+        transport.close()

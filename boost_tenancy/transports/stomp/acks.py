@@ -45,30 +45,38 @@ class AckWriter:
     def start(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="stomp-acks", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._queue,), name="stomp-acks", daemon=True
+                )
                 self._thread.start()
 
     def put(self, token: AckToken) -> None:
-        self._queue.put(token)
+        with self._lock:
+            queue = self._queue
+        queue.put(token)
 
     def flush(self, timeout_s: float, *, stop: bool = False) -> None:
         """Wait up to timeout_s until every acknowledgement queued so far is written (or dropped
         as stale); with stop, the thread then ends (start() makes a new one)."""
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            return
-        marker = _Flush(stop=stop)
-        self._queue.put(marker)
-        if marker.done.wait(timeout_s) and stop:
-            # It ends right after the marker; joined so that a start() at once makes a new one.
-            thread.join(timeout_s)
+        with self._lock:
+            thread, queue = self._thread, self._queue
+            if thread is None or not thread.is_alive():
+                return
+            marker = _Flush(stop=stop)
+            queue.put(marker)
+            if stop:
+                # The stopping thread drains only the queue it was given; the next start()
+                # gets a fresh queue and thread, even while this one is still blocked writing.
+                self._queue = queue_mod.SimpleQueue()
+                self._thread = None
+        marker.done.wait(timeout_s)
 
-    def _run(self) -> None:
+    def _run(self, queue: queue_mod.SimpleQueue[AckToken | _Flush]) -> None:
         while True:
-            batch = [self._queue.get()]
+            batch = [queue.get()]
             while len(batch) < _MAX_BATCH:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(queue.get_nowait())
                 except queue_mod.Empty:
                     break
             self._write([item for item in batch if not isinstance(item, _Flush)])

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import stomp
 import structlog
 
-from boost_tenancy.errors import TransportError
+from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import Receipts
@@ -176,7 +176,23 @@ class StompConnection:
         except BaseException:
             self.receipts.discard(pending)
             raise
-        self.receipts.wait(pending, what)
+        try:
+            self.receipts.wait(pending, what)
+        except NotConfirmedError:
+            # A broker that keeps the connection up but stopped answering would hold every
+            # unacknowledged delivery of it for good: drop the connection, so the broker takes
+            # them back and redelivers them (duplicates are possible, a stall is not).
+            self.abandon(link, f"{what}: no receipt")
+            raise
+
+    def abandon(self, link: Link, reason: str) -> None:
+        """Drop link and reconnect, as if the broker had closed it."""
+        log.warning("stomp_connection_abandoned", reason=reason, generation=link.generation)
+        try:
+            link.disconnect()
+        except Exception as exc:  # already gone: the reconnection below is what matters
+            log.debug("stomp_disconnect_failed", error=str(exc))
+        self.connection_lost(link.generation)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:

@@ -190,19 +190,23 @@ def is_text_frame(
     """
     if "content-length" not in headers:
         return True
+    if b"\x00" in body:
+        return False  # STOMP ends a text frame at NUL: such a body can only travel as bytes
     marker = headers.get(TEXT_MARKER_PROPERTY)
     if marker is not None and marker in (TEXT_MARKER_VALUE, BYTES_MARKER_VALUE):
         return marker == TEXT_MARKER_VALUE
     content_type = headers.get("content-type")
     if content_type is not None:
         return _is_utf8_text_type(content_type)
-    if length_on_every_message:
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-        return b"\x00" not in body  # a text frame cannot carry NUL
-    return False
+    return length_on_every_message and _is_utf8(body)
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _is_utf8_text_type(content_type: str) -> bool:

@@ -233,6 +233,9 @@ class StompTransport:
 
     def unsubscribe(self, subscription: object) -> None:
         sub_id = str(getattr(subscription, "id", ""))
+        # Acknowledgements queued for its deliveries go out first: after UNSUBSCRIBE the broker
+        # would take an unacknowledged message back (a re-driven dead letter, a moved backlog).
+        self._acks.flush(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
         with self._lock:
             sub = self._subscriptions.pop(sub_id, None)
             self._subscribed_on.pop(sub_id, None)
