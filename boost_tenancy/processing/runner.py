@@ -157,11 +157,17 @@ class ProcessorRunner:
         for index in range(self._settings.workers):
             self._workers.append(self._start_worker(index))
         requests = [
-            # A per-tenant queue keeps the tenant's selector too: defence in depth.
+            # A shared queue needs the tenant's selector. A per-tenant queue holds only this
+            # tenant's messages, so it takes all of them: one that names another tenant (or
+            # none) reaches the dispatcher's tenant guard and is quarantined, where a selector
+            # would leave it on the queue for good, counted nowhere.
             SubscribeRequest(
-                physical, tenant_selector(tenant), self._settings.prefetch, self._receiver(tenant)
+                physical,
+                tenant_selector(tenant) if physical == queue else None,
+                self._settings.prefetch,
+                self._receiver(tenant),
             )
-            for (tenant, _queue), physical in self._physical.items()
+            for (tenant, queue), physical in self._physical.items()
         ]
         self._subscriptions.extend(self._transport.subscribe_many(requests))
         if self._redrive is not None:

@@ -137,20 +137,27 @@ def test_per_tenant_queue_still_checks_the_tenant_of_every_message(
     processor = Recorder(queue)
     quarantine = collect(transport_factory, quarantine_queue(physical))
     raw = transport_factory()
-    # The property says B: the subscription's tenant selector keeps it away from A's runner.
+    # The property says B: A's runner takes everything on A's own queue, and its tenant guard
+    # quarantines it (a selector would have left it there for good, counted nowhere).
     raw.send(physical, WireMessage(body="{}", properties={"tenantUUID": b}))
     # The property says A, the body says B: the runner's check quarantines it.
     body = json.dumps({"organizationId": b})
     raw.send(physical, WireMessage(body=body, properties={"tenantUUID": a}))
+    # No tenant at all: quarantined too.
+    raw.send(physical, WireMessage(body="{}", properties={}))
     runner = start_runner(transport_factory, processor, [a], store, routing=PER_TENANT)
-    assert wait_until(lambda: len(quarantine) == 1)
+    assert wait_until(lambda: len(quarantine) == 3)
     time.sleep(0.5)
     runner.stop(grace_s=5)
     assert processor.count() == 0
-    assert quarantine.items[0].properties["boostOriginalQueue"] == physical
-    assert quarantine.items[0].properties["boostDeadLetterReason"] == "tenancy-violation"
+    assert {d.properties["boostOriginalQueue"] for d in quarantine.items} == {physical}
+    assert {d.properties["boostDeadLetterReason"] for d in quarantine.items} == {
+        "tenancy-violation"
+    }
     records = recorded(store, 1, tenant=TenantId(a), outcome=FailureOutcome.QUARANTINE)
     assert [r.queue for r in records] == [queue]  # the error store keeps the logical queue
+    assert recorded(store, 1, tenant=TenantId(b), outcome=FailureOutcome.QUARANTINE)
+    assert recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
 
 
 def test_foreign_delivery_on_a_per_tenant_queue_is_quarantined_by_the_dispatcher(
