@@ -550,3 +550,31 @@ def test_a_missing_receipt_abandons_the_connection_so_the_broker_redelivers(
         transport.send("out", wire("confirmed on the new connection"))
     finally:
         transport.close()
+
+
+def test_a_subscription_that_fails_on_reconnection_is_tried_again_on_a_new_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the reconnect loop ended once connected, and a SUBSCRIBE that got no receipt left
+    that subscription dead on a healthy connection, with nothing to say so."""
+    settings = StompSettings(receipt_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
+    made: list[RecordingConnection] = []
+
+    def connection(*args: Any, **kwargs: Any) -> RecordingConnection:
+        conn = RecordingConnection("ActiveMQ/5.17.2")
+        if len(made) == 1:  # the first reconnection: a broker that confirms no SUBSCRIBE
+            conn.transport.send = conn.transport.writes.append  # type: ignore[method-assign]
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(stomp, "Connection12", connection)
+    transport = StompTransport(settings)
+    transport.connect()
+    try:
+        transport.subscribe("in", selector=None, prefetch=1, on_delivery=lambda d: None)
+        made[0].drop()
+        assert wait_until(lambda: len(made) >= 3 and transport.is_connected, timeout=10)
+        third = made[2].transport.frames()
+        assert [f.headers["destination"] for f in third if f.cmd == "SUBSCRIBE"] == ["/queue/in"]
+    finally:
+        transport.close()

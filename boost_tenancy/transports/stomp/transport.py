@@ -201,7 +201,18 @@ class StompTransport:
                 if self._subscribed_on.get(sub.id) != link.generation
             ]
             self._mark_subscribed(missing, link)
-        self._subscribe_on(link, missing)
+        try:
+            self._subscribe_on(link, missing)
+        except Exception as exc:
+            # A subscription not re-created would never consume again on this connection, and
+            # nothing would say so: unmark them and drop the connection, so that the reconnect
+            # loop tries the whole connection again.
+            with self._lock:
+                for sub in missing:
+                    if self._subscribed_on.get(sub.id) == link.generation:
+                        del self._subscribed_on[sub.id]
+            self._connection.abandon(link, f"re-subscribing failed: {exc}")
+            raise
 
     def _mark_subscribed(self, subs: Sequence[StompSubscription], link: Link) -> None:
         # Under self._lock: whoever marks a subscription for a connection creates it there, so
