@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -705,18 +706,33 @@ class SQLiteDocumentStore(_SqlDocumentStore):
         except (OSError, sqlite3.Error) as exc:
             raise self._failure(f"open {str(location)!r}", exc) from exc
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            # A NORMAL sync in WAL mode can lose the last commits on power loss, and a lost
-            # processed event would let a redelivered event apply twice.
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("BEGIN IMMEDIATE")
-            for statement in self._sql.schema:
-                connection.execute(statement)
-            connection.execute("COMMIT")
+            self._create_schema(connection)
         except sqlite3.Error as exc:
             connection.close()
             raise self._failure("create schema", exc) from exc
         self._connection = connection
+
+    def _create_schema(self, connection: sqlite3.Connection) -> None:
+        # Switching a new file to WAL can answer "database is locked" at once while another
+        # process does the same (SQLite does not wait on the busy timeout for it): a few
+        # short retries let stores opened together on a new file all start.
+        for attempt in range(1, 21):
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                # A NORMAL sync in WAL mode can lose the last commits on power loss, and a lost
+                # processed event would let a redelivered event apply twice.
+                connection.execute("PRAGMA synchronous=FULL")
+                connection.execute("BEGIN IMMEDIATE")
+                for statement in self._sql.schema:
+                    connection.execute(statement)
+                connection.execute("COMMIT")
+                return
+            except sqlite3.OperationalError as exc:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                if "locked" not in str(exc) or attempt == 20:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def _encode_time(self, when: datetime) -> object:
         # Fixed-width UTC text sorts in time order, which ORDER BY created_at relies on.
