@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -77,15 +78,9 @@ class Settler:
         message's copy, so the store never records a move that did not happen."""
         try:
             name = self._carry_out(tenant, delivery, outcome)
-        except NotConfirmedError:
-            raise  # whether the broker holds the copy is unknown: leave it to redelivery
-        except TransportError as exc:
-            if not self._transport.is_live(delivery):
-                raise  # the connection is gone; the broker redelivers the message
-            return self._last_resort(
-                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
-            )
-        except Exception as exc:  # an output or copy the wire cannot carry
+        except Exception as exc:  # an output or copy the wire or the broker refused
+            if self._left_to_redelivery(exc, delivery):
+                raise
             return self._last_resort(
                 tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
             )
@@ -173,11 +168,13 @@ class Settler:
             text=f"{type(outcome).__name__} could not be carried out: {failure.text}",
             trace=failure.trace,
         )
-        target = (
-            quarantine_queue(delivery.queue)
-            if isinstance(outcome, Quarantine)
-            else dead_letter_queue(delivery.queue)
-        )
+        # What happens to the message if the raw copy goes through, recorded as such.
+        moved: DeadLetter | Quarantine
+        if isinstance(outcome, Quarantine):
+            moved, target = replace(outcome, error=error), quarantine_queue(delivery.queue)
+        else:
+            moved = DeadLetter(error=error, reason=DeadLetterReason.UNSETTLEABLE)
+            target = dead_letter_queue(delivery.queue)
         copy = raw_dead_letter_copy(
             delivery,
             message_id=message_id,
@@ -189,13 +186,9 @@ class Settler:
         for retry in range(self._settings.last_resort_attempts):
             try:
                 self._transport.send_then_ack(delivery, [Outgoing(target, copy)])
-            except NotConfirmedError:
-                raise
-            except TransportError as again:
-                if not self._transport.is_live(delivery):
-                    raise
-                last = again
             except Exception as again:  # reported below, with the message kept
+                if self._left_to_redelivery(again, delivery):
+                    raise
                 last = again
             else:
                 log.error(
@@ -204,21 +197,11 @@ class Settler:
                     error_type=error.type,
                     error=error.text,
                 )
-                self._record(
-                    _claimed_tenant(tenant, outcome),
-                    delivery,
-                    FailureOutcome.QUARANTINE
-                    if isinstance(outcome, Quarantine)
-                    else FailureOutcome.DEAD_LETTER,
-                    error,
-                    message_id=message_id,
-                    attempt=attempt,
-                    raw_tenant=outcome.claimed if isinstance(outcome, Quarantine) else None,
-                )
+                self._record_outcome(tenant, delivery, moved, message_id, attempt)
                 return self.notify_observers(
-                    _claimed_tenant(tenant, outcome),
+                    _claimed_tenant(tenant, moved),
                     delivery.queue,
-                    "quarantined" if isinstance(outcome, Quarantine) else "dead_lettered",
+                    "quarantined" if isinstance(moved, Quarantine) else "dead_lettered",
                 )
             time.sleep(0.05 * (retry + 1))
         log.critical(
@@ -237,37 +220,33 @@ class Settler:
         message_id: str,
         attempt: int,
     ) -> None:
+        raw_tenant: str | None = None
         match outcome:
             case Retry(error=error):
-                self._record(
-                    tenant,
-                    delivery,
-                    FailureOutcome.RETRY,
-                    error,
-                    message_id=message_id,
-                    attempt=attempt,
-                )
+                kind = FailureOutcome.RETRY
             case DeadLetter(error=error):
-                self._record(
-                    tenant,
-                    delivery,
-                    FailureOutcome.DEAD_LETTER,
-                    error,
-                    message_id=message_id,
-                    attempt=attempt,
-                )
-            case Quarantine(error=error, claimed=claimed):
-                self._record(
-                    _claimed_tenant(tenant, outcome),
-                    delivery,
-                    FailureOutcome.QUARANTINE,
-                    error,
-                    message_id=message_id,
-                    attempt=attempt,
-                    raw_tenant=claimed,
-                )
+                kind = FailureOutcome.DEAD_LETTER
+            case Quarantine(error=error, claimed=raw_tenant):
+                kind = FailureOutcome.QUARANTINE
             case Ack() | Defer():
-                pass
+                return
+        self._record(
+            _claimed_tenant(tenant, outcome),
+            delivery,
+            kind,
+            error,
+            message_id=message_id,
+            attempt=attempt,
+            raw_tenant=raw_tenant,
+        )
+
+    def _left_to_redelivery(self, exc: Exception, delivery: Delivery) -> bool:
+        """Whether a failure to carry an outcome out is the broker's to resolve: a send whose
+        receipt never came (whether the broker holds the copy is unknown), or a lost connection
+        (the broker redelivers the message). Anything else is this message's to settle."""
+        if isinstance(exc, NotConfirmedError):
+            return True
+        return isinstance(exc, TransportError) and not self._transport.is_live(delivery)
 
     def _record(
         self,
