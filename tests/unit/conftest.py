@@ -1,4 +1,5 @@
-"""Fixtures of the unit tests: an in-memory broker and a SQLite error store, fresh per test."""
+"""Fixtures of the unit tests: an in-memory broker, a transport connected to it and a SQLite
+error store, fresh per test (a module may override broker, e.g. with a flavour parameter)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
-from boost_tenancy.testing import InMemoryBroker
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 
 
 @pytest.fixture
@@ -16,6 +17,14 @@ def broker() -> Iterator[InMemoryBroker]:
     made = InMemoryBroker()
     yield made
     made.close()
+
+
+@pytest.fixture
+def transport(broker: InMemoryBroker) -> Iterator[InMemoryTransport]:
+    connected = InMemoryTransport(broker)
+    connected.connect()
+    yield connected
+    connected.close()
 
 
 @pytest.fixture

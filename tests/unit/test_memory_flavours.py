@@ -37,14 +37,6 @@ def broker(request: pytest.FixtureRequest) -> Iterator[InMemoryBroker]:
     made.close()
 
 
-@pytest.fixture
-def transport(broker: InMemoryBroker) -> Iterator[InMemoryTransport]:
-    connected = InMemoryTransport(broker)
-    connected.connect()
-    yield connected
-    connected.close()
-
-
 def wire(body: str | bytes = "{}", **props: str) -> WireMessage:
     return WireMessage(body=body, properties={"tenantUUID": "org-A", **props})
 

@@ -5,8 +5,6 @@ store down."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +34,6 @@ from boost_tenancy.resilience.error_store import (
     ErrorStore,
     FailureOutcome,
     FailureRecord,
-    SQLiteErrorStore,
 )
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.retry import RetryMiddleware
@@ -46,28 +43,6 @@ from tests.conftest import Inbox, unique_queue, wait_until
 
 ORG_A = TenantId("org-A")
 FAST = RetryPolicy(max_attempts=3, base_delay_ms=10, max_delay_ms=10, jitter=0.0)
-
-
-@pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    made = InMemoryBroker()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def transport(broker: InMemoryBroker) -> Iterator[InMemoryTransport]:
-    connected = InMemoryTransport(broker)
-    connected.connect()
-    yield connected
-    connected.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 def incoming(attempt: int = 1) -> IncomingMessage:

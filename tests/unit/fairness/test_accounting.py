@@ -7,8 +7,6 @@ import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,7 +31,7 @@ from boost_tenancy.fairness.accounting import (
 )
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import Dispatcher
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import Inbox, unique_queue, wait_until
 
@@ -75,28 +73,6 @@ class Scripted(TenantProcessor):
             raise PermanentError("cannot be handled")
         if kind == "flaky" and message.attempt == 1:
             raise TransientError("try again")
-
-
-@pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    made = InMemoryBroker()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def transport(broker: InMemoryBroker) -> Iterator[InMemoryTransport]:
-    connected = InMemoryTransport(broker)
-    connected.connect()
-    yield connected
-    connected.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 def parse_exposition(text: str) -> list[tuple[str, dict[str, str], int]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from boost_tenancy.fairness import (
     build_fairness,
 )
 from boost_tenancy.processing.outcomes import Ack, Defer, Outcome
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 
@@ -238,20 +237,6 @@ class SlowHandler(TenantProcessor):
     def ids(self, tenant: TenantId) -> list[str]:
         with self._lock:
             return [entry[1] for entry in self.ran if entry[0] == tenant.value]
-
-
-@pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    made = InMemoryBroker()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 def run(

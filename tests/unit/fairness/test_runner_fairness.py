@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,7 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 
@@ -46,20 +44,6 @@ class SlowRecorder(TenantProcessor):
     def snapshot(self) -> list[TenantId]:
         with self._lock:
             return list(self.order)
-
-
-@pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    made = InMemoryBroker()
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 @pytest.mark.parametrize("weight_a", [1, 1000])
