@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -155,6 +156,35 @@ def silent() -> Iterator[SilentListener]:
     listener.close()
 
 
+@dataclass
+class ProxiedPostgres:
+    """An error store table of its own, reached through a proxy the test can make hang."""
+
+    proxy: SwitchableProxy
+    dsn: str
+    table: str
+    direct_dsn: str
+
+    def stored_ids(self) -> list[str]:
+        with psycopg.connect(self.direct_dsn, autocommit=True) as admin:
+            rows = admin.execute(f'SELECT message_id FROM "{self.table}"').fetchall()
+        return [row[0] for row in rows]
+
+
+@pytest.fixture
+def proxied_postgres(postgres_dsn: str) -> Iterator[ProxiedPostgres]:
+    info = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
+    proxy = SwitchableProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+    proxied = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port)
+    target = ProxiedPostgres(proxy, proxied, "t_" + uuid.uuid4().hex[:12], postgres_dsn)
+    try:
+        yield target
+    finally:
+        proxy.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP TABLE IF EXISTS "{target.table}"')
+
+
 class Call:
     """A call made on a daemon thread, so that one that hangs fails its test, not the whole run."""
 
@@ -194,39 +224,30 @@ def test_opening_a_store_on_a_silent_postgres_fails_within_seconds(silent: Silen
 
 @pytest.mark.postgres
 def test_a_postgres_that_stops_answering_mid_run_holds_up_no_caller_and_no_close(
-    postgres_dsn: str,
+    proxied_postgres: ProxiedPostgres,
 ) -> None:
-    info = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
-    proxy = SwitchableProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
-    table = "t_" + uuid.uuid4().hex[:12]
-    proxied = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port)
-    try:
-        store = PostgresErrorStore(proxied, table=table)
-        assert record_failure(store, make("before")) is True
+    store = PostgresErrorStore(proxied_postgres.dsn, table=proxied_postgres.table)
+    assert record_failure(store, make("before")) is True
 
-        proxy.stop_forwarding()
-        started = time.monotonic()
-        with capture_logs() as logs:
-            callers = [Call(record_failure, store, make(f"w{n}")) for n in range(4)]
-            assert all(caller.finished() for caller in callers)
-        assert time.monotonic() - started < BOUND_S
-        assert [caller.returned for caller in callers] == [[False]] * 4
-        logged = [e for e in logs if e["event"] == "error_store_write_failed"]
-        assert sorted(e["record_message_id"] for e in logged) == [f"w{n}" for n in range(4)]
-        assert all(e["log_level"] == "critical" for e in logged)
+    proxied_postgres.proxy.stop_forwarding()
+    started = time.monotonic()
+    with capture_logs() as logs:
+        callers = [Call(record_failure, store, make(f"w{n}")) for n in range(4)]
+        assert all(caller.finished() for caller in callers)
+    assert time.monotonic() - started < BOUND_S
+    assert [caller.returned for caller in callers] == [[False]] * 4
+    logged = [e for e in logs if e["event"] == "error_store_write_failed"]
+    assert sorted(e["record_message_id"] for e in logged) == [f"w{n}" for n in range(4)]
+    assert all(e["log_level"] == "critical" for e in logged)
 
-        # SIGTERM's path: close() while a statement is stuck on the silent connection.
-        closing = Call(store.close)
-        assert closing.finished(), "close() waited for the hung statement"
-        assert closing.returned == [None]
-        with pytest.raises(ErrorStoreError, match="after close"):
-            store.failures(tenant=TENANT)
-    finally:
-        proxy.close()
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            stored = admin.execute(f'SELECT message_id FROM "{table}"').fetchall()
-            admin.execute(f'DROP TABLE IF EXISTS "{table}"')
-    assert stored[0] == ("before",)
+    # SIGTERM's path: close() while a statement is stuck on the silent connection.
+    closing = Call(store.close)
+    assert closing.finished(), "close() waited for the hung statement"
+    assert closing.returned == [None]
+    with pytest.raises(ErrorStoreError, match="after close"):
+        store.failures(tenant=TENANT)
+    proxied_postgres.proxy.close()
+    assert proxied_postgres.stored_ids()[0] == "before"
 
 
 def test_a_write_locked_sqlite_file_bounds_the_write_then_records_again(tmp_path: Path) -> None:
@@ -329,27 +350,18 @@ def _run_beside(store: ErrorStore, count: int) -> tuple[int, float]:
 
 @pytest.mark.postgres
 def test_a_runner_beside_a_postgres_that_stopped_answering_keeps_settling_messages(
-    postgres_dsn: str,
+    proxied_postgres: ProxiedPostgres,
 ) -> None:
-    info = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
-    proxy = SwitchableProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
-    table = "t_" + uuid.uuid4().hex[:12]
-    proxied = psycopg.conninfo.make_conninfo(postgres_dsn, host="127.0.0.1", port=proxy.port)
-    try:
-        store = PostgresErrorStore(proxied, table=table)
-        proxy.stop_forwarding()
-        with capture_logs() as logs:
-            dead, stop_took = _run_beside(store, 20)
-        assert dead == 20, "every message dead-lettered although no failure could be recorded"
-        assert stop_took < BOUND_S, f"stop took {stop_took:.1f}s"
-        unrecorded = [e for e in logs if e["event"] == "error_store_write_failed"]
-        assert len(unrecorded) == 20 and all(e["log_level"] == "critical" for e in unrecorded)
-        closing = Call(store.close)
-        assert closing.finished()
-    finally:
-        proxy.close()
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP TABLE IF EXISTS "{table}"')
+    store = PostgresErrorStore(proxied_postgres.dsn, table=proxied_postgres.table)
+    proxied_postgres.proxy.stop_forwarding()
+    with capture_logs() as logs:
+        dead, stop_took = _run_beside(store, 20)
+    assert dead == 20, "every message dead-lettered although no failure could be recorded"
+    assert stop_took < BOUND_S, f"stop took {stop_took:.1f}s"
+    unrecorded = [e for e in logs if e["event"] == "error_store_write_failed"]
+    assert len(unrecorded) == 20 and all(e["log_level"] == "critical" for e in unrecorded)
+    closing = Call(store.close)
+    assert closing.finished()
 
 
 def test_a_runner_beside_a_write_locked_sqlite_keeps_settling_messages(tmp_path: Path) -> None:
