@@ -92,6 +92,11 @@ class Poison:
     content_length: bool = False
     ends_in: str = "dlq"
 
+    def frame(self, queue: str, key: str) -> bytes:
+        """This poison as one SEND of org-A to queue, carrying key."""
+        headers = {"tenantUUID": "org-A", KEY: key, BEHAVIOUR: self.behaviour, **dict(self.headers)}
+        return raw_frame(queue, headers, self.body, content_length=self.content_length)
+
 
 POISONS = {
     "nested-200k-brackets": Poison(body=b"[" * 200_000),
@@ -150,20 +155,7 @@ def test_poison_of_one_tenant_settles_and_stalls_no_tenant(
 ) -> None:
     poison = POISONS[kind]
     queue = unique_queue("poison")
-    frames = [
-        raw_frame(
-            queue,
-            {
-                "tenantUUID": "org-A",
-                KEY: f"poison-{i}",
-                BEHAVIOUR: poison.behaviour,
-                **dict(poison.headers),
-            },
-            poison.body,
-            content_length=poison.content_length,
-        )
-        for i in range(10)
-    ]
+    frames = [poison.frame(queue, f"poison-{i}") for i in range(10)]
     frames += [_good(queue, tenant, n) for tenant in TENANTS for n in range(5)]
     raw_send(stomp_settings, frames)
     store = SQLiteErrorStore(store_path)
@@ -313,14 +305,7 @@ def test_worker_given_every_poison_kind_handles_the_good_and_stops_on_sigterm_in
 ) -> None:
     queue = unique_queue("poison")
     frames = [
-        raw_frame(
-            queue,
-            {"tenantUUID": "org-A", KEY: f"{kind}-{i}", BEHAVIOUR: p.behaviour, **dict(p.headers)},
-            p.body,
-            content_length=p.content_length,
-        )
-        for kind, p in sorted(POISONS.items())
-        for i in range(10)
+        p.frame(queue, f"{kind}-{i}") for kind, p in sorted(POISONS.items()) for i in range(10)
     ]
     frames += [_good(queue, tenant, n) for tenant in TENANTS for n in range(20)]
     raw_send(stomp_settings, frames)
