@@ -81,8 +81,9 @@ def parse_attempt(raw: str | None) -> int | None:
     return value if value <= MAX_ATTEMPT else None
 
 
-def wire_safe(value: str) -> str:
-    """A header value every broker and client carries intact: unsafe characters become U+FFFD."""
+def _safe_text(value: str) -> str:
+    """Text every broker, client and log carries intact: control characters but TAB, and lone
+    surrogates, become U+FFFD."""
     if value.isascii() and value.isprintable():
         return value  # the common case, checked in C
     return _UNSAFE_HEADER_RE.sub("\ufffd", value)
@@ -92,7 +93,7 @@ def header_text(value: str, limit: int = HEADER_TEXT_LIMIT) -> str:
     """Free text made fit for a header: unsafe characters replaced by U+FFFD, length capped."""
     if len(value) > limit:
         value = value[: limit - 1] + "\u2026"
-    return wire_safe(value)
+    return _safe_text(value)
 
 
 def wire_body(body: Body) -> bytes:

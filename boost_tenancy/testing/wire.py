@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.messages import WireMessage, wire_body, wire_safe
+from boost_tenancy.messages import WireMessage, wire_body
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
-from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, body_headers
+from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, body_headers, header_value
 
 MODELLED: Final = (BrokerFlavour.CLASSIC, BrokerFlavour.ARTEMIS)
 
@@ -53,8 +53,8 @@ def as_sent(message: WireMessage, *, jms: bool = False) -> Sent:
     correlation = message.correlation_id
     safe = WireMessage(
         body=message.body,
-        properties={wire_safe(k): wire_safe(v) for k, v in message.properties.items()},
-        correlation_id=None if correlation is None else wire_safe(correlation),
+        properties={header_value(k): header_value(v) for k, v in message.properties.items()},
+        correlation_id=None if correlation is None else header_value(correlation),
         persistent=message.persistent,
     )
     if jms:

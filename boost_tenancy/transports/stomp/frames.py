@@ -62,17 +62,23 @@ _UTF8_CHARSETS: Final = frozenset({"utf-8", "utf8"})
 _SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
 
 
-def _escape(value: str) -> str:
-    """A header name or value fit for a frame: NUL and lone surrogates become U+FFFD, then
-    STOMP 1.2 escaping of backslash, carriage return, newline and colon.
+def header_value(value: str) -> str:
+    """A header name or value as a frame carries it: NUL and lone surrogates become U+FFFD.
 
     NUL is replaced because it ends a frame: Classic keeps it in the header and hands consumers
     the frame cut in two. Other control characters are left alone: Classic 5.17 and stomp.py
-    carry every one of them through unchanged.
+    carry every one of them through unchanged. The in-memory model applies the same rule.
     """
-    ascii_only = value.isascii()
+    if not value.isascii() and _SURROGATE.search(value) is not None:
+        # Through UTF-16 so a surrogate pair becomes its character and a lone one U+FFFD.
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value.replace("\x00", "\ufffd")
+
+
+def _escape(value: str) -> str:
+    """header_value, then STOMP 1.2 escaping of backslash, carriage return, newline and colon."""
     if (
-        ascii_only
+        value.isascii()
         and ":" not in value
         and "\\" not in value
         and "\n" not in value
@@ -82,11 +88,8 @@ def _escape(value: str) -> str:
         # Most names and values (every SEND and ACK has several): a few scans at C speed and
         # no copy, which measured faster than one regular expression search.
         return value
-    if not ascii_only and _SURROGATE.search(value) is not None:
-        # Through UTF-16 so a surrogate pair becomes its character and a lone one U+FFFD.
-        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return (
-        value.replace("\x00", "\ufffd")
+        header_value(value)
         .replace("\\", "\\\\")
         .replace("\r", "\\r")
         .replace("\n", "\\n")
