@@ -7,11 +7,17 @@ Read from the environment (BrokerTarget.from_env) or from the Artemis container 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+from proton import ProtonException
+from proton.utils import BlockingConnection
+
+from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import BrokerFlavour, StompSettings, StompTransport
 
 FLAVOUR_ENV: Final = "BOOST_TEST_BROKER_FLAVOUR"
@@ -159,3 +165,58 @@ def connected_server(settings: StompSettings) -> tuple[str, BrokerFlavour]:
         return transport.server, transport.flavour
     finally:
         transport.close()
+
+
+class AmqpHandshakeError(Exception):
+    """No AMQP 1.0 handshake; the message shows the URL with its password masked."""
+
+
+def amqp_server(url: str, timeout_s: float) -> str:
+    """The product and version that the AMQP 1.0 peer at url announces in its open frame
+    ("RabbitMQ 3.10.8"), after a full handshake (SASL login and open, then close); raises
+    AmqpHandshakeError with the reason when there is none within timeout_s.
+
+    A handshake, not an open port: RabbitMQ's AMQP 0-9-1 listener shares port 5672 and accepts
+    TCP whether or not the rabbitmq_amqp1_0 plugin is enabled.
+    """
+    try:
+        connection = BlockingConnection(url, timeout=timeout_s)
+    except Exception as exc:  # proton's Timeout and ConnectionException, or a malformed URL
+        reason = f"{type(exc).__name__}: {_masked(str(exc), url)}"
+    else:
+        try:
+            properties = connection.conn.remote_properties or {}
+            container = connection.conn.remote_container
+        finally:
+            # The handshake is what was asked; a peer slow to answer close does not undo it.
+            with contextlib.suppress(ProtonException):
+                connection.close()
+        product = " ".join(
+            str(properties[key]) for key in ("product", "version") if key in properties
+        )
+        return product or f"an AMQP 1.0 peer announcing no product (container {container!r})"
+    # Raised outside the handler so that no context keeps proton's message, which shows the URL
+    # with its password.
+    raise AmqpHandshakeError(
+        f"no AMQP 1.0 handshake with {redact_url(url)} within {timeout_s:g} s: {reason}"
+    )
+
+
+def amqp_handshake(url: str, timeout_s: float) -> str | None:
+    """None when an AMQP 1.0 handshake with url succeeds within timeout_s, else the reason
+    (password masked); see amqp_server."""
+    try:
+        amqp_server(url, timeout_s)
+    except AmqpHandshakeError as exc:
+        return str(exc)
+    return None
+
+
+def _masked(text: str, url: str) -> str:
+    """text with url, and any other mention of its password, masked as redact_url does."""
+    text = text.replace(url, redact_url(url))
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(f":{password}@", ":***@") if password else text

@@ -26,6 +26,7 @@ import pytest
 from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord
 from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import StompSettings
 from tests.artemis_container import ArtemisContainer, docker_engine_missing
 from tests.broker_target import (
@@ -34,11 +35,14 @@ from tests.broker_target import (
     OPENWIRE_PORT_ENV,
     BrokerTarget,
     BrokerTargetError,
+    amqp_handshake,
     connected_server,
 )
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 TARGET_KEY = pytest.StashKey[BrokerTarget]()
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672"
+"""The local RabbitMQ of `scripts/rabbitmq ensure`: the amqp_url fixture's default."""
 
 
 # -- the broker under test ------------------------------------------------------------------------
@@ -242,10 +246,23 @@ def openwire_url(broker_target: BrokerTarget) -> str:
 
 @pytest.fixture(scope="session")
 def amqp_url(broker_target: BrokerTarget) -> str:
-    """The AMQP 1.0 address of the broker under test; ActiveMQ Classic 5.17 has none."""
-    if broker_target.amqp_url is None:
-        pytest.skip(f"no AMQP 1.0 broker given ({AMQP_URL_ENV}; the local Classic has none)")
-    return broker_target.amqp_url
+    """The AMQP 1.0 broker of the amqp_broker tests, proved by a real AMQP 1.0 handshake.
+
+    BOOST_BROKER_AMQP_URL when set (an external broker, Artemis), else BOOST_TEST_AMQP_URL, else
+    the local RabbitMQ with its rabbitmq_amqp1_0 plugin, which `scripts/rabbitmq ensure`
+    installs, starts and enables (scripts/test runs it). An open port proves nothing there:
+    RabbitMQ's AMQP 0-9-1 listener shares port 5672.
+    """
+    if broker_target.amqp_url is not None:
+        url = broker_target.amqp_url
+        where = f"{AMQP_URL_ENV}; unset it to use the local RabbitMQ of `scripts/rabbitmq ensure`"
+    else:
+        url = os.environ.get("BOOST_TEST_AMQP_URL", "").strip() or DEFAULT_AMQP_URL
+        where = "the local RabbitMQ with rabbitmq_amqp1_0: run `scripts/rabbitmq ensure`"
+    reason = amqp_handshake(url, timeout_s=3.0)
+    if reason is not None:
+        unavailable(f"no AMQP 1.0 broker at {redact_url(url)} ({where}): {reason}")
+    return url
 
 
 TransportFactory = Callable[[], Transport]
