@@ -36,6 +36,10 @@ class TransportCapabilities:
     Read by the transport's own send_then_ack and send_then_ack_many; where it is False (Artemis
     STOMP ignores ACK inside a transaction) every copy is confirmed before the ack, so a crash
     between the two duplicates a message, with the same boostMessageId, and never loses one."""
+    atomic_batches: bool
+    """An atomic batch is one broker transaction, all of it stored or none (STOMP on both
+    ActiveMQs, AMQP on Artemis). Where it is False (RabbitMQ's AMQP 1.0 plugin has no
+    transactions) open_batch and send_batch refuse atomic=True instead of pretending."""
     prefetch_counts_messages: bool
     """prefetch bounds the unacknowledged messages of a subscription exactly (Classic). Where it
     is False the broker bounds bytes (Artemis consumer-window-size): the transport asks for

@@ -39,6 +39,8 @@ settings the URL does not name. Raises ConfigError, showing the URL only as url.
 # Imported on first use, so importing the registry loads no broker client.
 _BUILT_IN: Final[Mapping[str, str]] = {
     "stomp": "boost_tenancy.transports.stomp:transport_from_url",
+    "amqp": "boost_tenancy.transports.amqp:transport_from_url",
+    "amqps": "boost_tenancy.transports.amqp:transport_from_url",
 }
 
 _SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.-]*")

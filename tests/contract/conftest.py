@@ -1,5 +1,8 @@
-"""The contract suite's axis: every contract test runs on the in-memory model of ActiveMQ Classic,
-on the in-memory model of Artemis, and on the real STOMP broker (marked broker).
+"""The contract suite's axis: every contract test runs on the in-memory models of ActiveMQ
+Classic and Artemis over STOMP, on the real STOMP broker (marked broker), on the AMQP transport
+against the in-process AMQP peer modelling Artemis and RabbitMQ, and on the AMQP transport
+against the real AMQP 1.0 broker (marked amqp_broker: the local RabbitMQ, or Artemis's acceptor
+named by BOOST_BROKER_AMQP_URL).
 
 A test whose expectation differs by broker reads it from the transport's capabilities, never
 from the name of the transport or the broker.
@@ -8,12 +11,20 @@ from the name of the transport or the broker.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
+
+try:
+    from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
+except ImportError:  # TEMP
+    AmqpPeer = PeerFlavour = None  # type: ignore
+from boost_tenancy.transports.amqp import AmqpTransport
+from boost_tenancy.transports.amqp.connection import DeliveryToken
 from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import TransportFactory
 
@@ -23,15 +34,34 @@ MEMORY_FLAVOURS = {
 }
 
 
-@pytest.fixture(params=[*MEMORY_FLAVOURS, pytest.param("stomp", marks=pytest.mark.broker)])
+AMQP_PEERS = {
+    "amqp-peer-artemis": PeerFlavour.ARTEMIS if PeerFlavour else None,
+    "amqp-peer-rabbitmq": PeerFlavour.RABBITMQ if PeerFlavour else None,
+}
+
+
+@pytest.fixture(
+    params=[
+        *MEMORY_FLAVOURS,
+        pytest.param("stomp", marks=pytest.mark.broker),
+        *AMQP_PEERS,
+        pytest.param("amqp", marks=pytest.mark.amqp_broker),
+    ]
+)
 def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFactory]:
     """Connected transports of one kind, closed after the test."""
     made: list[Transport] = []
     broker: InMemoryBroker | None = None
+    peer: AmqpPeer | None = None
     connect: Callable[[], Transport]
     if request.param in MEMORY_FLAVOURS:
         broker = InMemoryBroker(flavour=MEMORY_FLAVOURS[request.param])
         connect = functools.partial(InMemoryTransport, broker)
+    elif request.param in AMQP_PEERS:
+        peer = AmqpPeer(AMQP_PEERS[request.param])
+        connect = functools.partial(open_transport, peer.url)
+    elif request.param == "amqp":
+        connect = functools.partial(open_transport, request.getfixturevalue("amqp_url"))
     else:
         settings: StompSettings = request.getfixturevalue("stomp_settings")
         connect = functools.partial(StompTransport, settings)
@@ -47,6 +77,8 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
         transport.close()
     if broker is not None:
         broker.close()
+    if peer is not None:
+        peer.close()
 
 
 LoseConnection = Callable[[Transport], None]
@@ -62,6 +94,16 @@ def lose_connection_before_next_ack(monkeypatch: pytest.MonkeyPatch) -> LoseConn
     def arrange(transport: Transport) -> None:
         if isinstance(transport, InMemoryTransport):
             transport.drop_connection_before_next_ack()
+            return
+        if isinstance(transport, AmqpTransport):
+            real_accept = transport._engine.accept  # the test reaches in: no API drops a link
+
+            def accept_after_losing_the_connection(tokens: Sequence[DeliveryToken]) -> None:
+                monkeypatch.setattr(transport._engine, "accept", real_accept)
+                transport._engine.abandon("lost for the test")
+                real_accept(tokens)  # dropped as stale: its connection is gone
+
+            monkeypatch.setattr(transport._engine, "accept", accept_after_losing_the_connection)
             return
         assert isinstance(transport, StompTransport)
         real_ack = transport.ack

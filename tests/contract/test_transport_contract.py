@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from boost_tenancy import TenantId
+from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 from tests.contract.conftest import LoseConnection
@@ -15,6 +19,13 @@ from tests.contract.conftest import LoseConnection
 
 def wire(tenant: str, body: str | bytes = "{}", **props: str) -> WireMessage:
     return WireMessage(body=body, properties={"tenantUUID": tenant, **props}, correlation_id="c-1")
+
+
+def needs(transport: Transport, capability: str) -> None:
+    """Skip where the broker lacks capability; the refusal tests below prove that the transport
+    then says no instead of pretending."""
+    if not getattr(transport.capabilities, capability):
+        pytest.skip(f"the broker has no {capability} (its refusal is tested instead)")
 
 
 def test_round_trip_keeps_text_body_properties_and_correlation_id(
@@ -51,6 +62,7 @@ def test_bytes_body_round_trips_unchanged(transport_factory: TransportFactory) -
 def test_selector_delivers_only_its_tenants_messages(transport_factory: TransportFactory) -> None:
     queue = unique_queue()
     sender = transport_factory()
+    needs(sender, "server_side_selectors")
     inboxes = {name: Inbox() for name in ("org-A", "org-B", "org-C")}
     for name, inbox in inboxes.items():
         transport_factory().subscribe(
@@ -71,6 +83,7 @@ def test_selector_with_quote_in_value_matches_only_that_literal(
     """The builder escapes literals: a clause value with quotes cannot widen the selector."""
     queue = unique_queue()
     sender, receiver = transport_factory(), transport_factory()
+    needs(receiver, "server_side_selectors")
     inbox = Inbox()
     selector = tenant_selector("org-A").and_equals("kind", "x' OR '1'='1")
     receiver.subscribe(queue, selector=selector, prefetch=10, on_delivery=inbox)
@@ -135,7 +148,8 @@ def test_prefetch_of_small_messages_follows_the_brokers_unit(
     sender, receiver = transport_factory(), transport_factory()
     inbox = Inbox()
     receiver.subscribe(queue, selector=None, prefetch=2, on_delivery=inbox)
-    sender.send_batch([(queue, wire("t1", f"small-{i}")) for i in range(20)])
+    atomic = sender.capabilities.atomic_batches
+    sender.send_batch([(queue, wire("t1", f"small-{i}")) for i in range(20)], atomic=atomic)
     expected = 2 if receiver.capabilities.prefetch_counts_messages else 20
     assert wait_until(lambda: len(inbox) == expected)
     time.sleep(0.5)
@@ -145,6 +159,7 @@ def test_prefetch_of_small_messages_follows_the_brokers_unit(
 def test_delayed_delivery_is_held_back(transport_factory: TransportFactory) -> None:
     queue = unique_queue()
     transport = transport_factory()
+    needs(transport, "delayed_delivery")
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
     started = time.monotonic()
@@ -162,7 +177,8 @@ def test_send_batch_delivers_every_message_in_order(transport_factory: Transport
     transport = transport_factory()
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
-    transport.send_batch([(queue, wire("t1", str(i))) for i in range(50)])
+    atomic = transport.capabilities.atomic_batches
+    transport.send_batch([(queue, wire("t1", str(i))) for i in range(50)], atomic=atomic)
     assert wait_until(lambda: len(inbox) == 50)
     assert inbox.bodies() == [str(i) for i in range(50)]
 
@@ -207,6 +223,7 @@ def test_tenant_ids_are_never_rewritten_by_the_transport(
 ) -> None:
     queue = unique_queue()
     transport = transport_factory()
+    needs(transport, "server_side_selectors")
     inbox = Inbox()
     tenant = TenantId("550e8400-e29b-41d4-a716-446655440000")
     transport.subscribe(queue, selector=tenant_selector(tenant), prefetch=5, on_delivery=inbox)
@@ -224,13 +241,14 @@ def test_open_batch_commit_stores_every_message_in_order(
     transport = transport_factory()
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=500, on_delivery=inbox)
-    for atomic in (True, False):
+    kinds = (True, False) if transport.capabilities.atomic_batches else (False,)
+    for atomic in kinds:
         batch = transport.open_batch(atomic=atomic)
         for index in range(200):
             batch.add(queue, wire("t1", f"{atomic}-{index}" + "x" * 500))
         batch.commit()
-    assert wait_until(lambda: len(inbox) == 400)
-    expected = [f"{atomic}-{i}" for atomic in (True, False) for i in range(200)]
+    assert wait_until(lambda: len(inbox) == 200 * len(kinds))
+    expected = [f"{atomic}-{i}" for atomic in kinds for i in range(200)]
     assert [str(b)[:-500] for b in inbox.bodies()] == expected
 
 
@@ -240,6 +258,7 @@ def test_aborted_atomic_batch_stores_nothing_even_after_streaming_a_chunk(
     """200 messages of 1 KiB exceed the 64 KiB write chunk, so part went out before abort."""
     queue = unique_queue()
     transport = transport_factory()
+    needs(transport, "atomic_batches")
     batch = transport.open_batch(atomic=True)
     for index in range(200):
         batch.add(queue, wire("t1", f"{index}" + "y" * 1024))
@@ -304,7 +323,8 @@ def test_a_forward_across_a_lost_connection_loses_nothing_and_duplicates_only_if
     transport = transport_factory()
     inbox, out = Inbox(), Inbox()
     transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
-    transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
+    # The copies are read on a connection of their own, which the lost one does not disturb.
+    transport_factory().subscribe(other, selector=None, prefetch=5, on_delivery=out)
     transport.send(queue, wire("t1", "original", boostMessageId="m-42"))
     assert wait_until(lambda: len(inbox) == 1)
     copy = wire("t1", "copy", boostMessageId="m-42")
@@ -329,3 +349,48 @@ def test_a_forward_across_a_lost_connection_loses_nothing_and_duplicates_only_if
     reader.subscribe(queue, selector=None, prefetch=5, on_delivery=left)
     time.sleep(0.8)
     assert len(left) == 0, "the original was acknowledged in the end"
+
+
+def test_a_selector_the_broker_does_not_apply_is_refused_and_nothing_is_delivered(
+    transport_factory: TransportFactory,
+) -> None:
+    """Fail closed: where the broker does not apply selectors (RabbitMQ 3.10 echoes the filter
+    and then delivers every tenant's messages), subscribing with one is an error."""
+    queue = unique_queue()
+    sender, receiver = transport_factory(), transport_factory()
+    if receiver.capabilities.server_side_selectors:
+        pytest.skip("the broker applies selectors (tested above)")
+    sender.send(queue, wire("org-B", "not for org-A"))
+    inbox = Inbox()
+    with pytest.raises(BoostTenancyError, match="selector"):
+        receiver.subscribe(queue, selector=tenant_selector("org-A"), prefetch=5, on_delivery=inbox)
+    time.sleep(0.5)
+    assert len(inbox) == 0
+
+
+def test_without_delayed_delivery_a_delayed_send_is_refused(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    if transport.capabilities.delayed_delivery:
+        pytest.skip("the broker delays messages (tested above)")
+    queue = unique_queue()
+    with pytest.raises(BoostTenancyError, match="delay"):
+        transport.send(queue, wire("t1", "later"), delay_ms=1000)
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    time.sleep(0.5)
+    assert len(inbox) == 0, "a refused delayed send stores nothing"
+
+
+def test_without_transactions_an_atomic_batch_is_refused(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = transport_factory()
+    if transport.capabilities.atomic_batches:
+        pytest.skip("the broker has transactions (tested above)")
+    queue = unique_queue()
+    with pytest.raises(BoostTenancyError, match="atomic"):
+        transport.send_batch([(queue, wire("t1", "x"))])
+    with pytest.raises(BoostTenancyError, match="atomic"):
+        transport.open_batch(atomic=True)

@@ -67,6 +67,7 @@ _CAPABILITIES: Final = {
         # Artemis ignores ACK inside a STOMP transaction (an ACK in an aborted transaction still
         # removes the message); Classic honours it.
         atomic_forward=flavour is BrokerFlavour.CLASSIC,
+        atomic_batches=True,  # BEGIN/COMMIT cover SEND on both
         # Artemis counts its consumer window in bytes; an unknown broker promises nothing.
         prefetch_counts_messages=flavour is BrokerFlavour.CLASSIC,
     )

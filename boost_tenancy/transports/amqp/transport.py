@@ -1,0 +1,337 @@
+"""AmqpTransport: the toolkit's Transport over AMQP 1.0 (python-qpid-proton), for ActiveMQ
+Artemis and any AMQP 1.0 broker. Sends are confirmed by the broker's accepted outcome,
+deliveries accepted one by one, credit given back as they are settled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+from proton import Message
+
+from boost_tenancy.errors import BoostTenancyError, ConfigError, TransportError
+from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports.amqp.codec import to_amqp
+from boost_tenancy.transports.amqp.connection import (
+    AmqpConnection,
+    DeliveryToken,
+    SubscriptionSpec,
+    resolve,
+)
+from boost_tenancy.transports.amqp.flavour import AmqpFlavour
+from boost_tenancy.transports.amqp.settings import AmqpSettings
+from boost_tenancy.transports.base import (
+    Delivery,
+    OnDelivery,
+    Outgoing,
+    SubscribeRequest,
+    TransportCapabilities,
+)
+from boost_tenancy.transports.registry import TransportUrl
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpSubscription:
+    """A subscription; re-attached with the same id after a reconnection."""
+
+    id: str
+    queue: str
+    selector: SelectorLike | None
+
+
+@dataclass(slots=True)
+class AmqpBatch:
+    """Sends collected until commit: nothing reaches the broker before it, so abort stores
+    nothing. Committed in one transaction when atomic, else as confirmed sends."""
+
+    transport: AmqpTransport
+    atomic: bool
+    items: list[tuple[str, WireMessage]] = field(default_factory=list)
+
+    def add(self, queue: str, message: WireMessage) -> None:
+        self.items.append((check_queue_name(queue), message))
+
+    def commit(self) -> None:
+        items, self.items = self.items, []
+        self.transport.send_batch(items, atomic=self.atomic)
+
+    def abort(self) -> None:
+        self.items.clear()
+
+
+class AmqpTransport:
+    """Transport over AMQP 1.0; implements boost_tenancy.transports.base.Transport."""
+
+    def __init__(self, settings: AmqpSettings | None = None) -> None:
+        self._settings = settings or AmqpSettings()
+        self._engine = AmqpConnection(self._settings)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def flavour(self) -> AmqpFlavour:
+        """The broker, decided from its open frame; OTHER before connecting."""
+        return self._engine.flavour
+
+    @property
+    def capabilities(self) -> TransportCapabilities:
+        return self._engine.capabilities
+
+    @property
+    def server(self) -> str:
+        """The broker's product and version from its open frame, e.g. 'RabbitMQ/3.10.8'."""
+        return self._engine.remote_product
+
+    @property
+    def is_connected(self) -> bool:
+        return self._engine.is_open
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            if self._started:
+                raise TransportError("an AmqpTransport connects once; make a new one")
+            self._started = True
+        opened = self._engine.start()
+        try:
+            opened.result(self._settings.connect_timeout_s + 1.0)
+        except FutureTimeout:
+            self.close()
+            raise TransportError(
+                f"cannot connect to the AMQP broker at {self._settings.url}: no answer within "
+                f"{self._settings.connect_timeout_s} s"
+            ) from None
+        except TransportError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close cleanly: what was not accepted goes back to its queue, uncounted."""
+        with self._lock:
+            if not self._started or self._stopped:
+                return
+            self._stopped = True
+        self._stop()
+
+    def _stop(self) -> None:
+        # The close frame goes out and the broker answers within moments; a broker that stopped
+        # reading must not hold a process beyond its grace period: then the socket is just ended.
+        loop = self._engine.loop
+        patience = min(self._settings.connect_timeout_s, 2.0)
+        closing = loop.submit(self._engine.close)
+        try:
+            closing.result(patience).result(patience)
+        except (FutureTimeout, BoostTenancyError, CancelledError):
+            with contextlib.suppress(FutureTimeout, BoostTenancyError, CancelledError):
+                loop.submit(self._engine.force_close).result(patience)  # unless the loop is gone
+        loop.stop(patience)
+
+    # -- running on the loop ---------------------------------------------------------------------
+    def _when_open(self, what: str, work: Callable[[Future[None]], None]) -> None:
+        """Run work on the loop thread once the connection is open and wait for its future:
+        at most reconnect_wait_s for a lost connection to come back, then confirm_timeout_s."""
+        done: Future[None] = Future()
+        engine = self._engine
+
+        def start() -> None:
+            if done.cancelled():
+                return
+            if not engine.is_open:
+                resolve(done, TransportError(f"{what}: the AMQP connection is closed"))
+                return
+            try:
+                work(done)
+            except BoostTenancyError as exc:
+                resolve(done, exc)
+            except Exception as exc:  # a proton error must reach the caller, not the loop
+                resolve(done, TransportError(f"{what} failed: {exc}"))
+
+        engine.loop.post(lambda: engine.when_open(start))
+        timeout = self._settings.reconnect_wait_s + self._settings.confirm_timeout_s
+        try:
+            done.result(timeout)
+        except FutureTimeout:
+            done.cancel()
+            raise TransportError(
+                f"{what}: no confirmation from the broker within {timeout} s"
+            ) from None
+        except CancelledError:
+            raise TransportError(f"{what}: abandoned") from None
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        self._send_confirmed([Outgoing(queue, message, delay_ms)], f"send to {queue!r}")
+
+    def _encode(self, items: Sequence[Outgoing]) -> list[tuple[str, Message]]:
+        """Every item checked and encoded before anything is sent: a MessageEncodeError leaves
+        nothing written."""
+        self._check_delays(items)
+        return [(check_queue_name(q), to_amqp(m, delay_ms)) for q, m, delay_ms in items]
+
+    def _check_delays(self, items: Sequence[Outgoing]) -> None:
+        cannot_delay = self._engine.is_open and not self.capabilities.delayed_delivery
+        if cannot_delay and any(delay_ms > 0 for _, _, delay_ms in items):
+            raise TransportError(
+                f"{self.server} does not delay messages (no DELAYED_DELIVERY); "
+                "a delayed send would arrive at once"
+            )
+
+    def _send_confirmed(self, items: Sequence[Outgoing], what: str) -> None:
+        encoded = self._encode(items)
+        self._when_open(what, lambda done: self._engine.send(encoded, done))
+
+    def _transaction(self, items: Sequence[Outgoing], accepts: Sequence[DeliveryToken]) -> None:
+        encoded = self._encode(items)
+        what = f"transaction of {len(items)} message(s)"
+        self._when_open(what, lambda done: self._engine.transaction(encoded, accepts, done))
+
+    def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
+        if not items:
+            return
+        outgoing = [Outgoing(q, m) for q, m in items]
+        if not atomic:
+            self._send_confirmed(outgoing, f"batch of {len(items)} message(s)")
+            return
+        self._require_atomic_batches()
+        self._transaction(outgoing, [])
+
+    def _require_atomic_batches(self) -> None:
+        if self._engine.is_open and not self.capabilities.atomic_batches:
+            raise ConfigError(
+                f"{self.server} has no transactions, so an atomic batch cannot be all or none; "
+                "send with atomic=False (re-send with the same message ids after a failure)"
+            )
+
+    def open_batch(self, *, atomic: bool = True) -> AmqpBatch:
+        if atomic:
+            self._require_atomic_batches()
+        return AmqpBatch(self, atomic)
+
+    # -- consuming -------------------------------------------------------------------------------
+    def subscribe(
+        self, queue: str, *, selector: SelectorLike | None, prefetch: int, on_delivery: OnDelivery
+    ) -> AmqpSubscription:
+        [sub] = self.subscribe_many([SubscribeRequest(queue, selector, prefetch, on_delivery)])
+        return sub
+
+    def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[AmqpSubscription]:
+        specs = []
+        for request in requests:
+            if request.prefetch < 1:
+                raise ConfigError(f"prefetch must be at least 1, got {request.prefetch}")
+            specs.append(
+                SubscriptionSpec(
+                    f"sub-{next(self._ids)}",
+                    check_queue_name(request.queue),
+                    request.selector,
+                    request.prefetch,
+                    request.on_delivery,
+                )
+            )
+        if not specs:
+            return []
+
+        def attach(done: Future[None]) -> None:
+            # Every attach goes out first, then all replies are awaited: one round trip.
+            futures: list[Future[None]] = [Future() for _ in specs]
+            _all_of(futures, done)
+            self._engine.subscribe(specs, futures)
+
+        what = f"subscribe to {', '.join(sorted({s.queue for s in specs}))}"
+        try:
+            self._when_open(what, attach)
+        except BoostTenancyError:
+            ids = [spec.id for spec in specs]
+            self._engine.loop.post(lambda: self._forget(ids))
+            raise
+        return [AmqpSubscription(s.id, s.queue, s.selector) for s in specs]
+
+    def _forget(self, subscription_ids: Sequence[str]) -> None:
+        for sub_id in subscription_ids:
+            self._engine.unsubscribe(sub_id)
+
+    def unsubscribe(self, subscription: object) -> None:
+        sub_id = str(getattr(subscription, "id", ""))
+        # Posted after every accept already asked for: they reach the broker before the detach.
+        done = self._engine.loop.submit(lambda: self._engine.unsubscribe(sub_id))
+        try:
+            done.result(self._settings.confirm_timeout_s)
+        except FutureTimeout:
+            raise TransportError("unsubscribe: the AMQP loop did not answer") from None
+
+    # -- settling --------------------------------------------------------------------------------
+    @staticmethod
+    def _token(delivery: Delivery) -> DeliveryToken:
+        token = delivery.token
+        if not isinstance(token, DeliveryToken):
+            raise TransportError("delivery was not made by this AMQP transport")
+        return token
+
+    def ack(self, delivery: Delivery) -> None:
+        token = self._token(delivery)
+        self._engine.loop.post(lambda: self._engine.accept([token]))
+
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        self.send_then_ack_many([(delivery, items)], _raise_if_lost=True)
+
+    def send_then_ack_many(
+        self,
+        moves: Sequence[tuple[Delivery, Sequence[Outgoing]]],
+        *,
+        _raise_if_lost: bool = False,
+    ) -> None:
+        live = [(self._token(d), items) for d, items in moves if self.is_live(d)]
+        if not live:
+            if _raise_if_lost and moves:
+                raise TransportError(
+                    "delivery belongs to a lost connection; the broker redelivers it"
+                )
+            return
+        copies = [item for _, items in live for item in items]
+        tokens = [token for token, _ in live]
+        if self.capabilities.atomic_forward:
+            self._transaction(copies, tokens)
+            return
+        # At least once: every copy is confirmed before the originals are accepted, so a
+        # connection lost in between redelivers an original (a duplicate with the same
+        # boostMessageId), never loses one.
+        if copies:
+            self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
+        self._engine.loop.post(lambda: self._engine.accept(tokens))
+
+    def is_live(self, delivery: Delivery) -> bool:
+        token = self._token(delivery)
+        # Read from another thread: the generation and the settled flag are plain values.
+        return self._engine.is_open and token.generation == self._engine.generation
+
+
+def _all_of(futures: Sequence[Future[None]], done: Future[None]) -> None:
+    """Resolve done when every future has, or with the first failure."""
+    remaining = [len(futures)]
+
+    def one_done(one: Future[None]) -> None:
+        error = one.exception()
+        if error is not None:
+            resolve(done, error)
+            return
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            resolve(done)
+
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
+def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> AmqpTransport:
+    """The registry's factory for amqp:// and amqps:// URLs (see AmqpSettings.from_url)."""
+    return AmqpTransport(AmqpSettings.from_url(url, env))
