@@ -6,9 +6,16 @@ with a native delivery count can let the broker count instead.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
 from typing import Protocol
 
-from boost_tenancy.errors import ConfigError
+import structlog
+
+from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
 from boost_tenancy.resilience.dead_letter import with_error
 from boost_tenancy.resilience.failure import ErrorInfo
@@ -77,15 +84,90 @@ class RepublishRedelivery:
         transport.send_then_ack(delivery, [Outgoing(delivery.queue, copy, delay_ms)])
 
 
+log = structlog.get_logger("boost_tenancy.resilience")
+
+
+class _Timers:
+    """One daemon thread running callbacks when they are due, earliest first."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (time.monotonic() + delay_s, next(self._order), callback))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="held-retries", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    timeout = None if not self._due else self._due[0][0] - time.monotonic()
+                    self._cond.wait(timeout)
+                _, _, callback = heapq.heappop(self._due)
+            callback()
+
+
+class HeldRedelivery(RepublishRedelivery):
+    """For a broker that cannot hold a message back (RabbitMQ's AMQP 1.0 plugin): the original
+    stays unacknowledged, held for this consumer, while a timer waits out the delay; then the
+    copy is sent and the original acknowledged, as RepublishRedelivery does at once.
+
+    Nothing is lost: a connection lost meanwhile makes the broker redeliver the original, with
+    the attempt it had (not counted again). A held message occupies one prefetch slot until its
+    delay ends, so a subscription's prefetch bounds how many wait at once.
+    """
+
+    def __init__(self, timers: _Timers | None = None) -> None:
+        super().__init__(native_count=False)
+        self._timers = timers or _TIMERS
+
+    def retry(
+        self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
+    ) -> None:
+        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1, error)
+        self._later(transport, delivery, Outgoing(delivery.queue, copy), delay_ms)
+
+    def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
+        copy = _copy_with_attempt(delivery, _attempt_property(delivery))
+        self._later(transport, delivery, Outgoing(delivery.queue, copy), delay_ms)
+
+    def _later(
+        self, transport: Transport, delivery: Delivery, copy: Outgoing, delay_ms: int
+    ) -> None:
+        if delay_ms <= 0:
+            transport.send_then_ack(delivery, [copy])
+            return
+
+        def forward() -> None:
+            if not transport.is_live(delivery):
+                return  # its connection is gone: the broker redelivers the original
+            try:
+                transport.send_then_ack(delivery, [copy])
+            except BoostTenancyError as exc:
+                log.warning("held_retry_failed", queue=delivery.queue, error=str(exc))
+            except Exception:  # the timer thread serves every held message: it must go on
+                log.exception("held_retry_failed", queue=delivery.queue)
+
+        self._timers.call_later(delay_ms / 1000.0, forward)
+
+
+_TIMERS = _Timers()
+
+
 def strategy_for(capabilities: TransportCapabilities) -> RedeliveryStrategy:
     """The strategy a transport's capabilities call for.
 
-    Retries back off on the broker, so a transport must hold messages back (delayed_delivery);
-    a native delivery count is used where the broker keeps one.
+    Retries back off on the broker where it holds messages back (delayed_delivery); elsewhere
+    the consumer holds the original unacknowledged for the delay (HeldRedelivery). A native
+    delivery count is used where the broker keeps one.
     """
     if not capabilities.delayed_delivery:
-        raise ConfigError(
-            "the transport cannot delay a message, so retries could not back off; "
-            "use a broker with scheduled delivery (ActiveMQ schedulerSupport, Artemis)"
-        )
+        return HeldRedelivery()
     return RepublishRedelivery(native_count=capabilities.native_delivery_count)

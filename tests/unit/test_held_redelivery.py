@@ -1,0 +1,102 @@
+"""HeldRedelivery: retries and deferrals on a broker that cannot delay a message (RabbitMQ's AMQP
+1.0 plugin) hold the original unacknowledged for the delay, then forward as usual."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from boost_tenancy.resilience.failure import ErrorInfo
+from boost_tenancy.resilience.redelivery import (
+    HeldRedelivery,
+    RepublishRedelivery,
+    strategy_for,
+)
+from boost_tenancy.transports.base import Delivery, Outgoing, TransportCapabilities
+from tests.conftest import wait_until
+
+
+class Recording:
+    """The two transport operations the strategy uses, recorded."""
+
+    def __init__(self) -> None:
+        self.live = True
+        self.moves: list[tuple[float, Delivery, list[Outgoing]]] = []
+        self.lock = threading.Lock()
+
+    def is_live(self, delivery: Delivery) -> bool:
+        return self.live
+
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        with self.lock:
+            self.moves.append((time.monotonic(), delivery, list(items)))
+
+
+def delivery(attempt: str = "2") -> Delivery:
+    return Delivery(
+        queue="q",
+        body="{}",
+        properties={"tenantUUID": "org-A", "boostAttempt": attempt},
+        correlation_id=None,
+        redelivered=False,
+        subscription_id="s",
+    )
+
+
+def capabilities(*, delayed: bool) -> TransportCapabilities:
+    return TransportCapabilities(
+        server_side_selectors=False,
+        native_delivery_count=False,
+        delayed_delivery=delayed,
+        atomic_forward=False,
+        atomic_batches=False,
+        prefetch_counts_messages=True,
+    )
+
+
+def test_a_broker_without_delays_gets_held_redelivery_and_one_with_delays_does_not() -> None:
+    assert isinstance(strategy_for(capabilities(delayed=False)), HeldRedelivery)
+    chosen = strategy_for(capabilities(delayed=True))
+    assert type(chosen) is RepublishRedelivery
+
+
+def test_retry_forwards_the_next_attempt_only_after_the_delay() -> None:
+    transport = Recording()
+    original = delivery("2")
+    started = time.monotonic()
+    HeldRedelivery().retry(transport, original, 300, ErrorInfo.of(RuntimeError("boom")))  # type: ignore[arg-type]
+    assert transport.moves == [], "held: nothing sent, the original not acknowledged"
+    assert wait_until(lambda: len(transport.moves) == 1, timeout=5)
+    at, moved, items = transport.moves[0]
+    assert at - started >= 0.29
+    assert moved is original
+    [(queue, copy, delay_ms)] = items
+    assert (queue, delay_ms) == ("q", 0)
+    assert copy.properties["boostAttempt"] == "3"
+    assert copy.properties["boostErrorType"] == "RuntimeError"
+
+
+def test_defer_keeps_the_attempt_and_a_zero_delay_forwards_at_once() -> None:
+    transport = Recording()
+    HeldRedelivery().defer(transport, delivery("4"), 0)  # type: ignore[arg-type]
+    [(_, _, [(_, copy, _)])] = transport.moves
+    assert copy.properties["boostAttempt"] == "4"
+
+
+def test_a_delivery_whose_connection_is_gone_is_left_to_the_broker() -> None:
+    transport = Recording()
+    HeldRedelivery().retry(transport, delivery(), 100, ErrorInfo.of(ValueError("x")))  # type: ignore[arg-type]
+    transport.live = False
+    time.sleep(0.4)
+    assert transport.moves == [], "the broker redelivers the original; no copy may go out"
+
+
+def test_held_messages_come_due_in_order_of_their_deadlines() -> None:
+    transport = Recording()
+    strategy = HeldRedelivery()
+    for attempt, delay_ms in (("5", 400), ("2", 100), ("3", 250)):
+        strategy.defer(transport, delivery(attempt), delay_ms)  # type: ignore[arg-type]
+    assert wait_until(lambda: len(transport.moves) == 3, timeout=5)
+    order = [items[0].message.properties["boostAttempt"] for _, _, items in transport.moves]
+    assert order == ["2", "3", "5"]
