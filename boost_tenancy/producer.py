@@ -99,14 +99,17 @@ class TenantProducer:
         return message
 
     @contextmanager
-    def batch(self, *, atomic: bool = True) -> Iterator[ProducerBatch]:
+    def batch(self, *, atomic: bool | None = None) -> Iterator[ProducerBatch]:
         """Collect sends and confirm them together when the block ends; nothing on an exception.
 
-        atomic (default): one broker transaction that streams while the block runs, committed at
-        its end and aborted if it raises: all messages stored or none. atomic=False: plain sends
-        written when the block ends and confirmed by one receipt on the last; a failure midway
-        may leave the first part stored (re-send with the same message ids to stay idempotent).
+        atomic=True: one broker transaction that streams while the block runs, committed at
+        its end and aborted if it raises: all messages stored or none; refused by a broker
+        without transactions (RabbitMQ's AMQP 1.0 plugin). atomic=False: plain sends confirmed
+        together; a failure midway may leave the first part stored (re-send with the same
+        message ids to stay idempotent). None (default): atomic where the broker can do it.
         """
+        if atomic is None:
+            atomic = self._transport.capabilities.atomic_batches
         sink = self._transport.open_batch(atomic=atomic)
         try:
             yield ProducerBatch(sink, _routing=self._routing)

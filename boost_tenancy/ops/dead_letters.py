@@ -96,7 +96,7 @@ class DeadLetterAdmin:
         collector.last = time.monotonic()
         subscription = self._transport.subscribe(
             dead_letter_queue(self._routing.physical(queue, tenant)),
-            selector=tenant_selector(tenant),
+            selector=self._transport.capabilities.guard_selector(tenant_selector(tenant)),
             prefetch=limit,
             on_delivery=collector,
         )

@@ -330,7 +330,10 @@ class ParkedRedrive:
             [
                 # The parked queue holds only this tenant's messages; the selector keeps it so.
                 SubscribeRequest(
-                    move.parked, tenant_selector(move.tenant), self._prefetch, self._receiver(move)
+                    move.parked,
+                    self._transport.capabilities.guard_selector(tenant_selector(move.tenant)),
+                    self._prefetch,
+                    self._receiver(move),
                 )
                 for move in self._moves
             ]

@@ -47,6 +47,14 @@ class TransportCapabilities:
     larger than the window still comes alone. Read by the contract suite; the runner's work
     queue takes whatever arrives and never blocks the receiving thread."""
 
+    def guard_selector(self, selector: SelectorLike) -> SelectorLike | None:
+        """selector where the broker applies it, else None: for reads kept apart by the tenant
+        guard anyway (a per-tenant parked or dead-letter queue, an operator's read that leaves
+        other tenants' messages unacknowledged), so that they work on a broker without
+        selectors. A shared queue's consumers never use this: there the selector is what keeps
+        tenants apart, and a broker without it is refused."""
+        return selector if self.server_side_selectors else None
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:

@@ -99,8 +99,10 @@ class AmqpTransport:
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:
         with self._lock:
+            if self._stopped:
+                raise TransportError("this AmqpTransport was closed; make a new one")
             if self._started:
-                raise TransportError("an AmqpTransport connects once; make a new one")
+                return  # connected already (the runner connects what it is given)
             self._started = True
         opened = self._engine.start()
         try:
