@@ -153,7 +153,7 @@ def _serve(settings: IntegrationsSettings) -> int:
             authenticator=TenantAuthenticator(settings.jwt),
             documents=documents,
             blobs=blobs,
-            producer=TenantProducer(transport),
+            producer=TenantProducer(transport, routing=settings.app.routing),
             max_upload_bytes=settings.max_upload_bytes,
         )
         in_flight = InFlight()

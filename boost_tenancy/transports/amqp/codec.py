@@ -112,7 +112,9 @@ def _marked_text(message: Message) -> bool:
     marker = props.get(TEXT_MARKER_PROPERTY)
     if marker in (TEXT_MARKER_VALUE, BYTES_MARKER_VALUE):
         return bool(marker == TEXT_MARKER_VALUE)
-    content_type = message.content_type or props.get("content-type") or ""
+    content_type: object = message.content_type
+    if not content_type or content_type == "None":  # proton reads an unset one as 'None'
+        content_type = props.get("content-type") or ""
     return str(content_type).lower().startswith(_TEXT_TYPES)
 
 
