@@ -1,6 +1,5 @@
 """The contract suite's axis: every contract test runs on the in-memory models of ActiveMQ
-Classic and Artemis over STOMP, on the real STOMP broker (marked broker), on the AMQP transport
-against the in-process AMQP peer modelling Artemis and RabbitMQ, and on the AMQP transport
+Classic and Artemis over STOMP, on the real STOMP broker (marked broker), and on the AMQP transport
 against the real AMQP 1.0 broker (marked amqp_broker: the local RabbitMQ, or Artemis's acceptor
 named by BOOST_BROKER_AMQP_URL).
 
@@ -16,11 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
-
-try:
-    from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
-except ImportError:  # TEMP
-    AmqpPeer = PeerFlavour = None  # type: ignore
 from boost_tenancy.transports.amqp import AmqpTransport
 from boost_tenancy.transports.amqp.connection import DeliveryToken
 from boost_tenancy.transports.base import Delivery, Transport
@@ -34,17 +28,10 @@ MEMORY_FLAVOURS = {
 }
 
 
-AMQP_PEERS = {
-    "amqp-peer-artemis": PeerFlavour.ARTEMIS if PeerFlavour else None,
-    "amqp-peer-rabbitmq": PeerFlavour.RABBITMQ if PeerFlavour else None,
-}
-
-
 @pytest.fixture(
     params=[
         *MEMORY_FLAVOURS,
         pytest.param("stomp", marks=pytest.mark.broker),
-        *AMQP_PEERS,
         pytest.param("amqp", marks=pytest.mark.amqp_broker),
     ]
 )
@@ -52,14 +39,10 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
     """Connected transports of one kind, closed after the test."""
     made: list[Transport] = []
     broker: InMemoryBroker | None = None
-    peer: AmqpPeer | None = None
     connect: Callable[[], Transport]
     if request.param in MEMORY_FLAVOURS:
         broker = InMemoryBroker(flavour=MEMORY_FLAVOURS[request.param])
         connect = functools.partial(InMemoryTransport, broker)
-    elif request.param in AMQP_PEERS:
-        peer = AmqpPeer(AMQP_PEERS[request.param])
-        connect = functools.partial(open_transport, peer.url)
     elif request.param == "amqp":
         connect = functools.partial(open_transport, request.getfixturevalue("amqp_url"))
     else:
@@ -77,8 +60,6 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
         transport.close()
     if broker is not None:
         broker.close()
-    if peer is not None:
-        peer.close()
 
 
 LoseConnection = Callable[[Transport], None]

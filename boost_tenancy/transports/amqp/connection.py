@@ -437,7 +437,7 @@ class AmqpConnection(Handler):
             error = TransportError(
                 f"refusing to subscribe to {spec.queue!r} with a selector: {self.remote_product} "
                 "does not apply JMS selectors (RabbitMQ 3.10 echoes the filter and delivers every "
-                "message). Use per-tenant queues (BOOST_ROUTING=per-tenant) on this broker."
+                "message). Use per-tenant queues (BOOST_ROUTING=per_tenant) on this broker."
             )
             if future is not None:
                 resolve(future, error)
