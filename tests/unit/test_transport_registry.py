@@ -116,7 +116,7 @@ def test_the_scheme_is_case_insensitive() -> None:
 @pytest.mark.parametrize(
     ("url", "match"),
     [
-        ("amqp://host", r"unknown transport scheme 'amqp'; known: stomp"),
+        ("mqtt://host", r"unknown transport scheme 'mqtt'; known: amqp, amqps, stomp"),
         ("127.0.0.1:61613", r"malformed: expected scheme://"),
         ("", r"malformed"),
         ("stomp://host:notaport", r"malformed \(host or port\)"),
@@ -146,7 +146,7 @@ def test_bad_urls_raise_config_error_naming_the_problem(url: str, match: str) ->
         f"stomp://user:{ENCODED_SECRET}@host?x=1",
         f"stomp://user:{ENCODED_SECRET}@[::1",
         f"stomp://user:{ENCODED_SECRET}@ho st",
-        f"amqp://user:{ENCODED_SECRET}@host",
+        f"mqtt://user:{ENCODED_SECRET}@host",
         f"user:{ENCODED_SECRET}@host",
         f"nothing-but:{ENCODED_SECRET}",
     ],
@@ -219,9 +219,9 @@ def test_a_registered_scheme_replaces_a_built_in_one() -> None:
 
 
 def test_unknown_scheme_errors_name_registered_schemes_too() -> None:
-    register_transport("amqp", lambda url, env: StompTransport())
-    with pytest.raises(ConfigError, match="known: amqp, stomp"):
-        open_transport("kafka://host")
+    register_transport("kafka", lambda url, env: StompTransport())
+    with pytest.raises(ConfigError, match="known: amqp, amqps, kafka, stomp"):
+        open_transport("mqtt://host")
 
 
 @pytest.mark.parametrize("scheme", ["", "1abc", "a b", "stomp://", "ab_c"])
