@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
+import os
 import queue as queue_module
 import socket
 import struct
@@ -844,10 +845,6 @@ class _Engine:
                 self._route(target, encoded, message)
         for consumer, delivery, entry in txn.accepted:
             entry.txn = None
-            if fail and not delivery.settled and self._consumers.get(consumer.link) is consumer:
-                # ProtonTransactionRefsOperation: an unsettled delivery goes back to its consumer,
-                # and the release proton's Transaction.abort sends returns it to the queue
-                continue
             consumer.in_flight.pop(delivery, None)
             delivery.settle()
             entry.holder = None
@@ -982,6 +979,9 @@ class AmqpPeer:
             self._thread.join(timeout=5)
         for sock in (self._listener, *self._engine.sockets):
             sock.close()
+        for fd in self._injector.pipe:  # EventInjector.close leaves its pipe open
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self._thread.is_alive():
             raise PeerError("the AMQP peer's thread did not stop")
         if self._failure is not None:

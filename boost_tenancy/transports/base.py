@@ -30,7 +30,8 @@ class TransportCapabilities:
     Read by resilience.redelivery.strategy_for: the broker's count is added to boostAttempt."""
     delayed_delivery: bool
     """The broker holds a message back for a delay (scheduled delivery).
-    Read by resilience.redelivery.strategy_for, which refuses a transport without it."""
+    Read by resilience.redelivery.strategy_for: without it a retry holds the original
+    unacknowledged for its backoff (HeldRedelivery) instead of scheduling a copy."""
     atomic_forward: bool
     """Sending a copy and acknowledging the original can be one transaction (Classic STOMP).
     Read by the transport's own send_then_ack and send_then_ack_many; where it is False (Artemis

@@ -62,6 +62,14 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
         broker.close()
 
 
+def needs_selectors(factory: TransportFactory) -> None:
+    """Shared queues (the Java services' topology) are kept apart by the broker's selectors: on
+    a broker without them the runner refuses to subscribe (tested in the transport contract),
+    and the per-tenant topology's contract (test_routing_contract) is what holds there."""
+    if not factory().capabilities.server_side_selectors:
+        pytest.skip("shared queues need a broker that applies selectors")
+
+
 LoseConnection = Callable[[Transport], None]
 
 

@@ -29,6 +29,7 @@ from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQL
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
+from tests.contract.conftest import needs_selectors
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
 
@@ -76,13 +77,6 @@ def start_runner(
     )
     runner.start()
     return runner
-
-
-def needs_selectors(factory: TransportFactory) -> None:
-    """These run the shared queue of the Java services, kept apart by the broker's selectors;
-    on a broker without them the per-tenant topology's contract (test_routing_contract) holds."""
-    if not factory().capabilities.server_side_selectors:
-        pytest.skip("shared queues need a broker that applies selectors")
 
 
 def collect(factory: TransportFactory, queue: str, tenant: str | None = None) -> Inbox:

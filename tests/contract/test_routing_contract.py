@@ -34,6 +34,7 @@ from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQL
 from boost_tenancy.routing import DEFAULT_ROUTING, Topology, parked_queue
 from boost_tenancy.selectors import TenantExclusion, tenant_selector
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
+from tests.contract.conftest import needs_selectors
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_ms=50, max_delay_ms=100)
 PER_TENANT = Routing(Topology.PER_TENANT)
@@ -93,14 +94,6 @@ def start_runner(
     )
     runner.start()
     return runner
-
-
-def needs_selectors(factory: TransportFactory) -> None:
-    """Shared queues are kept apart by the broker's selectors: on a broker without them the
-    runner refuses to subscribe (tested in the transport contract), and per-tenant queues are
-    the topology to use."""
-    if not factory().capabilities.server_side_selectors:
-        pytest.skip("shared queues need a broker that applies selectors")
 
 
 def collect(factory: TransportFactory, queue: str, tenant: str | None = None) -> Inbox:

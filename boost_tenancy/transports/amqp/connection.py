@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import structlog
@@ -73,22 +73,15 @@ class SubscriptionSpec:
     on_delivery: base.OnDelivery
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
 class DeliveryToken:
-    """The transport-private handle of a delivery: which connection, which proton delivery,
-    and whether this side settled it (proton's own flag says whether the broker did)."""
+    """The transport-private handle of a delivery: which connection and which of its
+    deliveries. It holds no proton object: those are touched, and freed, on the loop thread
+    only (a worker thread dropping the last reference to one raced the loop and stalled it)."""
 
     generation: int
-    delivery: Delivery
+    number: int
     subscription_id: str
-    settled: bool = False
-
-    def settle(self, outcome: int) -> None:
-        """Settle with outcome and give the link one credit back; on the loop thread."""
-        self.settled = True
-        self.delivery.update(outcome)
-        self.delivery.settle()
-        self.delivery.link.flow(1)
 
 
 @dataclass(slots=True, eq=False)
@@ -172,7 +165,7 @@ class AmqpConnection(Handler):
     def __init__(self, settings: AmqpSettings, name: str = "amqp-transport") -> None:
         super().__init__()
         self.settings = settings
-        self.loop = EventLoop(self, name)
+        self.loop = EventLoop(self, name, on_failure=self.loop_failed)
         self.generation = 0
         self.is_open = False
         self.flavour = AmqpFlavour.OTHER
@@ -186,6 +179,9 @@ class AmqpConnection(Handler):
         self._delay = settings.reconnect_initial_s
         self._senders: dict[str, Sender] = {}
         self._confirms: dict[Delivery, Future[None]] = {}
+        self._held: dict[tuple[int, int], Delivery] = {}
+        """Deliveries handed on and not settled yet, by (generation, number)."""
+        self._numbers = itertools.count(1)
         self._subscriptions: dict[str, SubscriptionSpec] = {}
         self._attaches: dict[Link, _Attach] = {}
         self._receiver_of: dict[str, Link] = {}
@@ -300,13 +296,7 @@ class AmqpConnection(Handler):
         self._conn = None
         self.is_open = False
         error = TransportError(f"AMQP connection to {self.settings.url} lost: {reason}")
-        confirms, self._confirms = self._confirms, {}
-        for future in confirms.values():
-            _fail(future, error)
-        attaches, self._attaches = self._attaches, {}
-        for attach in attaches.values():
-            if attach.future is not None:
-                _fail(attach.future, error)
+        self._fail_waiting(error)
         self._receiver_of = {}
         self._senders = {}
         if not self._first_open.done():
@@ -324,6 +314,31 @@ class AmqpConnection(Handler):
             log.warning("amqp_connection_lost", reason=reason, generation=self.generation)
         delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max_s)
         self.loop.container.schedule(delay, _Timer(self._open_connection))
+
+    def _fail_waiting(self, error: TransportError) -> None:
+        """Fail every send and attach waiting on the connection, and forget its deliveries:
+        the broker takes them back."""
+        confirms, self._confirms = self._confirms, {}
+        for future in confirms.values():
+            resolve(future, error)
+        attaches, self._attaches = self._attaches, {}
+        for attach in attaches.values():
+            if attach.future is not None:
+                resolve(attach.future, error)
+        self._held = {}
+
+    def loop_failed(self, exc: BaseException) -> None:
+        """The loop thread is ending on an error (EventLoop's on_failure): nothing will run
+        again, so everything waiting fails now and the transport reads as closed."""
+        self.is_open = False
+        self._closing = True
+        self._conn = None
+        self._fail_waiting(TransportError(f"the AMQP event loop failed: {exc!r}"))
+        waiting, self._waiting_for_open = self._waiting_for_open, []
+        for task in waiting:
+            task()  # they see is_open False and fail
+        resolve(self._first_open, TransportError(f"the AMQP event loop failed: {exc!r}"))
+        resolve(self._closed)
 
     def abandon(self, reason: str) -> None:
         """Give up the current connection now and reconnect: its deliveries are stale at once
@@ -388,11 +403,9 @@ class AmqpConnection(Handler):
         if not pending:
             resolve(future)
             return
-        waiting = _CountDown(len(pending), future)
-        for delivery in pending:
-            one: Future[None] = Future()
-            one.add_done_callback(waiting.one_done)
-            self._confirms[delivery] = one
+        confirms: list[Future[None]] = [Future() for _ in pending]
+        all_of(confirms, future)
+        self._confirms.update(zip(pending, confirms, strict=True))
 
     def on_delivery(self, event: Event) -> None:
         delivery = _given(event.delivery, "delivery")
@@ -512,7 +525,7 @@ class AmqpConnection(Handler):
                     del self._senders[address]
             error = TransportError(f"the broker closed the sending link: {reason}")
             for delivery in [d for d in self._confirms if d.link == link]:
-                _fail(self._confirms.pop(delivery), error)
+                resolve(self._confirms.pop(delivery), error)
             return
         attach = self._attaches.pop(link, None)
         if attach is None:
@@ -540,6 +553,7 @@ class AmqpConnection(Handler):
         receiver = self._receiver_of.pop(subscription_id, None)
         if receiver is not None:
             self._attaches.pop(receiver, None)
+            self._held = {key: d for key, d in self._held.items() if d.link != receiver}
             # The receiver's own session ends with it: RabbitMQ keeps a detached link's
             # unsettled messages until the session ends (its 0-9-1 core does not requeue on a
             # cancel, measured), Artemis takes them back at the detach. Neither counts them.
@@ -551,7 +565,7 @@ class AmqpConnection(Handler):
         try:
             message = Message()
             message.decode(link.recv(delivery.pending))
-        except ProtonException as exc:
+        except Exception as exc:  # whatever the bytes do, the loop must go on
             link.advance()
             # Bytes no AMQP decoder reads can never be handled: rejected (Artemis: to the
             # dead-letter address), with the reason, instead of stalling the link.
@@ -570,7 +584,8 @@ class AmqpConnection(Handler):
             return  # unsubscribed meanwhile: unsettled, the broker takes it back with the link
         count = int(message.delivery_count or 0)
         spec = attach.spec
-        token = DeliveryToken(self.generation, delivery, spec.id)
+        token = DeliveryToken(self.generation, next(self._numbers), spec.id)
+        self._held[token.generation, token.number] = delivery
         attach.spec.on_delivery(
             base.Delivery(
                 queue=spec.queue,
@@ -586,19 +601,31 @@ class AmqpConnection(Handler):
         )
 
     # -- settling -------------------------------------------------------------------------------
+    def _live(self, token: DeliveryToken) -> Delivery | None:
+        """The proton delivery of token while it can still be settled, else None."""
+        if not self.is_open or token.generation != self.generation:
+            return None
+        delivery = self._held.get((token.generation, token.number))
+        if delivery is None or delivery.link.state & Endpoint.LOCAL_CLOSED:
+            return None
+        return delivery
+
     def is_live(self, token: DeliveryToken) -> bool:
-        return (
-            self.is_open
-            and token.generation == self.generation
-            and not token.settled
-            and not token.delivery.link.state & Endpoint.LOCAL_CLOSED
-        )
+        return self._live(token) is not None
+
+    def _take(self, token: DeliveryToken) -> Delivery:
+        """Remove token's delivery to settle it, giving its link one credit back."""
+        delivery = self._held.pop((token.generation, token.number))
+        delivery.link.flow(1)
+        return delivery
 
     def accept(self, tokens: Sequence[DeliveryToken]) -> None:
         """Accept and settle deliveries still live; stale ones are redelivered by the broker."""
         for token in tokens:
             if self.is_live(token):
-                token.settle(Delivery.ACCEPTED)
+                delivery = self._take(token)
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
 
     def transaction(
         self,
@@ -627,9 +654,7 @@ class AmqpConnection(Handler):
         for queue, message in work.sends:
             transaction.send(self._sender(queue), message)
         for token in work.accepts:
-            token.settled = True
-            transaction.accept(token.delivery)  # settled at once, applied by the commit
-            token.delivery.link.flow(1)
+            transaction.accept(self._take(token))  # settled at once, applied by the commit
         transaction.commit()
 
 
@@ -650,10 +675,6 @@ def _selector_of(source: Terminus | None) -> str | None:
     return None
 
 
-def _fail(future: Future[None], error: BaseException) -> None:
-    resolve(future, error)
-
-
 def resolve(future: Future[None], error: BaseException | None = None) -> None:
     """Resolve future unless its waiter gave up (cancelled it) or it is resolved already."""
     try:
@@ -665,21 +686,18 @@ def resolve(future: Future[None], error: BaseException | None = None) -> None:
         pass
 
 
-@dataclass(slots=True, eq=False)
-class _CountDown:
-    """Resolves future when count sub-futures have; fails it with the first failure."""
+def all_of(futures: Sequence[Future[None]], done: Future[None]) -> None:
+    """Resolve done when every future has, or with the first failure."""
+    remaining = [len(futures)]
 
-    count: int
-    future: Future[None]
-    _failed: bool = field(default=False)
-
-    def one_done(self, one: Future[None]) -> None:
-        if self.future.done():
-            return
+    def one_done(one: Future[None]) -> None:
         error = one.exception()
         if error is not None:
-            resolve(self.future, error)
+            resolve(done, error)
             return
-        self.count -= 1
-        if self.count == 0:
-            resolve(self.future)
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            resolve(done)
+
+    for future in futures:
+        future.add_done_callback(one_done)

@@ -30,10 +30,13 @@ TASKS_EVENT: Final = "boost_tasks"
 class EventLoop:
     """Runs a Container with handler on a daemon thread named name.
 
-    The handler must call run_tasks() from its on_boost_tasks(event) method.
+    The handler must call run_tasks() from its on_boost_tasks(event) method; on_failure is
+    called on the loop thread when the container ends on an error.
     """
 
-    def __init__(self, handler: Handler, name: str) -> None:
+    def __init__(
+        self, handler: Handler, name: str, on_failure: Callable[[BaseException], None]
+    ) -> None:
         self.container = Container(handler)
         self._injector = EventInjector()
         self.container.selectable(self._injector)
@@ -43,6 +46,7 @@ class EventLoop:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._failure: BaseException | None = None
+        self._on_failure = on_failure
 
     def start(self) -> None:
         self._thread.start()
@@ -53,6 +57,7 @@ class EventLoop:
         except BaseException as exc:  # the loop is gone: every waiter must hear of it
             self._failure = exc
             log.exception("amqp_event_loop_failed")
+            self._on_failure(exc)
         finally:
             with self._lock:
                 self._stopped = True

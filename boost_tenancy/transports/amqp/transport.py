@@ -23,6 +23,7 @@ from boost_tenancy.transports.amqp.connection import (
     AmqpConnection,
     DeliveryToken,
     SubscriptionSpec,
+    all_of,
     resolve,
 )
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
@@ -246,7 +247,7 @@ class AmqpTransport:
         def attach(done: Future[None]) -> None:
             # Every attach goes out first, then all replies are awaited: one round trip.
             futures: list[Future[None]] = [Future() for _ in specs]
-            _all_of(futures, done)
+            all_of(futures, done)
             self._engine.subscribe(specs, futures)
 
         what = f"subscribe to {', '.join(sorted({s.queue for s in specs}))}"
@@ -313,25 +314,9 @@ class AmqpTransport:
 
     def is_live(self, delivery: Delivery) -> bool:
         token = self._token(delivery)
-        # Read from another thread: the generation and the settled flag are plain values.
+        # Read from another thread: the connection's generation and state are plain values;
+        # whether the delivery is still unsettled is known on the loop, which drops a stale one.
         return self._engine.is_open and token.generation == self._engine.generation
-
-
-def _all_of(futures: Sequence[Future[None]], done: Future[None]) -> None:
-    """Resolve done when every future has, or with the first failure."""
-    remaining = [len(futures)]
-
-    def one_done(one: Future[None]) -> None:
-        error = one.exception()
-        if error is not None:
-            resolve(done, error)
-            return
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            resolve(done)
-
-    for future in futures:
-        future.add_done_callback(one_done)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> AmqpTransport:
