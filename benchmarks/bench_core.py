@@ -1,4 +1,6 @@
-"""Core throughput benchmark of boost_tenancy against a real ActiveMQ broker over STOMP.
+"""Core throughput benchmark of boost_tenancy against a real ActiveMQ broker over STOMP, or an
+AMQP 1.0 broker with --transport amqp (measurements 1 and 2 against raw python-qpid-proton, in
+bench_amqp.py).
 
 Three measurements, each compared with a raw stomp.py baseline run in the same rounds:
 
@@ -13,6 +15,7 @@ noise of a shared machine affects baseline and candidate alike.
 
     .venv/bin/python benchmarks/bench_core.py [--messages N] [--rounds R] [--tenants T]
                                               [--json out.json]
+    .venv/bin/python benchmarks/bench_core.py --transport amqp [--url amqp://user:pass@host:5672]
 
 The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613),
 with BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when it requires a login (Artemis), as the test
@@ -29,7 +32,6 @@ import multiprocessing
 import os
 import platform
 import queue as queue_mod
-import statistics
 import sys
 import tempfile
 import threading
@@ -39,20 +41,35 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+import bench_amqp
 import stomp
+from bench_common import (
+    CONSUME_TARGET,
+    PUBLISH_TARGET,
+    BenchmarkError,
+    Completion,
+    CompletionObserver,
+    Sample,
+    Series,
+    interleaved,
+    noop_processor,
+    ratio,
+    run_sections,
+    unique_queue,
+    verdict,
+    vm_rss_kib,
+    within,
+)
 
 from boost_tenancy import (
     BoostTenancyError,
-    HandlerContext,
-    IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    TenantId,
-    TenantProcessor,
     TenantProducer,
 )
 from boost_tenancy.observability import configure_logging
@@ -70,25 +87,6 @@ PRELOAD_CHUNK = 1000
 """Messages per preload transaction."""
 HEARTBEAT_MS = StompSettings().heartbeat_ms
 """The raw baselines use the toolkit's connection options, so only the client code differs."""
-CONSUME_TARGET = 0.8
-PUBLISH_TARGET = 0.9
-
-
-class BenchmarkError(RuntimeError):
-    """A measurement did not complete; the message says what was received."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One timed run: messages per second, and CPU time of this process per message."""
-
-    rate: float
-    cpu_us: float
-    """Process CPU time (all threads) per message, in microseconds."""
-
-    @classmethod
-    def of(cls, messages: int, wall_s: float, cpu_s: float) -> Sample:
-        return cls(messages / wall_s, cpu_s / messages * 1e6)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,49 +133,9 @@ class Config:
 
 
 # -- small helpers --------------------------------------------------------------------------------
-def unique_queue(kind: str) -> str:
-    return f"bench.{kind}.{uuid.uuid4().hex[:12]}"
-
-
-def vm_rss_kib() -> int:
-    """Resident set size of this process (VmRSS in /proc/self/status), in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise BenchmarkError("VmRSS not found in /proc/self/status")
-
-
 def json_body(index: int, tenant: str) -> str:
     """The body the toolkit sends for {"n": index} (encode_json_body: tenantUUID appended)."""
     return json.dumps({"n": index, "tenantUUID": tenant}, ensure_ascii=False)
-
-
-T = TypeVar("T")
-
-
-def within(timeout_s: float, what: str, call: Callable[[], T]) -> T:
-    """Run call on a daemon thread and give up after timeout_s.
-
-    Guards the calls that may block without a limit: stomp.py waits for the broker's CONNECTED
-    frame without one, so a broker that accepts the socket but never answers would hang the run.
-    """
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(call())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name=f"bench-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise BenchmarkError(f"{what}: no answer from the broker within {timeout_s:.0f}s")
-    if failure:
-        raise failure[0]
-    return result[0]
 
 
 def connected_transport(cfg: Config, transport: StompTransport | None = None) -> StompTransport:
@@ -185,47 +143,6 @@ def connected_transport(cfg: Config, transport: StompTransport | None = None) ->
     transport = transport or StompTransport(cfg.stomp_settings)
     within(cfg.timeout_s, f"connect to {cfg.host}:{cfg.port}", transport.connect)
     return transport
-
-
-class Completion:
-    """Counts finished messages and stamps the moment the expected number is reached."""
-
-    def __init__(self, expected: int, what: str) -> None:
-        self.expected = expected
-        self.what = what
-        self.count = 0
-        self.finished_at = 0.0
-        self.finished_cpu = 0.0
-        self.problems: list[str] = []
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-
-    def add(self, amount: int = 1) -> None:
-        with self._lock:
-            self.count += amount
-            if self.count >= self.expected and not self._done.is_set():
-                self.finished_at = time.perf_counter()
-                self.finished_cpu = time.process_time()
-                self._done.set()
-
-    def problem(self, text: str) -> None:
-        with self._lock:
-            self.problems.append(text)
-        self._done.set()
-
-    def wait(self, timeout_s: float) -> float:
-        """Block until complete; returns the completion time (perf_counter) or raises."""
-        if not self._done.wait(timeout_s):
-            raise BenchmarkError(
-                f"{self.what}: timed out after {timeout_s:.0f}s with {self.count} of "
-                f"{self.expected} messages"
-            )
-        if self.problems:
-            raise BenchmarkError(
-                f"{self.what}: {self.count} of {self.expected} messages, then: "
-                + "; ".join(self.problems[:5])
-            )
-        return self.finished_at
 
 
 # -- raw stomp.py -------------------------------------------------------------------------------
@@ -323,35 +240,6 @@ def preload(cfg: Config, queue: str, tenants: Sequence[str], per_tenant: int) ->
                     batch.send(queue, tenant, {"n": index})
     finally:
         transport.close()
-
-
-class NoopProcessor(TenantProcessor):
-    """Does nothing with a message: what is left is the toolkit's own cost."""
-
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        return None
-
-
-def noop_processor(queue: str) -> TenantProcessor:
-    """A NoopProcessor consuming queue (queues is a class attribute of a processor)."""
-
-    class Noop(NoopProcessor):
-        queues = (queue,)
-
-    return Noop()
-
-
-class CompletionObserver:
-    """Counts outcomes after the dispatcher has acknowledged; anything but 'processed' fails."""
-
-    def __init__(self, completion: Completion) -> None:
-        self._completion = completion
-
-    def on_outcome(self, tenant: TenantId | None, queue: str, outcome: str) -> None:
-        if outcome == "processed":
-            self._completion.add()
-        else:
-            self._completion.problem(f"unexpected outcome {outcome!r} on {queue}")
 
 
 class TimedStompTransport(StompTransport):
@@ -648,72 +536,6 @@ def run_tenants(cfg: Config, tenants: int, per_tenant: int, prefetch: int) -> Ru
 
 
 # -- rounds, medians, table -----------------------------------------------------------------------
-@dataclass(slots=True)
-class Series:
-    """One figure per round."""
-
-    label: str
-    unit: str
-    values: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-
-Variant = tuple[str, str, Callable[[], Sample]]
-"""(key, label, measurement)."""
-
-
-def interleaved(
-    rounds: int, variants: Sequence[Variant]
-) -> tuple[dict[str, Series], dict[str, Series]]:
-    """Run every variant once per round, rotating the order from round to round.
-
-    Returns the rate series and the CPU-per-message series, by variant key.
-    """
-    rates = {key: Series(label, "msg/s") for key, label, _ in variants}
-    cpu = {key: Series(f"CPU per message: {label}", "us/msg") for key, label, _ in variants}
-    for round_index in range(rounds):
-        shift = round_index % len(variants)
-        for key, label, measure in [*variants[shift:], *variants[:shift]]:
-            print(f"  round {round_index + 1}/{rounds}: {label} ...", file=sys.stderr)
-            sample = measure()
-            rates[key].values.append(sample.rate)
-            cpu[key].values.append(sample.cpu_us)
-    return rates, cpu
-
-
-def ratio(label: str, numerator: Series, denominator: Series) -> Series:
-    return Series(
-        label, "x", [a / b for a, b in zip(numerator.values, denominator.values, strict=True)]
-    )
-
-
-def fmt(value: float, unit: str) -> str:
-    if unit in ("x", "s"):
-        return f"{value:.3f}"
-    if unit in ("MiB", "us/msg"):
-        return f"{value:.1f}"
-    return f"{value:,.0f}"
-
-
-def table(title: str, rows: Sequence[Series], notes: Sequence[str] = ()) -> str:
-    rounds = max(len(row.values) for row in rows)
-    width = max(len(row.label) for row in rows) + 2
-    head = f"{'':<{width}}{'unit':>7}" + "".join(f"{f'r{i + 1}':>10}" for i in range(rounds))
-    lines = [title, head + f"{'median':>10}"]
-    for row in rows:
-        cells = "".join(f"{fmt(v, row.unit):>10}" for v in row.values)
-        lines.append(f"{row.label:<{width}}{row.unit:>7}{cells}{fmt(row.median, row.unit):>10}")
-    lines.extend(notes)
-    return "\n".join(lines)
-
-
-def verdict(value: float, target: float) -> str:
-    return f"{'MET' if value >= target else 'MISSED'} (median {value:.3f}, target >= {target})"
-
-
 def bench_consume(cfg: Config) -> tuple[list[Series], list[str]]:
     print("1. consume rate", file=sys.stderr)
     n = cfg.messages
@@ -721,6 +543,7 @@ def bench_consume(cfg: Config) -> tuple[list[Series], list[str]]:
         warm = min(n, 1000)
         consume_raw(cfg, warm, hand_off=True)
         consume_toolkit(cfg, warm, cfg.workers)
+    failures: list[str] = []
     rates, cpu = interleaved(
         cfg.rounds,
         [
@@ -741,6 +564,7 @@ def bench_consume(cfg: Config) -> tuple[list[Series], list[str]]:
             ),
             ("runner1", "ProcessorRunner, workers=1 (info)", lambda: consume_toolkit(cfg, n, 1)),
         ],
+        failures,
     )
     target = ratio("runner / worker-thread baseline", rates["runner"], rates["hand_off"])
     rows = [
@@ -756,7 +580,7 @@ def bench_consume(cfg: Config) -> tuple[list[Series], list[str]]:
         + verdict(target.median, CONSUME_TARGET),
         "rate: messages / (subscribe call -> last ack written); CPU: this process, all threads",
     ]
-    return rows, notes
+    return rows, [*notes, *failures]
 
 
 def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
@@ -765,6 +589,7 @@ def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
     if cfg.warmup:
         publish_raw(cfg, min(n, 1000), confirm="last")
         publish_toolkit(cfg, min(n, 1000), batch=True)
+    failures: list[str] = []
     rates, cpu = interleaved(
         cfg.rounds,
         [
@@ -799,6 +624,7 @@ def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
                 lambda: publish_toolkit(cfg, m, batch=False),
             ),
         ],
+        failures,
     )
     target = ratio("batch() / raw receipt-on-last", rates["batch_tx"], rates["raw"])
     rows = [
@@ -815,7 +641,7 @@ def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
         + verdict(target.median, PUBLISH_TARGET),
         "rate: messages / (first send -> receipt of the last send or of the commit)",
     ]
-    return rows, notes
+    return rows, [*notes, *failures]
 
 
 def bench_tenants(cfg: Config) -> tuple[list[Series], list[str]]:
@@ -928,8 +754,19 @@ def broker_info(cfg: Config) -> BrokerInfo:
         transport.close()
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--transport",
+        choices=["stomp", "amqp"],
+        default="stomp",
+        help="stomp: the broker of BOOST_BROKER_HOST/BOOST_BROKER_STOMP_PORT; amqp: --url",
+    )
+    parser.add_argument(
+        "--url",
+        help="AMQP 1.0 broker of --transport amqp (default: BOOST_BROKER_AMQP_URL, else "
+        f"{bench_amqp.DEFAULT_URL}, the local RabbitMQ)",
+    )
     parser.add_argument("--messages", type=int, default=5000, help="messages per run (1, 2)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tenants", type=int, default=1000, help="tenants of measurement 3")
@@ -938,7 +775,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
     parser.add_argument("--workers", type=int, default=4, help="ProcessorRunner workers")
     parser.add_argument("--tenant-prefetch", type=int, default=1, help="prefetch of 3")
     parser.add_argument(
-        "--confirmed-messages", type=int, default=1000, help="messages of the per-send receipt runs"
+        "--confirmed-messages",
+        type=int,
+        default=1000,
+        help="messages of the runs confirming each send before the next",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per wait")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
@@ -947,10 +787,22 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
-    for name in ("messages", "rounds", "tenants", "per_tenant", "prefetch", "workers"):
+    for name in (
+        "messages",
+        "rounds",
+        "tenants",
+        "per_tenant",
+        "prefetch",
+        "workers",
+        "confirmed_messages",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    cfg = Config(
+    return parser, args
+
+
+def stomp_config(args: argparse.Namespace) -> Config:
+    return Config(
         host=os.environ.get("BOOST_BROKER_HOST", "127.0.0.1"),
         port=int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613")),
         messages=args.messages,
@@ -967,11 +819,34 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
         username=os.environ.get("BOOST_BROKER_USER") or None,
         password=os.environ.get("BOOST_BROKER_PASSWORD") or None,
     )
-    return cfg, args.json
+
+
+def amqp_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bench_amqp.AmqpConfig:
+    if args.only and "tenants" in args.only:
+        parser.error("--only tenants: measurement 3 runs over STOMP only")
+    url = args.url or os.environ.get("BOOST_BROKER_AMQP_URL", "").strip() or bench_amqp.DEFAULT_URL
+    return bench_amqp.AmqpConfig(
+        url=url,
+        messages=args.messages,
+        rounds=args.rounds,
+        prefetch=args.prefetch,
+        workers=args.workers,
+        confirmed_messages=args.confirmed_messages,
+        timeout_s=args.timeout,
+        warmup=not args.no_warmup,
+        sections=tuple(args.only or ("consume", "publish")),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg, json_path = parse_args(argv)
+    parser, args = parse_args(argv)
+    if args.transport == "amqp":
+        amqp_cfg = amqp_config(parser, args)
+        configure_logging("console", "INFO")
+        return bench_amqp.run(amqp_cfg, args.json)
+    if args.url is not None:
+        parser.error("--url names an AMQP broker: add --transport amqp")
+    cfg = stomp_config(args)
     configure_logging("console", "INFO")
     broker = broker_info(cfg)
     cfg = replace(cfg, flavour=broker.flavour)
@@ -987,17 +862,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"tenant_prefetch={cfg.tenant_prefetch} confirmed_messages={cfg.confirmed_messages}\n"
         "figures per round (r1..), median over rounds; ratios are taken per round"
     )
-    sections: list[tuple[str, Callable[[Config], tuple[list[Series], list[str]]]]] = [
-        ("consume", bench_consume),
-        ("publish", bench_publish),
-        ("tenants", bench_tenants),
-    ]
     titles = {
         "consume": f"1. Consume rate ({cfg.messages} preloaded messages, prefetch={cfg.prefetch})",
         "publish": f"2. Publish rate ({cfg.messages} persistent messages)",
         "tenants": f"3. {cfg.tenants} tenants on one queue ({cfg.per_tenant} messages each)",
     }
-    print(header, flush=True)
+    measurements = {"consume": bench_consume, "publish": bench_publish, "tenants": bench_tenants}
     report: dict[str, Any] = {
         "config": cfg.report(),
         "broker": {
@@ -1005,19 +875,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             "flavour": broker.flavour.value,
             "capabilities": broker.capabilities,
         },
-        "sections": {},
     }
-    for name, run in sections:
-        if name not in cfg.sections:
-            continue
-        rows, notes = run(cfg)
-        print("\n" + table(titles[name], rows, notes), flush=True)
-        report["sections"][name] = {
-            "rows": [{**asdict(row), "median": row.median} for row in rows],
-            "notes": list(notes),
-        }
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
+    run_sections(
+        header,
+        [
+            (name, titles[name], partial(measure, cfg))
+            for name, measure in measurements.items()
+            if name in cfg.sections
+        ],
+        report,
+        args.json,
+    )
     return 0
 
 
