@@ -65,7 +65,13 @@ def compute_backoff(
 
 @dataclass(frozen=True, slots=True)
 class RetryMiddleware:
-    """Handler exceptions to outcomes: permanent -> dead letter, others -> retry up to the cap."""
+    """Handler exceptions to outcomes: permanent -> dead letter, others -> retry up to the cap.
+
+    A delivery past the cap is dead-lettered without calling the handler: only a broker that
+    counts deliveries (native_delivery_count) gets there, when earlier deliveries ended with no
+    outcome at all because the worker died or lost its connection during the handler. Without
+    this a message that kills its worker would be redelivered for ever.
+    """
 
     policy: RetryPolicy
     rand: Callable[[], float] | None = None
@@ -73,6 +79,18 @@ class RetryMiddleware:
     def __call__(
         self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler
     ) -> Outcome:
+        if message.attempt > self.policy.max_attempts:
+            return DeadLetter(
+                error=ErrorInfo(
+                    type="DeliveryLimitExceeded",
+                    text=(
+                        f"delivery {message.attempt} of a message allowed "
+                        f"{self.policy.max_attempts}: the earlier deliveries ended without an "
+                        "outcome (the worker died or lost its connection while handling it)"
+                    ),
+                ),
+                reason=DeadLetterReason.EXHAUSTED,
+            )
         try:
             return call_next(message, ctx)
         except BaseException as exc:  # SystemExit too: a handler must never end a worker

@@ -1,7 +1,8 @@
 """The contract suite's axis: every contract test runs on the in-memory models of ActiveMQ
-Classic and Artemis over STOMP, on the real STOMP broker (marked broker), and on the AMQP transport
-against the real AMQP 1.0 broker (marked amqp_broker: the local RabbitMQ, or Artemis's acceptor
-named by BOOST_BROKER_AMQP_URL).
+Classic and Artemis over STOMP, on the in-process AMQP 1.0 models of Artemis and RabbitMQ
+(boost_tenancy.testing.amqp_peer), on the real STOMP broker (marked broker), and on the AMQP
+transport against the real AMQP 1.0 broker (marked amqp_broker: the local RabbitMQ, or Artemis's
+acceptor named by BOOST_BROKER_AMQP_URL).
 
 A test whose expectation differs by broker reads it from the transport's capabilities, never
 from the name of the transport or the broker.
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
+from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.amqp import AmqpTransport
 from boost_tenancy.transports.amqp.connection import DeliveryToken
 from boost_tenancy.transports.base import Delivery, Transport
@@ -26,11 +28,16 @@ MEMORY_FLAVOURS = {
     "memory-classic": BrokerFlavour.CLASSIC,
     "memory-artemis": BrokerFlavour.ARTEMIS,
 }
+AMQP_PEERS = {
+    "amqp-peer-artemis": PeerFlavour.ARTEMIS,
+    "amqp-peer-rabbitmq": PeerFlavour.RABBITMQ,
+}
 
 
 @pytest.fixture(
     params=[
         *MEMORY_FLAVOURS,
+        *AMQP_PEERS,
         pytest.param("stomp", marks=pytest.mark.broker),
         pytest.param("amqp", marks=pytest.mark.amqp_broker),
     ]
@@ -38,11 +45,14 @@ MEMORY_FLAVOURS = {
 def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFactory]:
     """Connected transports of one kind, closed after the test."""
     made: list[Transport] = []
-    broker: InMemoryBroker | None = None
+    broker: InMemoryBroker | AmqpPeer | None = None
     connect: Callable[[], Transport]
     if request.param in MEMORY_FLAVOURS:
         broker = InMemoryBroker(flavour=MEMORY_FLAVOURS[request.param])
         connect = functools.partial(InMemoryTransport, broker)
+    elif request.param in AMQP_PEERS:
+        broker = AmqpPeer(AMQP_PEERS[request.param])
+        connect = functools.partial(open_transport, broker.url)
     elif request.param == "amqp":
         connect = functools.partial(open_transport, request.getfixturevalue("amqp_url"))
     else:
@@ -71,6 +81,21 @@ def needs_selectors(factory: TransportFactory) -> None:
 
 
 LoseConnection = Callable[[Transport], None]
+
+
+def lose_connection_now(transport: Transport) -> None:
+    """Drop transport's connection as a crash would (no orderly close): the broker takes back
+    what was unsettled, and the transport reconnects and resubscribes by itself. The test
+    reaches in: no API drops a socket."""
+    if isinstance(transport, InMemoryTransport):
+        transport.drop_connection()
+    elif isinstance(transport, AmqpTransport):
+        transport._engine.loop.post(lambda: transport._engine.abandon("lost for the test"))
+    else:
+        assert isinstance(transport, StompTransport)
+        link = transport._connection.live()
+        if link is not None:
+            link.disconnect()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQL
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
-from tests.contract.conftest import needs_selectors
+from tests.contract.conftest import lose_connection_now, needs_selectors
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
 
@@ -42,10 +42,16 @@ class Recorder(TenantProcessor):
         self.seen: list[tuple[str, Any, int]] = []
         self._lock = threading.Lock()
 
+    crash: Any = None
+    """Called by mode "crash": loses the runner's connection, as a worker dying would."""
+
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
         with self._lock:
             self.seen.append((ctx.tenant.value, message.data, ctx.attempt))
         mode = message.data.get("mode")
+        if mode == "crash":
+            self.crash()
+            return  # its ack is stale: the broker has the message back
         if mode == "fail":
             raise RuntimeError("always fails")
         if mode == "permanent":
@@ -131,6 +137,39 @@ def test_always_failing_handler_reaches_dlq_after_exactly_the_cap(
         (3, FailureOutcome.DEAD_LETTER),
     ]
     assert all(r.queue == queue and r.error_type == "RuntimeError" for r in records)
+
+
+def test_a_message_that_kills_its_worker_is_counted_and_dead_lettered_after_the_cap(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    """Each delivery ends with the connection lost mid-handler and no outcome. A broker that
+    counts deliveries lets the runner count them: after the cap the message is dead-lettered
+    without calling the handler again. Over STOMP there is no count: such a message comes back
+    for ever (docs/resilience.md), so the test needs the capability."""
+    needs_selectors(transport_factory)
+    if not transport_factory().capabilities.native_delivery_count:
+        pytest.skip("the broker counts no deliveries (native_delivery_count): docs/resilience.md")
+    queue = unique_queue("cmd")
+    processor = Recorder(queue)
+    runner_transport = transport_factory()
+    processor.crash = lambda: lose_connection_now(runner_transport)
+    runner = ProcessorRunner(
+        processor,
+        runner_transport,
+        ["org-A"],
+        error_store=store,
+        settings=RunnerSettings(workers=1, prefetch=1, dispatch=DispatchSettings(retry=FAST_RETRY)),
+    )
+    runner.start()
+    dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
+    sent = TenantProducer(transport_factory()).send(queue, "org-A", {"mode": "crash"})
+    assert wait_until(lambda: len(dlq) == 1, timeout=20)
+    runner.stop(grace_s=5)
+    assert [seen[2] for seen in processor.seen] == [1, 2, 3]
+    dead = dlq.items[0]
+    assert dead.properties["boostMessageId"] == sent.message_id
+    assert dead.properties["boostDeadLetterReason"] == "exhausted"
+    assert "ended without an outcome" in dead.properties["boostError"]
 
 
 def test_permanent_error_is_dead_lettered_at_once(

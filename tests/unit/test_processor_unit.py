@@ -235,14 +235,31 @@ def test_other_failures_are_retried_below_the_cap(exc: Exception, attempt: int) 
     )
 
 
-@pytest.mark.parametrize("attempt", [3, 4])
-def test_other_failures_are_dead_lettered_as_exhausted_at_the_cap(attempt: int) -> None:
+def test_other_failures_are_dead_lettered_as_exhausted_at_the_cap() -> None:
+    attempt = FAST.max_attempts
     outcome = RetryMiddleware(FAST)(incoming(attempt), context(attempt), raising(RuntimeError("x")))
     assert isinstance(outcome, DeadLetter)
     assert outcome.reason is DeadLetterReason.EXHAUSTED
     assert (outcome.error.type, outcome.error.text) == ("RuntimeError", "RuntimeError: x")
     assert outcome.error.trace is not None
     assert "raise exc" in outcome.error.trace, "the trace names the line that raised"
+
+
+def test_a_delivery_past_the_cap_is_dead_lettered_without_calling_the_handler() -> None:
+    """Only a broker's own count gets there: earlier deliveries ended with no outcome."""
+    called: list[int] = []
+
+    def handler(message: IncomingMessage, ctx: HandlerContext) -> Ack:
+        called.append(message.attempt)
+        return Ack()
+
+    attempt = FAST.max_attempts + 1
+    outcome = RetryMiddleware(FAST)(incoming(attempt), context(attempt), handler)
+    assert called == []
+    assert isinstance(outcome, DeadLetter)
+    assert outcome.reason is DeadLetterReason.EXHAUSTED
+    assert outcome.error.type == "DeliveryLimitExceeded"
+    assert f"delivery {attempt} of a message allowed {FAST.max_attempts}" in outcome.error.text
 
 
 def test_single_attempt_policy_dead_letters_the_first_failure() -> None:
