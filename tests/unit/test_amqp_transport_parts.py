@@ -4,7 +4,7 @@ open frame and its capabilities, and the message codec."""
 from __future__ import annotations
 
 import pytest
-from proton import Message
+from proton import Message, byte, int32, ulong
 
 from boost_tenancy.errors import ConfigError, MessageEncodeError
 from boost_tenancy.messages import WireMessage
@@ -125,3 +125,9 @@ def test_stomp_artefacts_are_dropped_and_a_marked_data_body_is_text() -> None:
 def test_properties_of_other_types_read_as_jms_string_properties() -> None:
     came = Message(body="x", properties={"n": 5, "flag": True, "name": "a"})
     assert properties_of(round_trip(came)) == {"n": "5", "flag": "true", "name": "a"}
+
+
+def test_proton_number_types_read_as_plain_digits() -> None:
+    """A JMS int property arrives as an AMQP int, which proton prints as int32(5)."""
+    came = Message(body="x", properties={"i": int32(5), "b": byte(-1), "u": ulong(7)})
+    assert properties_of(round_trip(came)) == {"i": "5", "b": "-1", "u": "7"}

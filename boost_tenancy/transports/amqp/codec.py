@@ -1,5 +1,6 @@
-"""Messages to and from AMQP 1.0: what the toolkit's WireMessage becomes on the wire, and what
-a delivered proton Message becomes for the toolkit.
+"""Messages to and from AMQP 1.0: what the toolkit's WireMessage becomes on the wire (to_amqp,
+as a proton Message; encoding.py writes the same bytes itself), and what a delivered message
+becomes for the toolkit (from a proton Message, or from the parts decoding.py reads).
 
 Text travels as an amqp-value string (a Java JMS consumer on Artemis reads a TextMessage), bytes
 as a data section (a BytesMessage); properties as string application-properties (JMS string
@@ -42,7 +43,7 @@ def to_amqp(message: WireMessage, delay_ms: int = 0) -> Message:
     body: Any = message.body
     if isinstance(body, str):
         properties[TEXT_MARKER_PROPERTY] = TEXT_MARKER_VALUE
-        if _has_surrogates(body):
+        if has_surrogates(body):
             body = wire_body(body)  # raises MessageEncodeError for a surrogate of no byte
     else:
         properties[TEXT_MARKER_PROPERTY] = BYTES_MARKER_VALUE
@@ -62,7 +63,8 @@ def to_amqp(message: WireMessage, delay_ms: int = 0) -> Message:
     return out
 
 
-def _has_surrogates(text: str) -> bool:
+def has_surrogates(text: str) -> bool:
+    """Whether text holds surrogates (invalid UTF-8 it was decoded from): no string form."""
     if text.isascii():
         return False
     try:
@@ -75,7 +77,11 @@ def _has_surrogates(text: str) -> bool:
 def properties_of(message: Message) -> dict[str, str]:
     """application-properties as strings, the way a JMS getStringProperty reads them; the
     artefacts of a STOMP sender and the body-type marker left out."""
-    raw: Mapping[Any, Any] = message.properties or {}
+    return text_properties(message.properties or {})
+
+
+def text_properties(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """properties_of() for the application-properties as decoded."""
     return {
         str(key): _as_text(value)
         for key, value in raw.items()
@@ -84,8 +90,15 @@ def properties_of(message: Message) -> dict[str, str]:
 
 
 def _as_text(value: object) -> str:
+    if type(value) is str:
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    # proton's own number types print their type (a JMS int property 5 is int32(5)).
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return str(float(value))
     if isinstance(value, bytes | memoryview):
         return bytes(value).decode("utf-8", "replace")
     return str(value)
@@ -95,29 +108,50 @@ def body_of(message: Message) -> Body:
     """The body as the toolkit hands it on: an amqp-value string is text; a data section (or
     binary value) is bytes unless its sender marked it text (boostBodyType, or a text
     content-type), as a STOMP sender's text reaches an AMQP reader on Artemis."""
-    body = message.body
+    return delivered_body(message.body, message.properties or {}, message.content_type)
+
+
+def delivered_body(body: object, properties: Mapping[Any, Any], content_type: object) -> Body:
+    """body_of() for a body, application-properties and content-type as decoded."""
     if isinstance(body, str):
         return body
     if isinstance(body, bytes | bytearray | memoryview):
         data = bytes(body)
-        return data.decode("utf-8", "surrogateescape") if _marked_text(message) else data
+        return (
+            data.decode("utf-8", "surrogateescape")
+            if _marked_text(properties, content_type)
+            else data
+        )
     if body is None:
         return b""
     # An amqp-sequence or a map from a foreign producer: its text form, never silently lost.
     return str(body)
 
 
-def _marked_text(message: Message) -> bool:
-    props: Mapping[Any, Any] = message.properties or {}
-    marker = props.get(TEXT_MARKER_PROPERTY)
+def _marked_text(properties: Mapping[Any, Any], content_type: object) -> bool:
+    marker = properties.get(TEXT_MARKER_PROPERTY)
     if marker in (TEXT_MARKER_VALUE, BYTES_MARKER_VALUE):
         return bool(marker == TEXT_MARKER_VALUE)
-    content_type: object = message.content_type
     if not content_type or content_type == "None":  # proton reads an unset one as 'None'
-        content_type = props.get("content-type") or ""
+        content_type = properties.get("content-type") or ""
     return str(content_type).lower().startswith(_TEXT_TYPES)
 
 
 def correlation_of(message: Message) -> str | None:
-    value = message.correlation_id
+    return text_or_none(message.correlation_id)
+
+
+def text_or_none(value: object) -> str | None:
+    """A correlation id as decoded, as text."""
     return None if value is None else _as_text(value)
+
+
+def message_id_text(value: object) -> str | None:
+    """The broker's message id as decoded, as text: a binary one in hex, a number in digits
+    (stable, unlike the repr of the memoryview proton hands over for a binary, which
+    inbound.adopt would seed an id with, or proton's 'ulong(5)')."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return _as_text(value)

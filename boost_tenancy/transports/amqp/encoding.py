@@ -1,0 +1,125 @@
+"""Writing an outgoing message's bytes on the sending thread: the AMQP 1.0 encoding of what
+codec.to_amqp makes of a WireMessage, written in Python, so the loop thread only streams bytes.
+
+proton's Message copies every value into C one call at a time and encodes it there when it is
+sent, on the loop thread: a third of the loop thread's time when publishing (profiled), and 25
+us per message of the benchmark's shape against 5 us here (measured on the same machine).
+The sections are the ones to_amqp's Message encodes to, in the same encodings as proton's
+(tests/unit/test_amqp_encoding.py compares the two): header (durable), message annotations
+(a delivery delay), properties (correlation-id), application-properties (strings) and the body
+(text: an amqp-value string; bytes: a data section).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from proton import Delivery, Sender
+
+from boost_tenancy.errors import MessageEncodeError
+from boost_tenancy.messages import WireMessage, wire_body
+from boost_tenancy.transports.amqp.codec import DELIVERY_DELAY, has_surrogates
+from boost_tenancy.transports.stomp.frames import (
+    BYTES_MARKER_VALUE,
+    TEXT_MARKER_PROPERTY,
+    TEXT_MARKER_VALUE,
+    header_value,
+)
+
+_U32: Final = struct.Struct(">I").pack
+_I64: Final = struct.Struct(">q").pack
+_LONG_MAX: Final = 2**63 - 1
+
+_HEADER_DURABLE: Final = b"\x00\x53\x70\xc0\x02\x01\x41"
+"""header: a list of one element, durable true."""
+_HEADER_EMPTY: Final = b"\x00\x53\x70\x45"
+_MESSAGE_ANNOTATIONS: Final = b"\x00\x53\x72"
+_PROPERTIES: Final = b"\x00\x53\x73"
+_PROPERTIES_EMPTY: Final = _PROPERTIES + b"\x45"
+_APPLICATION_PROPERTIES: Final = b"\x00\x53\x74"
+_DATA: Final = b"\x00\x53\x75"
+_AMQP_VALUE: Final = b"\x00\x53\x77"
+_NULLS_BEFORE_CORRELATION: Final = b"\x40" * 5
+"""message-id, user-id, to, subject, reply-to: unset."""
+
+
+class EncodedMessage:
+    """A message's bytes, sent as proton sends a Message: Sender.send and Transaction.send call
+    its send(sender, tag)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def send(self, sender: Sender, tag: str | None = None) -> Delivery:
+        delivery = sender.delivery(tag or sender.delivery_tag())
+        sender.stream(self.data)
+        sender.advance()
+        return delivery
+
+
+def encode_message(message: WireMessage, delay_ms: int = 0) -> EncodedMessage:
+    """The bytes of to_amqp(message, delay_ms); MessageEncodeError for a body the wire cannot
+    carry (see to_amqp), raised before anything is sent."""
+    properties = {header_value(k): header_value(v) for k, v in message.properties.items()}
+    body = message.body
+    if isinstance(body, str):
+        properties[TEXT_MARKER_PROPERTY] = TEXT_MARKER_VALUE
+        if has_surrogates(body):
+            body = wire_body(body)  # raises MessageEncodeError for a surrogate of no byte
+    else:
+        properties[TEXT_MARKER_PROPERTY] = BYTES_MARKER_VALUE
+    parts = [_HEADER_DURABLE if message.persistent else _HEADER_EMPTY]
+    if delay_ms > 0:
+        parts.append(_delay(delay_ms))
+    correlation = message.correlation_id
+    if correlation is None:
+        parts.append(_PROPERTIES_EMPTY)
+    else:
+        parts.append(_PROPERTIES)
+        parts.append(_list(_NULLS_BEFORE_CORRELATION + _string(header_value(correlation)), 6))
+    parts.append(_APPLICATION_PROPERTIES)
+    parts.append(_string_map(properties))
+    if isinstance(body, str):
+        parts.append(_AMQP_VALUE)
+        parts.append(_string(body))
+    else:
+        parts.append(_DATA)
+        parts.append(_variable(body, b"\xa0", b"\xb0"))
+    return EncodedMessage(b"".join(parts))
+
+
+def _delay(delay_ms: int) -> bytes:
+    if delay_ms > _LONG_MAX:
+        raise MessageEncodeError(f"a delay of {delay_ms} ms does not fit the AMQP long it goes in")
+    # A long: one byte when it fits (smalllong), as proton writes it.
+    value = b"\x55" + bytes((delay_ms,)) if delay_ms < 128 else b"\x81" + _I64(delay_ms)
+    entries = _variable(DELIVERY_DELAY.encode("ascii"), b"\xa3", b"\xb3") + value
+    return _MESSAGE_ANNOTATIONS + b"\xd1" + _U32(len(entries) + 4) + _U32(2) + entries
+
+
+def _variable(data: bytes, small: bytes, large: bytes) -> bytes:
+    """A string, symbol or binary: one byte of size when it fits, else four."""
+    size = len(data)
+    if size < 256:
+        return small + bytes((size,)) + data
+    return large + _U32(size) + data
+
+
+def _string(text: str) -> bytes:
+    return _variable(text.encode("utf-8"), b"\xa1", b"\xb1")
+
+
+def _list(elements: bytes, count: int) -> bytes:
+    size = len(elements) + 1
+    if size < 256:
+        return b"\xc0" + bytes((size, count)) + elements
+    return b"\xd0" + _U32(len(elements) + 4) + _U32(count) + elements
+
+
+def _string_map(entries: dict[str, str]) -> bytes:
+    """A map of strings, in four-byte size and count, as proton writes every map."""
+    encoded = b"".join(_string(key) + _string(value) for key, value in entries.items())
+    return b"\xd1" + _U32(len(encoded) + 4) + _U32(2 * len(entries)) + encoded

@@ -1,0 +1,340 @@
+"""Consuming over AMQP: receivers attached with their selector checked in the broker's reply,
+deliveries decoded and handed on once per pass of the loop, held by number until settled, and
+credit given back for what was settled, once per pass.
+
+Loop thread only, like everything the connection handler owns (see connection.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import structlog
+from proton import Condition, Delivery, Described, Link, Receiver, Terminus, symbol
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports import base
+from boost_tenancy.transports.amqp.codec import (
+    delivered_body,
+    message_id_text,
+    text_or_none,
+    text_properties,
+)
+from boost_tenancy.transports.amqp.decoding import read_message
+from boost_tenancy.transports.amqp.events import QUEUE_CAPABILITY
+from boost_tenancy.transports.amqp.waiters import resolve
+
+if TYPE_CHECKING:
+    from boost_tenancy.transports.amqp.connection import AmqpConnection
+
+log = structlog.get_logger("boost_tenancy.transports.amqp")
+
+SELECTOR_FILTER: Final = symbol("apache.org:selector-filter:string")
+"""The source filter that carries a JMS selector (Artemis; Qpid brokers)."""
+
+
+@dataclass(slots=True, eq=False)
+class SubscriptionSpec:
+    """A subscription as asked for; re-attached with the same id after a reconnection."""
+
+    id: str
+    queue: str
+    selector: SelectorLike | None
+    prefetch: int
+    on_delivery: base.OnDelivery
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryToken:
+    """The transport-private handle of a delivery: which connection and which of its
+    deliveries. It holds no proton object: those are touched, and freed, on the loop thread
+    only (a worker thread dropping the last reference to one raced the loop and stalled it)."""
+
+    generation: int
+    number: int
+    subscription_id: str
+
+
+@dataclass(slots=True, eq=False)
+class _Attach:
+    """One receiver of a subscription, from its attach until it is closed or its connection
+    lost."""
+
+    spec: SubscriptionSpec
+    receiver: Receiver
+    future: Future[None] | None
+    """Resolved when the broker confirms the attach; None for a re-attach after reconnecting."""
+    opened: bool = False
+    closed: bool = False
+    """Closed here, or its connection lost: its deliveries can no longer be settled."""
+    owed: int = 0
+    """Credit to give back: deliveries settled since the receiver last got credit."""
+
+
+class Receiving:
+    """The subscriptions of the engine, their receivers on its connection and their deliveries."""
+
+    def __init__(self, engine: AmqpConnection) -> None:
+        self._engine = engine
+        self._subscriptions: dict[str, SubscriptionSpec] = {}
+        self._attaches: dict[Link, _Attach] = {}
+        self._attach_of: dict[str, _Attach] = {}
+        self._held: dict[int, tuple[Delivery, _Attach]] = {}
+        """Deliveries handed on and not settled yet, by number (a token's generation is checked
+        against the engine's: a lost connection empties this)."""
+        self._numbers = itertools.count(1)
+        self._handoff: list[tuple[base.OnDelivery, base.Delivery]] = []
+        """Decoded in this pass of the loop, handed on at its end (pass_ended)."""
+        self._owing: list[_Attach] = []
+
+    # -- attaching ------------------------------------------------------------------------------
+    def subscribe(self, specs: Sequence[SubscriptionSpec], futures: Sequence[Future[None]]) -> None:
+        for spec, future in zip(specs, futures, strict=True):
+            self._subscriptions[spec.id] = spec
+            self._attach(spec, future)
+
+    def attach_all(self) -> None:
+        """Attach every subscription anew on a connection just opened."""
+        for spec in list(self._subscriptions.values()):
+            self._attach(spec, None)
+
+    def _refuse(self, spec: SubscriptionSpec, future: Future[None] | None, problem: str) -> None:
+        self._subscriptions.pop(spec.id, None)
+        if future is not None:
+            resolve(future, TransportError(problem))
+        else:
+            log.error("amqp_subscription_refused", queue=spec.queue, error=problem)
+
+    def _attach(self, spec: SubscriptionSpec, future: Future[None] | None) -> None:
+        engine = self._engine
+        if spec.selector is not None and not engine.capabilities.server_side_selectors:
+            self._refuse(
+                spec,
+                future,
+                f"refusing to subscribe to {spec.queue!r} with a selector: "
+                f"{engine.remote_product} does not apply JMS selectors (RabbitMQ 3.10 echoes the "
+                "filter and delivers every message). Use per-tenant queues "
+                "(BOOST_ROUTING=per_tenant) on this broker.",
+            )
+            return
+        # A session of its own, ended with the subscription: see unsubscribe().
+        session = engine.live_connection().session()
+        session.open()
+        receiver = session.receiver(f"boost-{spec.id}")
+        receiver.handler = engine  # its events straight to the engine, not looked up each time
+        receiver.source.address = engine.flavour.address(spec.queue)
+        receiver.source.capabilities.put_object(QUEUE_CAPABILITY)
+        if spec.selector is not None:
+            filters = receiver.source.filter
+            filters.put_map()
+            filters.enter()
+            filters.put_symbol(symbol("selector"))
+            filters.put_object(Described(SELECTOR_FILTER, spec.selector.render()))
+            filters.exit()
+        receiver.open()
+        attach = _Attach(spec, receiver, future)
+        self._attaches[receiver] = attach
+        self._attach_of[spec.id] = attach
+
+    def link_opened(self, link: Link) -> None:
+        """The broker answered an attach (on_link_remote_open)."""
+        attach = self._attaches.get(link)
+        if attach is None or attach.opened:
+            return
+        if link.remote_source is None or link.remote_source.address is None:
+            return  # a refusal: the detach that follows carries the reason
+        problem = _selector_problem(attach)
+        if problem is not None:
+            self._forget(attach)
+            link.close()
+            self._refuse(attach.spec, attach.future, problem)
+            return
+        attach.opened = True
+        link.flow(attach.spec.prefetch)
+        if attach.future is not None:
+            resolve(attach.future)
+
+    def link_closed(self, link: Link, reason: str) -> None:
+        """The broker closed a receiver (on_link_remote_close): a refused attach fails its
+        waiter; a consumer it ended makes the engine reconnect, which attaches it anew."""
+        attach = self._attaches.get(link)
+        if attach is None:
+            return
+        self._forget(attach)
+        if attach.future is not None and not attach.future.done():
+            self._refuse(
+                attach.spec,
+                attach.future,
+                f"the broker refused the subscription to {attach.spec.queue!r}: {reason}",
+            )
+        elif attach.spec.id in self._subscriptions and self._engine.connection is not None:
+            # A consumer the broker ended would never receive again, and nothing would say so:
+            # drop the connection so that reconnecting attaches every subscription anew.
+            log.warning("amqp_receiver_closed_by_broker", queue=attach.spec.queue, reason=reason)
+            self._engine.abandon(
+                f"the broker closed the receiver of {attach.spec.queue!r}: {reason}"
+            )
+
+    def _forget(self, attach: _Attach) -> None:
+        attach.closed = True
+        self._attaches.pop(attach.receiver, None)
+        if self._attach_of.get(attach.spec.id) is attach:
+            del self._attach_of[attach.spec.id]
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        self._subscriptions.pop(subscription_id, None)
+        attach = self._attach_of.get(subscription_id)
+        if attach is None:
+            return
+        self._forget(attach)
+        self._held = {n: held for n, held in self._held.items() if held[1] is not attach}
+        # The receiver's own session ends with it: RabbitMQ keeps a detached link's unsettled
+        # messages until the session ends (its 0-9-1 core does not requeue on a cancel,
+        # measured), Artemis takes them back at the detach. Neither counts them.
+        attach.receiver.close()
+        attach.receiver.session.close()
+
+    def connection_lost(self, error: TransportError) -> None:
+        """Fail every attach still waiting, and forget every delivery: the broker takes them
+        back."""
+        attaches, self._attaches = self._attaches, {}
+        self._attach_of = {}
+        for attach in attaches.values():
+            attach.closed = True
+            if attach.future is not None:
+                resolve(attach.future, error)
+        self._held = {}
+        self._handoff = []
+        self._owing = []
+
+    # -- receiving ------------------------------------------------------------------------------
+    def incoming(self, link: Link, delivery: Delivery) -> None:
+        """A whole delivery arrived: decode it now, hand it on at the end of the pass."""
+        attach = self._attaches.get(link)
+        try:
+            message = read_message(link.recv(delivery.pending))
+        except Exception as exc:  # whatever the bytes do, the loop must go on
+            link.advance()
+            # Bytes no AMQP decoder reads can never be handled: rejected (Artemis: to the
+            # dead-letter address), with the reason, instead of stalling the link.
+            delivery.local.condition = Condition("amqp:decode-error", f"undecodable message: {exc}")
+            delivery.update(Delivery.REJECTED)
+            delivery.settle()
+            link.flow(1)
+            log.error(
+                "amqp_undecodable_message",
+                queue=attach.spec.queue if attach else None,
+                error=str(exc),
+            )
+            return
+        link.advance()
+        if attach is None:
+            return  # unsubscribed meanwhile: unsettled, the broker takes it back with the link
+        engine = self._engine
+        spec = attach.spec
+        count = message.delivery_count
+        number = next(self._numbers)
+        self._held[number] = (delivery, attach)
+        self._handoff.append(
+            (
+                spec.on_delivery,
+                base.Delivery(
+                    queue=spec.queue,
+                    body=delivered_body(message.body, message.properties, message.content_type),
+                    properties=text_properties(message.properties),
+                    correlation_id=text_or_none(message.correlation_id),
+                    redelivered=engine.flavour.redelivered(count, message.first_acquirer),
+                    subscription_id=spec.id,
+                    delivery_count=count if engine.capabilities.native_delivery_count else None,
+                    broker_message_id=message_id_text(message.message_id),
+                    token=DeliveryToken(engine.generation, number, spec.id),
+                ),
+            )
+        )
+
+    def pass_ended(self) -> None:
+        """The loop is about to wait (on_reactor_quiesced): credit goes back for what was
+        settled in this pass, one flow per receiver, and what arrived is handed on. Handing on
+        here, not per delivery, lets the workers run while the loop waits instead of fighting
+        it for the GIL at every message: the runner made 3.9 voluntary context switches per
+        message with a hand-off per delivery, 1.0 with this (docs/benchmarks.md)."""
+        if self._owing:
+            owing, self._owing = self._owing, []
+            for attach in owing:
+                if not attach.closed:
+                    attach.receiver.flow(attach.owed)
+                attach.owed = 0
+        if self._handoff:
+            handoff, self._handoff = self._handoff, []
+            for on_delivery, delivery in handoff:
+                on_delivery(delivery)
+
+    # -- settling -------------------------------------------------------------------------------
+    def _live(self, token: DeliveryToken) -> tuple[Delivery, _Attach] | None:
+        engine = self._engine
+        if not engine.is_open or token.generation != engine.generation:
+            return None
+        held = self._held.get(token.number)
+        if held is None or held[1].closed:
+            return None
+        return held
+
+    def is_live(self, token: DeliveryToken) -> bool:
+        """Whether token's delivery can still be settled."""
+        return self._live(token) is not None
+
+    def take(self, token: DeliveryToken) -> Delivery:
+        """Remove a live token's delivery to settle it; its receiver is owed one credit."""
+        delivery, attach = self._held.pop(token.number)
+        attach.owed += 1
+        if attach.owed == 1:
+            self._owing.append(attach)
+        return delivery
+
+    def accept(self, tokens: Sequence[DeliveryToken]) -> None:
+        """Accept and settle deliveries still live; stale ones are redelivered by the broker."""
+        for token in tokens:
+            if self._live(token) is not None:
+                delivery = self.take(token)
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+
+
+def _selector_problem(attach: _Attach) -> str | None:
+    """Why the broker's attach reply does not prove the selector is applied, or None.
+
+    Fail closed: a broker that accepts a filter it does not apply delivers every tenant's
+    messages. The reply must carry the filter back, unchanged."""
+    selector = attach.spec.selector
+    if selector is None:
+        return None
+    echoed = _selector_of(attach.receiver.remote_source)
+    if echoed == selector.render():
+        return None
+    what = "no selector filter" if echoed is None else f"the filter {echoed!r}"
+    return (
+        f"refusing to consume {attach.spec.queue!r}: the broker's attach reply carries {what} "
+        f"instead of {selector.render()!r}, so it may deliver other tenants' messages"
+    )
+
+
+def _selector_of(source: Terminus | None) -> str | None:
+    """The JMS selector in a source's filter map, or None."""
+    if source is None:
+        return None
+    data = source.filter
+    data.rewind()
+    if not data.next():
+        return None
+    filters = data.get_object()
+    if not isinstance(filters, dict):
+        return None
+    for value in filters.values():
+        if isinstance(value, Described) and value.descriptor == SELECTOR_FILTER:
+            return str(value.value)
+    return None

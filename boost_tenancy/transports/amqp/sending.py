@@ -1,0 +1,113 @@
+"""Sending over AMQP: one sender per address, and every send confirmed by the broker's
+settlement: a waiter hears of success only when the broker accepted every message it waits
+for, and of the first rejection, release or lost link otherwise.
+
+Loop thread only, like everything the connection handler owns (see connection.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from proton import Delivery, Endpoint, Link, Sender
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.amqp.encoding import EncodedMessage
+from boost_tenancy.transports.amqp.events import QUEUE_CAPABILITY, describe
+from boost_tenancy.transports.amqp.transactions import outcome_of
+from boost_tenancy.transports.amqp.waiters import Countdown, resolve
+
+if TYPE_CHECKING:
+    from boost_tenancy.transports.amqp.connection import AmqpConnection
+
+
+class Sending:
+    """The senders of the engine's connection and the confirmations their waiters expect."""
+
+    def __init__(self, engine: AmqpConnection) -> None:
+        self._engine = engine
+        self._senders: dict[str, Sender] = {}
+        self._confirms: dict[Delivery, Countdown] = {}
+        """Sent and not settled by the broker yet: whose count each one's outcome goes to."""
+        self._names = itertools.count(1)
+
+    def forget_senders(self) -> None:
+        """The connection is new or gone: its senders are of no use any more."""
+        self._senders = {}
+
+    def fail_all(self, error: TransportError) -> None:
+        """Fail every waiter: the connection their sends went out on is gone."""
+        confirms, self._confirms = self._confirms, {}
+        for countdown in dict.fromkeys(confirms.values()):
+            countdown.failed(error)
+
+    def _sender(self, queue: str) -> Sender:
+        engine = self._engine
+        address = engine.flavour.address(queue)
+        sender = self._senders.get(address)
+        if sender is None or sender.state & Endpoint.LOCAL_CLOSED:
+            sender = engine.loop.container.create_sender(
+                engine.live_connection(),
+                target=address,
+                name=f"boost-send-{next(self._names)}",
+                handler=engine,  # its events straight to the engine, not looked up each time
+            )
+            sender.target.capabilities.put_object(QUEUE_CAPABILITY)
+            self._senders[address] = sender
+        return sender
+
+    def send(
+        self,
+        items: Sequence[tuple[str, EncodedMessage]],
+        done: Future[None],
+        transaction: Any = None,
+    ) -> None:
+        """Send items in order, in transaction when one is given, and resolve done once the
+        broker has settled every transfer with accepted (inside a transaction: transactional
+        state with accepted, which Artemis answers each transactional transfer with once it is
+        routed)."""
+        if not items:
+            resolve(done)
+            return
+        countdown = Countdown(len(items), done)
+        confirms = self._confirms
+        for queue, message in items:
+            sender = self._sender(queue)
+            if transaction is None:
+                sent = message.send(sender)
+            else:
+                sent = transaction.send(sender, message)  # which calls message.send(sender)
+            if not isinstance(sent, Delivery):
+                raise TransportError("proton returned no delivery for a sent message")
+            confirms[sent] = countdown
+
+    def update(self, delivery: Delivery) -> None:
+        """The broker updated or settled a sent delivery (on_delivery of a sender link)."""
+        if not delivery.updated and not delivery.settled:
+            return
+        countdown = self._confirms.pop(delivery, None)
+        if countdown is not None:
+            state = outcome_of(delivery)
+            if state == Delivery.ACCEPTED:
+                countdown.confirmed()
+            elif state == Delivery.REJECTED:
+                reason = describe(delivery.remote.condition)
+                countdown.failed(TransportError(f"the broker rejected the message: {reason}"))
+            else:
+                countdown.failed(
+                    TransportError(f"the broker did not take the message (outcome {state})")
+                )
+        if delivery.settled:  # settled by the broker: forget it here too
+            delivery.settle()
+
+    def link_closed(self, link: Link, reason: str) -> None:
+        """The broker closed a sending link: fail what waits on it, make a new one next time."""
+        for address, sender in list(self._senders.items()):
+            if sender == link:
+                del self._senders[address]
+        error = TransportError(f"the broker closed the sending link: {reason}")
+        for delivery in [d for d in self._confirms if d.link == link]:
+            self._confirms.pop(delivery).failed(error)

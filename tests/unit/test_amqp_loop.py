@@ -1,0 +1,99 @@
+"""The AMQP transport's event loop (transports/amqp/loop.py) on its own: every function other
+threads post runs, in order, whether the loop is waiting or busy; one posted while the loop is
+busy runs at the end of the pass, without waking it again."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+from proton import Event, Handler
+
+from boost_tenancy.transports.amqp.loop import EventLoop
+
+
+class LoopHandler(Handler):
+    """The two calls EventLoop asks of its handler, and nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: EventLoop | None = None
+
+    def on_boost_tasks(self, event: Event) -> None:
+        assert self.loop is not None
+        self.loop.run_tasks()
+
+    def on_reactor_quiesced(self, event: Event) -> None:
+        assert self.loop is not None
+        self.loop.run_tasks_before_waiting()
+
+    def on_unhandled(self, method: str, *args: Any) -> None:
+        pass
+
+
+def started_loop() -> EventLoop:
+    handler = LoopHandler()
+    loop = EventLoop(handler, "test-amqp-loop", on_failure=lambda exc: None)
+    handler.loop = loop
+    loop.start()
+    return loop
+
+
+def test_every_posted_task_runs_in_order_from_many_threads() -> None:
+    loop = started_loop()
+    ran: list[tuple[int, int]] = []
+    per_thread = 2_000
+    threads = 3
+    done = threading.Semaphore(0)
+
+    def poster(index: int) -> None:
+        for n in range(per_thread):
+            loop.post(functools.partial(ran.append, (index, n)))
+        loop.post(done.release)
+
+    try:
+        workers = [threading.Thread(target=poster, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for _ in range(threads):
+            assert done.acquire(timeout=30)
+        assert len(ran) == threads * per_thread
+        for index in range(threads):
+            assert [n for i, n in ran if i == index] == list(range(per_thread))
+    finally:
+        loop.stop(5.0)
+
+
+def test_tasks_posted_while_the_loop_is_busy_run_without_waking_it() -> None:
+    loop = started_loop()
+    triggers: list[object] = []
+    real_trigger = loop._injector.trigger  # the test reaches in to count the wake-ups
+
+    def counted_trigger(event: Any) -> None:
+        triggers.append(event)
+        real_trigger(event)
+
+    loop._injector.trigger = counted_trigger  # type: ignore[method-assign]
+    busy = threading.Event()
+    release = threading.Event()
+    ran: list[int] = []
+    finished = threading.Event()
+
+    def long_task() -> None:
+        busy.set()
+        assert release.wait(30)
+
+    try:
+        loop.post(long_task)
+        assert busy.wait(30)
+        woken_before = len(triggers)
+        for n in range(100):
+            loop.post(functools.partial(ran.append, n))
+        loop.post(finished.set)
+        assert len(triggers) == woken_before  # the loop is busy: nobody woke it
+        release.set()
+        assert finished.wait(30)
+        assert ran == list(range(100))
+    finally:
+        loop.stop(5.0)
