@@ -1,8 +1,27 @@
 """The noisy-neighbour benchmark (seed 004): a heavy tenant at 50x a modest tenant's volume.
 
-For each routing topology, the modest tenant's end-to-end latency (send to handler) alone and
-beside the heavy tenant, with the heavy tenant's processor running and stopped; prints p50/p99.
-Each tenant's runner is its own process, as tenants' processors are in production.
+The modest tenant's end-to-end latency (send to handler) alone and beside the heavy tenant, with
+the heavy tenant's processor running and stopped; prints p50/p99, the p99 against the modest
+tenant's p99 alone on the same topology, and how many of its messages never arrived (stuck).
+
+Every runner is configured the way a deployment is by default: AppSettings.from_env with only the
+broker's address, so routing is `routed` and the fairness gate is on with its default limits
+(build_fairness). The comparison rows change only BOOST_ROUTING. Each tenant's runner is its own
+process, as tenants' processors are in production.
+
+Producers of the default (routed) and shared rows send the way a BOOST Java service does: plain
+stomp.py SENDs to the shared queue with persistent:true, the tenantUUID header and a JSON body.
+The per_tenant rows need the toolkit's TenantProducer (only it knows the per-tenant queues).
+
+On a routed queue the heavy backlog is sent all at once either while the runners run (their
+routers move it as it arrives) or before any runner starts (the routers move it first, the modest
+tenant's messages behind it on the shared queue); a third case sends the heavy tenant's messages
+alongside the modest tenant's instead, at 50x its rate, so the volume is the same but spread.
+
+    .venv/bin/python benchmarks/bench_noisy_neighbour.py [--modest 100] [--ratio 50]
+        [--rate 20] [--wait 30] [--only routed,shared,per_tenant] [--json out.json]
+
+The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613).
 """
 
 from __future__ import annotations
@@ -11,88 +30,339 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import statistics
+import queue as queue_mod
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
+
+import stomp
 
 from boost_tenancy import (
     HandlerContext,
     IncomingMessage,
     ProcessorRunner,
-    RunnerSettings,
+    TenantId,
     TenantProcessor,
     TenantProducer,
     open_error_store,
 )
+from boost_tenancy.config import AppSettings
+from boost_tenancy.fairness.gate import FairnessGate
+from boost_tenancy.fairness.settings import build_fairness
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.ops.parking import ParkingSweeper
-from boost_tenancy.routing import Routing, Topology
+from boost_tenancy.routing import Routing, Topology, parked_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 MODEST, HEAVY = "modest", "heavy"
+HEAVY_WORK_S = 0.005
+"""What the heavy tenant's handler does per message."""
+P99_TARGET = 2.0
+
+HeavyState = Literal["none", "running", "stopped"]
+Backlog = Literal["during", "before", "alongside"]
+"""When the heavy tenant's messages are queued: all at once when the runners run ("during") or
+before any starts, or "alongside" the modest tenant's, `ratio` of them before each of its."""
 
 
-def settings() -> StompSettings:
-    return StompSettings(
-        host=os.environ.get("BOOST_BROKER_HOST", "127.0.0.1"),
-        port=int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613")),
-        receipt_timeout_s=60.0,
-    )
+# -- configuration --------------------------------------------------------------------------------
+def broker_env(**extra: str) -> dict[str, str]:
+    """The variables a deployment sets for the broker's address, and nothing else (plus extra)."""
+    return {
+        "BOOST_STOMP_HOST": os.environ.get("BOOST_BROKER_HOST", "127.0.0.1"),
+        "BOOST_STOMP_PORT": os.environ.get("BOOST_BROKER_STOMP_PORT", "61613"),
+        **extra,
+    }
 
 
-class Timed(TenantProcessor):
-    """Records send-to-handler latency; the heavy tenant's handler also does some work."""
+def app_settings(env: Mapping[str, str]) -> AppSettings:
+    """AppSettings.from_env(env), with a receipt timeout that survives a busy 2-core machine."""
+    settings = AppSettings.from_env(env)
+    return replace(settings, stomp=replace(settings.stomp, receipt_timeout_s=60.0))
 
-    def __init__(self, queue: str, out: Any, work_s: float) -> None:
-        self.queues = (queue,)
-        self._out = out
-        self._work_s = work_s
 
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        self._out.put(time.time() - float(message.data["sentAt"]))
-        if self._work_s:
-            time.sleep(self._work_s)
+def build_gate(settings: AppSettings, events: Counter[str] | None = None) -> FairnessGate | None:
+    """The gate the settings ask for (None with BOOST_FAIRNESS=off); counts its events."""
+    if settings.fairness is None:
+        return None
+    counts = events
+
+    def on_event(_tenant: TenantId, event: str) -> None:
+        if counts is not None:
+            counts[event] += 1  # only the admitter thread calls this
+
+    return build_fairness(settings.fairness, workers=settings.runner.workers, on_event=on_event)
+
+
+# -- producers ------------------------------------------------------------------------------------
+class Sender(Protocol):
+    def send(self, queue: str, tenant: str, body: dict[str, Any]) -> None: ...
+
+    def send_many(self, queue: str, tenant: str, bodies: Sequence[dict[str, Any]]) -> None:
+        """Send every body and return once the broker holds all of them."""
+
+    def close(self) -> None: ...
+
+
+class JavaStyleSender:
+    """Sends the way the BOOST Java services do: a plain STOMP SEND to the shared queue, with
+    persistent:true and the tenantUUID header; no toolkit code on the way."""
+
+    def __init__(self, settings: StompSettings) -> None:
+        # No content-length: the broker stores a TextMessage, as a Java service's would be.
+        self._settings = settings
+        self._conn = self._connect()
+
+    def _connect(self) -> stomp.Connection12:
+        conn = stomp.Connection12(
+            [(self._settings.host, self._settings.port)], auto_content_length=False
+        )
+        conn.connect(self._settings.username, self._settings.password, wait=True)
+        return conn
+
+    def send(self, queue: str, tenant: str, body: dict[str, Any]) -> None:
+        self._conn.send(
+            f"/queue/{queue}",
+            json.dumps(body),
+            headers={"tenantUUID": tenant, "persistent": "true"},
+        )
+
+    def send_many(self, queue: str, tenant: str, bodies: Sequence[dict[str, Any]]) -> None:
+        for body in bodies:
+            self.send(queue, tenant, body)
+        # DISCONNECT waits for its receipt, which the broker sends once every earlier SEND of
+        # the connection is stored; then carry on with a fresh connection.
+        self._conn.disconnect()
+        self._conn = self._connect()
+
+    def close(self) -> None:
+        self._conn.disconnect()
+
+
+class ToolkitSender:
+    """TenantProducer: straight to the broker queue the routing names for the tenant."""
+
+    def __init__(self, settings: StompSettings, routing: Routing) -> None:
+        self._transport = StompTransport(settings)
+        self._transport.connect()
+        self._producer = TenantProducer(self._transport, routing=routing)
+
+    def send(self, queue: str, tenant: str, body: dict[str, Any]) -> None:
+        self._producer.send(queue, tenant, body)
+
+    def send_many(self, queue: str, tenant: str, bodies: Sequence[dict[str, Any]]) -> None:
+        with self._producer.batch() as batch:
+            for body in bodies:
+                batch.send(queue, tenant, body)
+
+    def close(self) -> None:
+        self._transport.close()
+
+
+def drain(settings: StompSettings, queues: Sequence[str], idle_s: float = 1.0) -> int:
+    """Consume (auto-ack) whatever is left on queues until none arrives for idle_s, so the
+    broker is not left holding thousands of messages per run; returns how many."""
+    count = 0
+    last = time.monotonic()
+    lock = threading.Lock()
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: Any) -> None:
+            nonlocal count, last
+            with lock:
+                count += 1
+                last = time.monotonic()
+
+    conn = stomp.Connection12([(settings.host, settings.port)])
+    conn.set_listener("drain", Listener())
+    conn.connect(settings.username, settings.password, wait=True)
+    for index, name in enumerate(queues):
+        conn.subscribe(
+            f"/queue/{name}",
+            id=f"drain-{index}",
+            ack="auto",
+            headers={"activemq.prefetchSize": "1000"},
+        )
+    last = time.monotonic()
+    while True:
+        time.sleep(0.1)
+        with lock:
+            if time.monotonic() - last >= idle_s:
+                break
+    conn.disconnect()
+    return count
+
+
+# -- the tenants' runner processes ----------------------------------------------------------------
+def timed_processor(queue: str, out: Any, work_s: float) -> TenantProcessor:
+    """Puts each message's send-to-handler latency on out (None: records nothing), then works
+    for work_s (the heavy tenant's handler)."""
+
+    class Timed(TenantProcessor):
+        queues = (queue,)
+
+        def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+            if out is not None:
+                out.put(time.time() - float(message.data["sentAt"]))
+            if work_s:
+                time.sleep(work_s)
+
+    return Timed()
 
 
 def run_tenant(  # noqa: PLR0917  # a multiprocessing target takes its arguments positionally
-    tenant: str, queue: str, topology: str, work_s: float, out: Any, ready: MpEvent, stop: MpEvent
+    tenant: str,
+    queue: str,
+    env: dict[str, str],
+    work_s: float,
+    out: Any,
+    ready: MpEvent,
+    stop: MpEvent,
+    stats: Any,
 ) -> None:
+    """One tenant's runner, configured from env as `boost-tenancy run` would be; puts the gate's
+    event counts on stats when stopped."""
     configure_logging("console", "WARNING")
+    settings = app_settings(env)
+    events: Counter[str] = Counter()
+    gate = build_gate(settings, events)
     with tempfile.TemporaryDirectory() as tmp:
+        store = open_error_store(str(Path(tmp) / "errors.sqlite3"))
         runner = ProcessorRunner(
-            Timed(queue, out, work_s),
-            StompTransport(settings()),
+            timed_processor(queue, out, work_s),
+            StompTransport(settings.stomp),
             [tenant],
-            error_store=open_error_store(str(Path(tmp) / "errors.sqlite3")),
-            settings=RunnerSettings(workers=2, prefetch=50),
-            routing=Routing(default=Topology(topology)),
+            error_store=store,
+            settings=settings.runner,
+            routing=settings.routing,
+            gate=gate,
         )
         runner.start()
         ready.set()
         stop.wait()
         runner.stop(grace_s=2)
+        if gate is not None:
+            gate.close()
+        store.close()
+    stats.put((tenant, dict(events)))
 
 
+class TenantRunners:
+    """The tenants' runner processes of one scenario (spawned: each a fresh interpreter)."""
+
+    def __init__(self, queue: str, env: dict[str, str]) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._queue = queue
+        self._env = env
+        self._stop = self._ctx.Event()
+        self._stats = self._ctx.Queue()
+        self._procs: list[Any] = []
+
+    def start(self, tenant: str, out: Any, work_s: float) -> None:
+        """Start tenant's runner; returns once it is subscribed (its router running)."""
+        ready = self._ctx.Event()
+        proc = self._ctx.Process(
+            target=run_tenant,
+            args=(tenant, self._queue, self._env, work_s, out, ready, self._stop, self._stats),
+            daemon=True,
+        )
+        proc.start()
+        if not ready.wait(60):
+            raise RuntimeError(f"{tenant} runner did not start")
+        self._procs.append(proc)
+
+    def stop(self) -> dict[str, dict[str, int]]:
+        """Stop every runner; returns each tenant's gate events."""
+        self._stop.set()
+        events: dict[str, dict[str, int]] = {}
+        for _ in self._procs:
+            try:
+                tenant, counts = self._stats.get(timeout=30)
+            except queue_mod.Empty:
+                continue
+            events[tenant] = counts
+        for proc in self._procs:
+            proc.join(15)
+        return events
+
+
+def collect_modest(
+    sender: Sender,
+    queue: str,
+    out: Any,
+    modest_n: int,
+    *,
+    rate: float,
+    wait_s: float,
+    heavy_each: int = 0,
+) -> list[float]:
+    """Send the modest tenant's messages at rate (heavy_each of the heavy tenant's before each);
+    its latencies as they arrive, for up to wait_s after the last send."""
+    latencies: list[float] = []
+    collector_done = threading.Event()
+
+    def collect() -> None:
+        while len(latencies) < modest_n and not collector_done.is_set():
+            try:
+                latencies.append(out.get(timeout=0.2))
+            except queue_mod.Empty:
+                continue
+
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
+    began = time.monotonic()
+    for n in range(modest_n):
+        for h in range(heavy_each):
+            sender.send(queue, HEAVY, {"n": n * heavy_each + h, "sentAt": time.time()})
+        sender.send(queue, MODEST, {"n": n, "sentAt": time.time()})
+        time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
+    collector.join(wait_s)
+    collector_done.set()
+    collector.join(1)
+    return list(latencies)
+
+
+# -- scenarios ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    label: str
+    """The configuration: 'default (routed + fairness)', or the topology that differs."""
     name: str
     topology: Topology
-    heavy: str  # "none", "running", "stopped"
+    heavy: HeavyState
+    backlog: Backlog = "during"
     parking: bool = False
 
+    @property
+    def env(self) -> dict[str, str]:
+        if self.topology is Topology.ROUTED:
+            return broker_env()  # the default: nothing about routing or fairness
+        return broker_env(BOOST_ROUTING=self.topology.value)
 
-@dataclass(frozen=True, slots=True)
+    @property
+    def java_style(self) -> bool:
+        """Producers send to the shared queue (possible on routed and shared queues)."""
+        return self.topology is not Topology.PER_TENANT
+
+
+@dataclass(slots=True)
 class Result:
     scenario: Scenario
     latencies: list[float]
     sent: int
+    held: dict[str, int] = field(default_factory=dict)
+    """Held events (held_concurrency + held_rate) of each tenant's gate."""
+    expired: dict[str, int] = field(default_factory=dict)
+    heavy_queued_s: float = 0.0
+    """How long queueing the heavy backlog took."""
 
     def percentile(self, p: float) -> float | None:
         if not self.latencies:
@@ -100,152 +370,240 @@ class Result:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
+    @property
+    def stuck(self) -> int:
+        return self.sent - len(self.latencies)
+
+
+def leftover_queues(s: Scenario, queue: str) -> list[str]:
+    """Where a scenario can leave messages behind (the heavy backlog, mostly)."""
+    routing = Routing(default=s.topology)
+    names = {routing.physical(queue, MODEST)}
+    if s.heavy != "none":
+        names.add(routing.physical(queue, HEAVY))
+    if s.topology is Topology.ROUTED:
+        names.add(queue)
+    if s.parking:
+        names.add(parked_queue(queue, HEAVY))
+    return sorted(names)
+
+
+def queue_heavy(sender: Sender, queue: str, count: int) -> float:
+    """Put the heavy tenant's backlog on the broker; returns how long that took."""
+    began = time.perf_counter()
+    now = time.time()
+    sender.send_many(queue, HEAVY, [{"n": n, "sentAt": now} for n in range(count)])
+    return time.perf_counter() - began
+
 
 def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: float) -> Result:
-    ctx = mp.get_context("spawn")
     queue = f"nn.{uuid.uuid4().hex[:8]}"
-    routing = Routing(default=s.topology)
-    stop = ctx.Event()
-    modest_out, heavy_out = ctx.Queue(), ctx.Queue()
-    procs = []
-    for tenant, out, work_s, wanted in (
-        (MODEST, modest_out, 0.0, True),
-        (HEAVY, heavy_out, 0.005, s.heavy == "running"),
-    ):
-        if not wanted:
-            continue
-        ready = ctx.Event()
-        proc = ctx.Process(
-            target=run_tenant,
-            args=(tenant, queue, s.topology.value, work_s, out, ready, stop),
-            daemon=True,
-        )
-        proc.start()
-        if not ready.wait(60):
-            raise RuntimeError(f"{tenant} runner did not start")
-        procs.append(proc)
-    transport = StompTransport(settings())
-    transport.connect()
-    sweeper = None
+    settings = app_settings(s.env)
+    sender: Sender = (
+        JavaStyleSender(settings.stomp)
+        if s.java_style
+        else ToolkitSender(settings.stomp, settings.routing)
+    )
+    heavy_count = modest_n * ratio if s.heavy != "none" else 0
+    heavy_queued_s = 0.0
+    if heavy_count and s.backlog == "before":
+        heavy_queued_s = queue_heavy(sender, queue, heavy_count)  # before any runner starts
+    runners = TenantRunners(queue, s.env)
+    modest_out = mp.get_context("spawn").Queue()
+    runners.start(MODEST, modest_out, 0.0)
+    if s.heavy == "running":
+        runners.start(HEAVY, None, HEAVY_WORK_S)
     with tempfile.TemporaryDirectory() as tmp:
+        sweeper = None
         if s.parking:
             active = [MODEST] + ([HEAVY] if s.heavy == "running" else [])
             sweeper = ParkingSweeper(
-                StompTransport(settings()),
+                StompTransport(settings.stomp),
                 [queue],
                 active,
                 error_store=open_error_store(str(Path(tmp) / "parking.sqlite3")),
             )
             sweeper.start()
-        producer = TenantProducer(transport, routing=routing)
-        if s.heavy != "none":
-            # The heavy tenant's backlog is on the broker before the modest tenant sends.
-            with producer.batch() as batch:
-                for n in range(modest_n * ratio):
-                    batch.send(queue, HEAVY, {"n": n, "sentAt": time.time()})
-        latencies: list[float] = []
-        collector_done = threading.Event()
-
-        def collect() -> None:
-            while len(latencies) < modest_n and not collector_done.is_set():
-                try:
-                    latencies.append(modest_out.get(timeout=0.2))
-                except Exception:  # noqa: S112  # queue.Empty from a multiprocessing queue
-                    continue
-
-        collector = threading.Thread(target=collect, daemon=True)
-        collector.start()
-        for n in range(modest_n):
-            producer.send(queue, MODEST, {"n": n, "sentAt": time.time()})
-            time.sleep(1.0 / rate)
-        collector.join(wait_s)
-        collector_done.set()
-        collector.join(1)
-        stop.set()
-        for proc in procs:
-            proc.join(15)
+        if heavy_count and s.backlog == "during":
+            heavy_queued_s = queue_heavy(sender, queue, heavy_count)  # the runners already run
+        latencies = collect_modest(sender, queue, modest_out, modest_n, rate=rate, wait_s=wait_s)
+        events = runners.stop()
         if sweeper is not None:
             sweeper.stop()
-    transport.close()
-    return Result(s, list(latencies), modest_n)
+    sender.close()
+    drain(settings.stomp, leftover_queues(s, queue))
+    return Result(
+        s,
+        latencies,
+        modest_n,
+        held={t: e.get("held_concurrency", 0) + e.get("held_rate", 0) for t, e in events.items()},
+        expired={t: e.get("expired", 0) for t, e in events.items()},
+        heavy_queued_s=heavy_queued_s,
+    )
 
 
-def fmt(value: float | None) -> str:
+# -- output ---------------------------------------------------------------------------------------
+def ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:,.0f}"
+
+
+CONFIG_WIDTH = 28
+SCENARIO_WIDTH = 40
+
+
+def row_text(result: Result) -> str:
+    s = result.scenario
+    heavy = s.heavy if s.heavy != "none" else "-"
+    held = "/".join(str(result.held[t]) if t in result.held else "-" for t in (MODEST, HEAVY))
+    return (
+        f"{s.label:<{CONFIG_WIDTH}} {s.name:<{SCENARIO_WIDTH}} {heavy:<8} "
+        f"{ms(result.percentile(50)):>7} {ms(result.percentile(99)):>7} "
+        f"{ms(max(result.latencies) if result.latencies else None):>7} "
+        f"{len(result.latencies):>5}/{result.sent:<4} {result.stuck:>5}  {held:>9}"
+    )
+
+
+def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
+    default = "default (routed + fairness)"
+    routed = [
+        Scenario(default, "alone", Topology.ROUTED, "none"),
+        Scenario(default, "beside heavy, queued while running", Topology.ROUTED, "running"),
+        Scenario(default, "beside heavy, queued while running", Topology.ROUTED, "stopped"),
+        Scenario(
+            default, "beside heavy, queued before start", Topology.ROUTED, "running", "before"
+        ),
+        Scenario(
+            default, "beside heavy, queued before start", Topology.ROUTED, "stopped", "before"
+        ),
+        Scenario(
+            default,
+            f"beside heavy, sent alongside ({ratio}x rate)",
+            Topology.ROUTED,
+            "running",
+            "alongside",
+        ),
+        Scenario(
+            default,
+            f"beside heavy, sent alongside ({ratio}x rate)",
+            Topology.ROUTED,
+            "stopped",
+            "alongside",
+        ),
+    ]
+    shared = [
+        Scenario("shared + fairness", "alone", Topology.SHARED, "none"),
+        Scenario("shared + fairness", "beside heavy", Topology.SHARED, "running"),
+        Scenario("shared + fairness", "beside heavy", Topology.SHARED, "stopped"),
+        Scenario(
+            "shared + fairness", "beside heavy + parking", Topology.SHARED, "stopped", parking=True
+        ),
+    ]
+    per_tenant = [
+        Scenario("per_tenant + fairness", "alone", Topology.PER_TENANT, "none"),
+        Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "running"),
+        Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "stopped"),
+    ]
+    chosen = {"routed": routed, "shared": shared, "per_tenant": per_tenant}
+    return [s for name in only for s in chosen[name]]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--modest", type=int, default=100, help="modest tenant's messages")
     parser.add_argument("--ratio", type=int, default=50, help="heavy volume / modest volume")
-    parser.add_argument("--rate", type=float, default=50.0, help="modest messages per second")
+    parser.add_argument("--rate", type=float, default=20.0, help="modest messages per second")
     parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait after sending")
+    parser.add_argument(
+        "--only",
+        default="routed,shared,per_tenant",
+        help="topologies to run, comma-separated (routed is the default configuration)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    scenarios = [
-        Scenario("alone", Topology.SHARED, "none"),
-        Scenario("beside heavy", Topology.SHARED, "running"),
-        Scenario("beside heavy", Topology.SHARED, "stopped"),
-        Scenario("beside heavy + parking", Topology.SHARED, "stopped", parking=True),
-        Scenario("alone", Topology.PER_TENANT, "none"),
-        Scenario("beside heavy", Topology.PER_TENANT, "running"),
-        Scenario("beside heavy", Topology.PER_TENANT, "stopped"),
-    ]
+    configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    if unknown := set(only) - {"routed", "shared", "per_tenant"}:
+        parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
+    defaults = app_settings(broker_env())
+    fairness = defaults.fairness
     print(
         f"noisy neighbour: modest {args.modest} messages at {args.rate:g}/s, heavy "
-        f"{args.modest * args.ratio} ({args.ratio}x) queued ahead; heavy handler 5 ms, 2 workers; "
-        f"latency send->handler in ms; waited {args.wait:g} s after the last send"
+        f"{args.modest * args.ratio} ({args.ratio}x) queued ahead; heavy handler "
+        f"{HEAVY_WORK_S * 1000:g} ms; every runner AppSettings.from_env(broker address only): "
+        f"routing {defaults.routing.default.value}, workers {defaults.runner.workers}, "
+        f"prefetch {defaults.runner.prefetch}, fairness "
+        + (
+            "off"
+            if fairness is None
+            else f"on (concurrency {fairness.concurrency or 'workers-1'}, "
+            f"{fairness.rate.rate_per_s:g} msg/s per tenant)"
+        )
+        + f"; latency send->handler in ms; waited {args.wait:g} s after the last send"
     )
-    header = (
-        f"{'topology':<11} {'scenario':<24} {'heavy proc':<10} {'p50':>8} {'p99':>8} "
-        f"{'max':>8} {'delivered':>10} {'stuck':>6}"
+    print(
+        f"{'configuration':<{CONFIG_WIDTH}} {'scenario':<{SCENARIO_WIDTH}} {'heavy':<8} "
+        f"{'p50':>7} {'p99':>7} {'max':>7} {'delivered':>10} {'stuck':>5}  {'held m/h':>9}"
     )
-    print(header)
-    rows = []
-    for scenario in scenarios:
+    results: list[Result] = []
+    for scenario in scenarios(only, args.ratio):
         result = run_scenario(scenario, args.modest, args.ratio, args.rate, args.wait)
-        stuck = result.sent - len(result.latencies)
-        heavy = scenario.heavy if scenario.heavy != "none" else "-"
-        print(
-            f"{scenario.topology.value:<11} {scenario.name:<24} {heavy:<10} "
-            f"{fmt(result.percentile(50)):>8} {fmt(result.percentile(99)):>8} "
-            f"{fmt(max(result.latencies) if result.latencies else None):>8} "
-            f"{len(result.latencies):>6}/{result.sent:<3} {stuck:>6}",
-            flush=True,
+        results.append(result)
+        print(row_text(result), flush=True)
+    print()
+    for result in results:
+        s = result.scenario
+        if s.heavy == "none":
+            continue
+        alone = next(
+            r for r in results if r.scenario.topology is s.topology and r.scenario.heavy == "none"
         )
-        rows.append(
-            {
-                "topology": scenario.topology.value,
-                "scenario": scenario.name,
-                "heavy": scenario.heavy,
-                "p50_ms": None if not result.latencies else result.percentile(50) * 1000,
-                "p99_ms": None if not result.latencies else result.percentile(99) * 1000,
-                "delivered": len(result.latencies),
-                "sent": result.sent,
-                "median_ms": statistics.median(result.latencies) * 1000
-                if result.latencies
-                else None,
-            }
-        )
-    for topology in (Topology.SHARED, Topology.PER_TENANT):
-        alone = next(r for r in rows if r["topology"] == topology and r["heavy"] == "none")
-        for row in rows:
-            if row["topology"] != topology or row["heavy"] == "none":
-                continue
-            if row["p99_ms"] and alone["p99_ms"]:
-                ratio = row["p99_ms"] / alone["p99_ms"]
-                verdict = "within 2x" if ratio <= 2 and row["delivered"] == row["sent"] else "NOT"
-                print(
-                    f"{topology.value:<11} {row['scenario']:<24} heavy {row['heavy']:<8} "
-                    f"p99 / alone = {ratio:,.2f}  ({verdict})"
-                )
-            else:
-                print(
-                    f"{topology.value:<11} {row['scenario']:<24} heavy {row['heavy']:<8} "
-                    f"p99 / alone = n/a ({row['delivered']}/{row['sent']} delivered)"
-                )
+        p99, base = result.percentile(99), alone.percentile(99)
+        what = f"{s.label:<{CONFIG_WIDTH}} {s.name:<{SCENARIO_WIDTH}} heavy {s.heavy:<8}"
+        if p99 is not None and base:
+            factor = p99 / base
+            met = factor <= P99_TARGET and result.stuck == 0
+            verdict = f"within {P99_TARGET:g}x, 0 stuck" if met else "NOT MET"
+            print(f"{what} p99 / alone = {factor:,.2f}  stuck {result.stuck}  ({verdict})")
+        else:
+            print(
+                f"{what} p99 / alone = n/a  stuck {result.stuck}  "
+                f"({len(result.latencies)}/{result.sent} delivered; NOT MET)"
+            )
+    for result in results:
+        if any(result.expired.values()):
+            print(
+                f"held past hold_s and deferred ({result.scenario.label}, {result.scenario.name}): "
+                + ", ".join(f"{t} {n}" for t, n in result.expired.items())
+            )
+    timed = [r for r in results if r.heavy_queued_s]
+    if timed:
+        print()
+        for result in timed:
+            s = result.scenario
+            print(
+                f"queueing the heavy backlog took {result.heavy_queued_s:.1f} s "
+                f"({s.label}, {s.name}, heavy {s.heavy})"
+            )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        rows = [
+            {
+                "configuration": r.scenario.label,
+                "topology": r.scenario.topology.value,
+                "scenario": r.scenario.name,
+                "heavy": r.scenario.heavy,
+                "backlog": r.scenario.backlog,
+                "p50_ms": None if not r.latencies else (r.percentile(50) or 0.0) * 1000,
+                "p99_ms": None if not r.latencies else (r.percentile(99) or 0.0) * 1000,
+                "delivered": len(r.latencies),
+                "sent": r.sent,
+                "stuck": r.stuck,
+                "held": r.held,
+                "expired": r.expired,
+                "heavy_queued_s": r.heavy_queued_s,
+            }
+            for r in results
+        ]
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
 
 

@@ -43,6 +43,7 @@ def run_processor(
     try:
         fairness = FairnessWiring.build(
             settings.fairness,
+            workers=settings.runner.workers,
             metrics_port=settings.metrics_port,
             metrics_tenant_label=settings.metrics_tenant_label,
         )
@@ -53,7 +54,8 @@ def run_processor(
             error_store=error_store,
             settings=settings.runner,
             routing=settings.routing,
-            middleware=fairness.middleware,
+            default_tenant=settings.default_tenant,
+            gate=fairness.gate,
             observers=fairness.observers,
         )
         if fairness.server is not None:

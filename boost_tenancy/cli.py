@@ -144,9 +144,13 @@ def _cmd_dlq(args: argparse.Namespace, settings: AppSettings) -> int:
 def _cmd_park(args: argparse.Namespace, settings: AppSettings) -> int:
     queues = [part for value in args.queue for part in value.split(",") if part != ""]
     for queue in queues:
-        if settings.routing.topology(queue) is not Topology.SHARED:
+        topology = settings.routing.topology(queue)
+        if topology is not Topology.SHARED:
             # Nothing of another tenant can wait ahead on a per-tenant queue: nothing to park.
-            raise ConfigError(f"--queue {queue!r} is routed per tenant; only shared queues park")
+            raise ConfigError(
+                f"--queue {queue!r} is {topology.value}, stored per tenant; only shared queues "
+                "park (BOOST_ROUTING, BOOST_ROUTING_OVERRIDES)"
+            )
     store = open_error_store(settings.error_store_url)
     try:
         sweeper = ParkingSweeper(

@@ -11,14 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from boost_tenancy.envvars import env_flag, env_float, env_int
-from boost_tenancy.errors import ConfigError
-from boost_tenancy.fairness.middleware import DEFAULT_TIER_STORE, FairnessSettings
+from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy
+from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
 from boost_tenancy.fairness.tiers import TierLimits
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
+from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.stomp import StompSettings
 
 DEFAULT_ERROR_STORE = "sqlite:///var/boost-errors.sqlite3"
@@ -35,8 +36,11 @@ class AppSettings:
     log_level: str
     routing: Routing = field(default_factory=Routing)
     """The topology of every queue (BOOST_ROUTING, BOOST_ROUTING_OVERRIDES)."""
-    fairness: FairnessSettings | None = None
-    """The limits, when BOOST_FAIRNESS is on; None runs without them."""
+    default_tenant: TenantId | None = None
+    """BOOST_DEFAULT_TENANT: the tenant the router gives a message sent to a routed shared queue
+    with no tenantUUID at all (legacy producers); None quarantines it."""
+    fairness: FairnessSettings | None = field(default_factory=FairnessSettings)
+    """The limits (on by default); None when BOOST_FAIRNESS=off."""
     metrics_port: int = 0
     """BOOST_METRICS_PORT: where the per-tenant accounting is served; 0 = not served."""
     metrics_tenant_label: bool = False
@@ -88,7 +92,8 @@ class AppSettings:
             log_format=log_format,
             log_level=log_level,
             routing=routing_from_env(env),
-            fairness=fairness_from_env(env) if env_flag(env, "BOOST_FAIRNESS") else None,
+            default_tenant=default_tenant_from_env(env),
+            fairness=fairness_from_env(env),
             metrics_port=metrics_port,
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
@@ -96,9 +101,10 @@ class AppSettings:
 
 
 def routing_from_env(env: Mapping[str, str]) -> Routing:
-    """BOOST_ROUTING (shared|per_tenant) and BOOST_ROUTING_OVERRIDES (queue=topology,...)."""
+    """BOOST_ROUTING (routed, the default, shared or per_tenant) and BOOST_ROUTING_OVERRIDES
+    (queue=topology,...)."""
     raw_default = env.get("BOOST_ROUTING", "").strip()
-    default = parse_topology(raw_default, "BOOST_ROUTING") if raw_default else Topology.SHARED
+    default = parse_topology(raw_default, "BOOST_ROUTING") if raw_default else Topology.ROUTED
     overrides: dict[str, Topology] = {}
     for item in env.get("BOOST_ROUTING_OVERRIDES", "").split(","):
         entry = item.strip()
@@ -117,6 +123,39 @@ def routing_from_env(env: Mapping[str, str]) -> Routing:
     return Routing(default=default, overrides=overrides)
 
 
+def default_tenant_from_env(env: Mapping[str, str]) -> TenantId | None:
+    """BOOST_DEFAULT_TENANT: opt-in; empty or unset means none (such messages are quarantined)."""
+    raw = env.get("BOOST_DEFAULT_TENANT", "").strip()
+    if not raw:
+        return None
+    try:
+        return TenantId.parse(raw)
+    except InvalidTenantError as exc:
+        raise ConfigError(f"BOOST_DEFAULT_TENANT: {exc}") from None
+
+
+TIER_LIMIT_VARIABLES = (
+    "BOOST_TIER_FREE_LIMIT",
+    "BOOST_TIER_PRO_LIMIT",
+    "BOOST_TIER_PRO_PLUS_LIMIT",
+    "BOOST_TIER_ENTERPRISE_LIMIT",
+)
+FAIRNESS_VARIABLES = (
+    "BOOST_RATE_PER_S",
+    "BOOST_RATE_BURST_S",
+    "BOOST_TENANT_CONCURRENCY",
+    *TIER_LIMIT_VARIABLES,
+    "BOOST_TIER_STORE",
+    "BOOST_REDIS_URL",
+    "BOOST_FAIRNESS_EXEMPT_TENANTS",
+    "BOOST_FAIRNESS_EXEMPT_QUEUES",
+    "BOOST_FAIRNESS_HOLD_S",
+    "BOOST_DEFER_MS",
+    "BOOST_DEFER_JITTER_MS",
+)
+"""Every variable of the fairness gate: each one is refused while BOOST_FAIRNESS=off."""
+
+
 def tier_limits_from_env(env: Mapping[str, str]) -> TierLimits:
     """BOOST_TIER_FREE_LIMIT, _PRO_, _PRO_PLUS_ and _ENTERPRISE_LIMIT (each >= 1)."""
     defaults = TierLimits()
@@ -128,28 +167,80 @@ def tier_limits_from_env(env: Mapping[str, str]) -> TierLimits:
     )
 
 
-def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings:
-    """BOOST_RATE_PER_S (0 = unlimited; negative refused), BOOST_RATE_BURST_S (0 = 10),
-    BOOST_TIER_*_LIMIT, BOOST_TIER_STORE, BOOST_REDIS_URL, BOOST_DEFER_MS and
-    BOOST_DEFER_JITTER_MS; a bad value raises ConfigError naming the variable.
+def _given(env: Mapping[str, str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if env.get(name, "").strip()]
+
+
+def _list(env: Mapping[str, str], name: str) -> list[str]:
+    return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
+
+
+def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
+    """The fairness gate's settings, or None when BOOST_FAIRNESS=off (it is on by default).
+
+    Strict, because a limit that silently does nothing is worse than none: every value is
+    checked whether or not fairness is on (a negative one is refused either way), a limit given
+    while its mechanism is off stops start-up naming the variable (any fairness variable with
+    BOOST_FAIRNESS=off; a tier limit without BOOST_TIER_STORE; BOOST_TENANT_CONCURRENCY with
+    it, where the tiers decide), and an exempt tenant or queue must be a valid name.
     """
-    tier_store = env.get("BOOST_TIER_STORE", "").strip() or DEFAULT_TIER_STORE
-    return FairnessSettings(
+    raw_switch = env.get("BOOST_FAIRNESS", "").strip()
+    enabled = env_flag(env, "BOOST_FAIRNESS") if raw_switch else True
+    try:
+        exempt_tenants = frozenset(
+            TenantId.parse(t) for t in _list(env, "BOOST_FAIRNESS_EXEMPT_TENANTS")
+        )
+    except InvalidTenantError as exc:
+        raise ConfigError(f"BOOST_FAIRNESS_EXEMPT_TENANTS: {exc}") from None
+    exempt_queues: set[str] = set()
+    for queue in _list(env, "BOOST_FAIRNESS_EXEMPT_QUEUES"):
+        try:
+            exempt_queues.add(check_logical_queue(queue))
+        except ConfigError as exc:
+            raise ConfigError(f"BOOST_FAIRNESS_EXEMPT_QUEUES: {exc}") from None
+    tier_store = env.get("BOOST_TIER_STORE", "").strip()
+    settings = FairnessSettings(
         rate=RatePolicy(
-            rate_per_s=env_float(env, "BOOST_RATE_PER_S", 0.0),
+            rate_per_s=env_float(env, "BOOST_RATE_PER_S", DEFAULT_RATE_PER_S),
             burst_s=env_float(env, "BOOST_RATE_BURST_S", DEFAULT_BURST_S),
         ),
+        concurrency=env_int(env, "BOOST_TENANT_CONCURRENCY", 0),
         tier_limits=tier_limits_from_env(env),
         tier_store_url=tier_store,
         redis_url=env.get("BOOST_REDIS_URL", "").strip(),
+        exempt_tenants=exempt_tenants,
+        exempt_queues=frozenset(exempt_queues),
+        hold_s=env_float(env, "BOOST_FAIRNESS_HOLD_S", 300.0, minimum=0.001),
         defer_ms=env_int(env, "BOOST_DEFER_MS", 1000),
         jitter_ms=env_int(env, "BOOST_DEFER_JITTER_MS", 1000),
     )
+    if not enabled:
+        given = _given(env, FAIRNESS_VARIABLES)
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} set while BOOST_FAIRNESS=off: the limit would do nothing; "
+                "remove it or turn fairness on"
+            )
+        return None
+    tier_limits = _given(env, TIER_LIMIT_VARIABLES)
+    if tier_limits and not tier_store:
+        raise ConfigError(
+            f"{', '.join(tier_limits)} set without BOOST_TIER_STORE: tier limits apply only to "
+            "tenants with a tier; name the tier store, or set BOOST_TENANT_CONCURRENCY instead"
+        )
+    if tier_store and _given(env, ("BOOST_TENANT_CONCURRENCY",)):
+        raise ConfigError(
+            "BOOST_TENANT_CONCURRENCY set with BOOST_TIER_STORE: the tiers decide each tenant's "
+            "concurrency (BOOST_TIER_*_LIMIT); remove one of them"
+        )
+    return settings
 
 
 __all__ = [
     "DEFAULT_ERROR_STORE",
+    "FAIRNESS_VARIABLES",
     "AppSettings",
+    "default_tenant_from_env",
     "fairness_from_env",
     "routing_from_env",
     "tier_limits_from_env",

@@ -1,7 +1,9 @@
 """Routing topologies: which broker queue a (queue, tenant) pair uses, chosen per logical queue.
 
-SHARED keeps the Java services' shared queues with per-tenant selectors; PER_TENANT gives each
-tenant its own queue tenant.<tenant>.<queue>, which brokers can secure by prefix per tenant.
+ROUTED (the default) stores each tenant's messages in tenant.<tenant>.<queue> while the Java
+services keep sending to the shared <queue>, which the runners' TenantRouter empties into the
+tenants' queues; PER_TENANT is the same storage with no router; SHARED keeps one queue for all
+tenants, read through per-tenant selectors.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ PARKED_QUEUE_PREFIX: Final = "parked."
 class Topology(enum.StrEnum):
     """How a logical queue maps to broker queues."""
 
+    ROUTED = "routed"
+    """Stored per tenant like PER_TENANT; what arrives on the shared queue is routed there."""
     SHARED = "shared"
     PER_TENANT = "per_tenant"
 
@@ -88,7 +92,7 @@ def parked_queue(queue: str, tenant: TenantId | str) -> str:
 class Routing:
     """The topology of every logical queue: default, with per-queue overrides."""
 
-    default: Topology = Topology.SHARED
+    default: Topology = Topology.ROUTED
     overrides: Mapping[str, Topology] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -112,8 +116,15 @@ class Routing:
         """The topology of a logical queue."""
         return self.overrides.get(queue, self.default)
 
+    def routes(self, queue: str) -> bool:
+        """Whether the logical queue's shared queue is emptied into the per-tenant queues by a
+        TenantRouter: the queue is ROUTED."""
+        return self.topology(check_logical_queue(queue)) is Topology.ROUTED
+
     def physical(self, queue: str, tenant: TenantId | str) -> str:
-        """The broker queue that holds tenant's messages of the logical queue."""
+        """The broker queue that holds tenant's messages of the logical queue: the queue itself
+        when SHARED, else tenant.<tenant>.<queue> (a ROUTED queue's producers of this toolkit
+        send there directly, skipping the router)."""
         tenant_id = TenantId.parse(tenant)
         check_logical_queue(queue)
         if self.topology(queue) is Topology.SHARED:
@@ -127,4 +138,6 @@ class Routing:
 
 
 DEFAULT_ROUTING: Final = Routing()
-"""Every queue shared: the wire contract of the Java services."""
+"""Every queue routed: each tenant's messages are stored in tenant.<tenant>.<queue>, where this
+toolkit's producers send; what Java services send to the shared <queue> is moved there by the
+TenantRouter every runner of the queue starts."""

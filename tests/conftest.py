@@ -18,14 +18,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import pytest
 
 from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import StompSettings
 from tests.artemis_container import ArtemisContainer, docker_engine_missing
@@ -267,3 +268,44 @@ def amqp_url(broker_target: BrokerTarget) -> str:
 
 TransportFactory = Callable[[], Transport]
 """Makes a connected transport: the contract suite's axis (tests/contract/conftest.py)."""
+
+
+class WriteCount:
+    """Counts the messages a transport writes to the broker: sends, batches and forwarded
+    copies. count_writes(transport) installs it on that one transport object."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.writes += n
+
+
+def count_writes(transport: Transport) -> WriteCount:
+    count = WriteCount()
+    send, send_batch = transport.send, transport.send_batch
+    send_then_ack, send_then_ack_many = transport.send_then_ack, transport.send_then_ack_many
+
+    def counted_send(queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        count.add(1)
+        send(queue, message, delay_ms=delay_ms)
+
+    def counted_batch(items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
+        count.add(len(items))
+        send_batch(items, atomic=atomic)
+
+    def counted_forward(delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        count.add(len(items))
+        send_then_ack(delivery, items)
+
+    def counted_forward_many(moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+        count.add(sum(len(items) for _, items in moves))
+        send_then_ack_many(moves)
+
+    transport.send = counted_send  # type: ignore[method-assign]
+    transport.send_batch = counted_batch  # type: ignore[method-assign]
+    transport.send_then_ack = counted_forward  # type: ignore[method-assign]
+    transport.send_then_ack_many = counted_forward_many  # type: ignore[method-assign]
+    return count

@@ -1,17 +1,12 @@
-"""Tenant fairness: per-tenant concurrency by subscription tier and per-tenant rate limits.
+"""Tenant fairness: per-tenant concurrency (by subscription tier) and per-tenant rate limits.
 
-Over-limit messages are deferred, never dropped; limits are per process or shared through Redis.
+A tenant over a limit is held at the gate, unacknowledged and in order, never re-sent, dropped or
+rejected; limits are per process or shared through Redis.
 """
 
 from boost_tenancy.fairness.accounting import Accounting, AccountingServer
 from boost_tenancy.fairness.concurrency import ConcurrencyLimiter, InMemoryConcurrencyLimiter
-from boost_tenancy.fairness.middleware import (
-    DEFAULT_TIER_STORE,
-    FairnessEvent,
-    FairnessMiddleware,
-    FairnessSettings,
-    build_fairness,
-)
+from boost_tenancy.fairness.gate import Admitted, FairnessEvent, FairnessGate
 from boost_tenancy.fairness.rates import Admission, RatePolicy, TokenBucketLimiter
 from boost_tenancy.fairness.redis_backend import (
     RedisConcurrencyLimiter,
@@ -19,6 +14,7 @@ from boost_tenancy.fairness.redis_backend import (
     redis_client,
 )
 from boost_tenancy.fairness.scheduling import FairWorkQueue
+from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.fairness.tiers import (
     PostgresTierStore,
     SQLiteTierStore,
@@ -32,14 +28,14 @@ from boost_tenancy.fairness.tiers import (
 from boost_tenancy.fairness.wiring import FairnessWiring
 
 __all__ = [
-    "DEFAULT_TIER_STORE",
     "Accounting",
     "AccountingServer",
     "Admission",
+    "Admitted",
     "ConcurrencyLimiter",
     "FairWorkQueue",
     "FairnessEvent",
-    "FairnessMiddleware",
+    "FairnessGate",
     "FairnessSettings",
     "FairnessWiring",
     "InMemoryConcurrencyLimiter",

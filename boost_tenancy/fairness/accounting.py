@@ -34,13 +34,13 @@ OUTCOMES: Final = (
 )
 """Dispatcher outcomes (DispatchObserver.on_outcome), one per delivery handled."""
 
-DEFERRAL_REASONS: Final = ("rate", "concurrency")
-"""Why the fairness middleware deferred: the breakdown of the deferred outcome."""
+HOLD_REASONS: Final = ("rate", "concurrency")
+"""Why the fairness gate held a tenant's next delivery."""
 
-Event = Literal["admitted", "deferred_rate", "deferred_concurrency"]
-"""What the fairness middleware records; the dispatcher does not see these."""
+Event = Literal["admitted", "held_rate", "held_concurrency", "expired"]
+"""What the fairness gate records; the dispatcher does not see these."""
 
-EVENTS: Final[tuple[Event, ...]] = ("admitted", "deferred_rate", "deferred_concurrency")
+EVENTS: Final[tuple[Event, ...]] = ("admitted", "held_rate", "held_concurrency", "expired")
 
 # One slot per counter, in this order, in each tenant's list.
 _SLOTS: Final = (*OUTCOMES, *EVENTS)
@@ -49,7 +49,7 @@ _OUTCOME_INDEX: Final = {name: _INDEX[name] for name in OUTCOMES}
 
 _HELP: Final = {
     "processed": "handled and acknowledged",
-    "deferred": "put back by a fairness limit without counting an attempt",
+    "deferred": "held at the fairness gate past its hold time and re-sent, no attempt counted",
     "retried": "failed attempts scheduled for another attempt",
     "dead_lettered": "moved to the dead-letter queue",
     "quarantined": "tenancy violations moved to the quarantine queue",
@@ -67,11 +67,12 @@ class Accounting:
     - retried: failed attempts that were scheduled for another attempt.
     - dead_lettered: messages moved to DLQ.<queue> (permanent, undecodable or out of attempts).
     - failed: retried + dead_lettered, derived when read; failed handling attempts.
-    - deferred: the dispatcher's deferred outcome, and only that: THE count of deliveries put back
-      without an attempt counted. deferred_rate and deferred_concurrency are the middleware's
-      breakdown of it by reason; they are never added to deferred. Their sum can be below
-      deferred (another middleware deferred) or, rarely, above it (the broker refused the defer).
-    - admitted: deliveries the fairness middleware let through to the handler.
+    - deferred: the dispatcher's deferred outcome, and only that: deliveries re-sent without an
+      attempt counted. The fairness gate defers only a delivery held past its hold time
+      (`expired` counts those decisions); a tenant over its limit is held, not re-sent.
+    - admitted: deliveries the fairness gate let through to the workers.
+    - held_rate, held_concurrency: times the gate held a tenant's next delivery back, by the
+      limit that held it (once per delivery and reason, however long it waits).
     - quarantined: tenancy violations, under the tenant the message claimed when that is a valid
       id, else under None, reported as "_unknown".
     - stale: deliveries skipped because their connection was gone; the broker redelivers them.
@@ -96,7 +97,7 @@ class Accounting:
         self._add(tenant, index, 1)
 
     def record(self, tenant: TenantId | None, event: Event, n: int = 1) -> None:
-        """Count n middleware events (admitted, deferred_rate, deferred_concurrency)."""
+        """Count n fairness gate events (EVENTS)."""
         if event not in EVENTS:
             raise ValueError(f"unknown accounting event {event!r}; expected one of {EVENTS}")
         if n < 0:
@@ -149,16 +150,17 @@ class Accounting:
         _family(
             lines,
             "boost_tenancy_admitted_total",
-            "Deliveries the fairness middleware let through to the handler.",
+            "Deliveries the fairness gate let through to the workers.",
             ((_labels(tenant), counts[_INDEX["admitted"]]) for tenant, counts in rows),
         )
         _family(
             lines,
-            "boost_tenancy_deferred_by_reason_total",
-            "Fairness deferrals by reason: a breakdown of outcome=deferred, not an addition to it.",
+            "boost_tenancy_held_total",
+            "Times the fairness gate held a tenant's next delivery back, by the limit that held it "
+            "(held unacknowledged, not re-sent).",
             (
-                (_labels(tenant, reason=reason), counts[_INDEX[f"deferred_{reason}"]])
-                for reason in DEFERRAL_REASONS
+                (_labels(tenant, reason=reason), counts[_INDEX[f"held_{reason}"]])
+                for reason in HOLD_REASONS
                 for tenant, counts in rows
             ),
         )
@@ -176,8 +178,9 @@ def _view(counts: list[int]) -> dict[str, int]:
     return {
         "admitted": get("admitted"),
         "deferred": get("deferred"),
-        "deferred_rate": get("deferred_rate"),
-        "deferred_concurrency": get("deferred_concurrency"),
+        "held_rate": get("held_rate"),
+        "held_concurrency": get("held_concurrency"),
+        "expired": get("expired"),
         "processed": get("processed"),
         "failed": get("retried") + get("dead_lettered"),
         "retried": get("retried"),
@@ -312,8 +315,8 @@ def _handler(owner: AccountingServer) -> type[BaseHTTPRequestHandler]:
 
 
 __all__ = [
-    "DEFERRAL_REASONS",
     "EVENTS",
+    "HOLD_REASONS",
     "OUTCOMES",
     "UNKNOWN_TENANT",
     "Accounting",

@@ -11,24 +11,22 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, MessageEncodeError
-from boost_tenancy.inbound import adopt
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.lifecycle import run_until_stopped
-from boost_tenancy.messages import (
-    WireMessage,
+from boost_tenancy.ops.moving import (
+    Move,
+    QueueMover,
+    copy_of,
+    take_batch,
+    tenancy_violation,
+    unsubscribe_all,
 )
-from boost_tenancy.processing.dispatcher import DispatchSettings
-from boost_tenancy.processing.outcomes import DeadLetter, Quarantine
-from boost_tenancy.processing.settle import Settler
-from boost_tenancy.resilience.dead_letter import DeadLetterReason
+from boost_tenancy.processing.outcomes import Quarantine
 from boost_tenancy.resilience.error_store import ErrorStore
-from boost_tenancy.resilience.failure import ErrorInfo
-from boost_tenancy.resilience.redelivery import strategy_for
-from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue, parked_queue
+from boost_tenancy.routing import parked_queue
 from boost_tenancy.selectors import (
     TENANT_PROPERTY,
     SelectorLike,
@@ -47,56 +45,6 @@ from boost_tenancy.transports.base import (
 log = structlog.get_logger("boost_tenancy.ops.parking")
 
 
-def _copy(delivery: Delivery) -> WireMessage:
-    """The message unchanged (tenant, ids, attempt and application properties kept)."""
-    return WireMessage(
-        body=delivery.body,
-        properties=dict(delivery.properties),
-        correlation_id=delivery.correlation_id,
-    )
-
-
-T = TypeVar("T")
-
-_BATCH = 200
-"""Deliveries moved per broker transaction: one commit per message is far too slow for a backlog."""
-
-
-def _take_batch(inbox: queue_mod.SimpleQueue[T], timeout: float) -> list[T]:
-    """The first item within timeout, then whatever else is already waiting, up to _BATCH."""
-    try:
-        batch = [inbox.get(timeout=timeout)]
-    except queue_mod.Empty:
-        return []
-    while len(batch) < _BATCH:
-        try:
-            batch.append(inbox.get_nowait())
-        except queue_mod.Empty:
-            break
-    return batch
-
-
-@dataclass(frozen=True, slots=True)
-class _Mover:
-    """A worker thread draining deliveries handed over by the transport's receiving thread."""
-
-    handle: Callable[[list[Delivery]], None]
-    stopping: threading.Event
-    inbox: queue_mod.SimpleQueue[Delivery]
-
-    def loop(self) -> None:
-        # Never forward on the receiving thread: over STOMP it also reads the receipts.
-        while not self.stopping.is_set():
-            batch = _take_batch(self.inbox, 0.1)
-            if not batch:
-                continue
-            try:
-                self.handle(batch)
-            except Exception:
-                # Left unacknowledged: they return to their queue when the subscription ends.
-                log.exception("parking_move_failed", queue=batch[0].queue, count=len(batch))
-
-
 class ParkingSweeper:
     """Moves every message of a shared queue whose tenant has no running processor to parking.
 
@@ -113,33 +61,23 @@ class ParkingSweeper:
         error_store: ErrorStore,
         prefetch: int = 100,
     ) -> None:
-        self._queues = tuple(dict.fromkeys(check_logical_queue(q) for q in queues))
-        if not self._queues:
-            raise ConfigError("a parking sweeper needs at least one queue")
-        if prefetch < 1:
-            raise ConfigError(f"prefetch must be at least 1, got {prefetch}")
         self._active = tuple(dict.fromkeys(TenantId.parse(t) for t in active_tenants))
         # No active tenant means no processor at all: every message is parked.
         self._selector: SelectorLike | None = (
             TenantExclusion(self._active) if self._active else None
         )
         self._transport = transport
-        self._settler = Settler(
+        self._mover = QueueMover(
             transport,
-            error_store,
-            settings=DispatchSettings(),
-            strategy=strategy_for(transport.capabilities),
-            routing=DEFAULT_ROUTING,
+            queues,
+            self._plan,
+            selector=self._selector,
+            error_store=error_store,
+            prefetch=prefetch,
+            name="parking sweeper",
         )
-        self._prefetch = prefetch
-        self._lock = threading.Lock()
-        self._parked: dict[TenantId, int] = {}
-        self._quarantined = 0
-        self._inbox: queue_mod.SimpleQueue[Delivery] = queue_mod.SimpleQueue()
-        self._stopping = threading.Event()
         self._stop_requested = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._subscriptions: list[Subscription] = []
+        self._started = False
 
     @property
     def selector(self) -> SelectorLike | None:
@@ -148,42 +86,29 @@ class ParkingSweeper:
     @property
     def parked(self) -> Mapping[TenantId, int]:
         """Messages moved to parking so far, per tenant."""
-        with self._lock:
-            return dict(self._parked)
+        return self._mover.moved
 
     @property
     def quarantined(self) -> int:
         """Messages without a valid tenant moved to quarantine so far."""
-        with self._lock:
-            return self._quarantined
+        return self._mover.quarantined
 
     def start(self) -> None:
         """Connect and subscribe to every queue; moving happens on a background thread."""
-        if self._thread is not None:
+        if self._started:
             return
+        self._started = True
         self._transport.connect()
-        mover = _Mover(self._move, self._stopping, self._inbox)
-        self._thread = threading.Thread(target=mover.loop, name="boost-parking", daemon=True)
-        self._thread.start()
-        self._subscriptions.extend(
-            self._transport.subscribe_many(
-                [
-                    SubscribeRequest(queue, self._selector, self._prefetch, self._inbox.put)
-                    for queue in self._queues
-                ]
-            )
-        )
+        self._mover.start()
         log.info(
             "parking_started",
-            queues=list(self._queues),
+            queues=list(self._mover.queues),
             active_tenants=[t.value for t in self._active],
         )
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop moving and disconnect; what was not moved yet stays on its queue."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(grace_s)
+        self._mover.stop(grace_s, unsubscribe=False)
         self._transport.close()
         log.info("parking_stopped", parked=sum(self.parked.values()), quarantined=self.quarantined)
 
@@ -201,79 +126,17 @@ class ParkingSweeper:
         )
         return 0
 
-    def _move(self, batch: list[Delivery]) -> None:
-        moves: list[tuple[Delivery, list[Outgoing]]] = []
-        tenants: list[TenantId] = []
-        for delivery in batch:
-            if not self._transport.is_live(delivery):
-                continue  # the broker redelivers it after the reconnection
-            raw = delivery.properties.get(TENANT_PROPERTY)
-            tenant = claimed_tenant(raw)
-            if tenant is None:
-                self._quarantine(delivery, raw)
-                continue
-            if tenant in self._active:
-                # Only a broker ignoring the selector does this; the tenant's processor should
-                # have it, so it stays unacknowledged and returns when the sweeper stops.
-                log.warning("parking_active_tenant_delivered", tenant=tenant.value)
-                continue
-            moves.append(
-                (delivery, [Outgoing(parked_queue(delivery.queue, tenant), _copy(delivery))])
-            )
-            tenants.append(tenant)
-        if not moves:
-            return
-        try:
-            self._transport.send_then_ack_many(moves)
-        except MessageEncodeError:
-            # One message the wire cannot carry must not hold the whole batch: move them one by
-            # one, and settle the ones that still fail as raw dead letters.
-            for move, tenant in zip(moves, tenants, strict=True):
-                self._move_one(*move, tenant)
-            return
-        with self._lock:
-            for tenant in tenants:
-                self._parked[tenant] = self._parked.get(tenant, 0) + 1
-
-    def _move_one(self, delivery: Delivery, items: list[Outgoing], tenant: TenantId) -> None:
-        try:
-            self._transport.send_then_ack(delivery, items)
-        except MessageEncodeError as exc:
-            adopted = adopt(delivery)
-            self._settler.settle(
-                tenant,
-                adopted.delivery,
-                DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNSETTLEABLE),
-                message_id=adopted.message_id,
-                attempt=adopted.attempt,
-            )
-            return
-        with self._lock:
-            self._parked[tenant] = self._parked.get(tenant, 0) + 1
-
-    def _quarantine(self, delivery: Delivery, raw_tenant: str | None) -> None:
-        """What the dispatcher does with a message without a valid tenant: the same Settler
-        records it and moves it to the quarantine queue."""
-        adopted = adopt(delivery)
-        outcome = Quarantine(
-            error=ErrorInfo(
-                type="TenancyViolation",
-                text=(
-                    f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} is "
-                    "not a valid tenant"
-                ),
-            ),
-            claimed=raw_tenant,
-        )
-        self._settler.settle(
-            None,
-            adopted.delivery,
-            outcome,
-            message_id=adopted.message_id,
-            attempt=adopted.attempt,
-        )
-        with self._lock:
-            self._quarantined += 1
+    def _plan(self, delivery: Delivery) -> Move | Quarantine | None:
+        raw = delivery.properties.get(TENANT_PROPERTY)
+        tenant = claimed_tenant(raw)
+        if tenant is None:
+            return tenancy_violation(delivery, raw, "is not a valid tenant")
+        if tenant in self._active:
+            # Only a broker ignoring the selector does this; the tenant's processor should
+            # have it, so it stays unacknowledged and returns when the sweeper stops.
+            log.warning("parking_active_tenant_delivered", tenant=tenant.value)
+            return None
+        return Move(delivery, tenant, parked_queue(delivery.queue, tenant), copy_of(delivery))
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +216,7 @@ class ParkedRedrive:
         last = time.monotonic()
         try:
             while not self._stopping.is_set() and time.monotonic() - last < self._idle_s:
-                batch = _take_batch(self._inbox, 0.05)
+                batch = take_batch(self._inbox, 0.05)
                 if not batch:
                     continue
                 last = time.monotonic()
@@ -365,7 +228,7 @@ class ParkedRedrive:
                 ]
                 try:
                     self._transport.send_then_ack_many(
-                        [(d, [Outgoing(move.target, _copy(d))]) for move, d in mine]
+                        [(d, [Outgoing(move.target, copy_of(d))]) for move, d in mine]
                     )
                 except Exception:
                     log.exception("unpark_failed", count=len(mine))
@@ -375,11 +238,7 @@ class ParkedRedrive:
                         key = (move.tenant, move.target)
                         self._moved[key] = self._moved.get(key, 0) + 1
         finally:
-            for subscription in subscriptions:
-                try:
-                    self._transport.unsubscribe(subscription)
-                except Exception:
-                    log.warning("unpark_unsubscribe_failed", queue=subscription.queue)
+            unsubscribe_all(self._transport, subscriptions)
             moved = self.moved
             if moved:
                 log.info("parked_redriven", messages=sum(moved.values()))

@@ -17,7 +17,7 @@ from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchErro
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, body_text, decode_json_body
 from boost_tenancy.processing.middleware import Middleware, chain
-from boost_tenancy.processing.outcomes import Ack, DeadLetter, Outcome, Quarantine
+from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, check_processor
 from boost_tenancy.processing.settle import DispatchObserver, Settler
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
@@ -164,6 +164,20 @@ class Dispatcher:
             )
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
+
+    def defer(self, tenant: TenantId, delivery: Delivery, delay_ms: int, reason: str) -> str:
+        """Put a delivery back without running it or counting an attempt (the fairness gate
+        held it past its hold time); returns the outcome's name."""
+        if not self._transport.is_live(delivery):
+            return "stale"
+        adopted = adopt(delivery)
+        return self._settler.settle(
+            tenant,
+            adopted.delivery,
+            Defer(delay_ms=delay_ms, reason=reason),
+            message_id=adopted.message_id,
+            attempt=self._strategy.attempt_of(adopted.delivery),
+        )
 
     def _decide(
         self,

@@ -1,4 +1,5 @@
-"""ProcessorRunner: one selector-filtered subscription per (tenant, queue), handlers on workers.
+"""ProcessorRunner: one subscription per (tenant, queue), handlers on workers, and the router
+that empties the shared queues of routed queues into the tenants' own.
 
 The transport's receiving thread only hands deliveries over; worker threads run the dispatcher.
 Stopping lets in-flight handlers finish within a deadline and leaves the rest unacknowledged.
@@ -16,10 +17,12 @@ from types import MappingProxyType
 import structlog
 
 from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.fairness.gate import Admitted, FairnessGate
 from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
+from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import TenantProcessor
@@ -78,12 +81,19 @@ class ProcessorRunner:
         error_store: ErrorStore,
         settings: RunnerSettings | None = None,
         middleware: Sequence[Middleware] = (),
+        gate: FairnessGate | None = None,
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
         redrive_parked: bool = True,
+        route_shared: bool = True,
+        default_tenant: TenantId | str | None = None,
     ) -> None:
         """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
         parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
+
+        route_shared runs a TenantRouter for the processor's routed queues, whatever tenants
+        this runner serves: every message sent to their shared queue goes to its tenant's queue,
+        a message without a tenantUUID to default_tenant's when one is given (else quarantined).
         """
         if not processor.queues:
             raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
@@ -99,6 +109,17 @@ class ProcessorRunner:
             for queue in processor.queues
         }
         self._routing = routing
+        routed = [queue for queue in processor.queues if routing.routes(queue)]
+        self._router: TenantRouter | None = None
+        if route_shared and routed:
+            self._router = TenantRouter(
+                transport,
+                routed,
+                error_store=error_store,
+                routing=routing,
+                default_tenant=default_tenant,
+                observers=observers,
+            )
         self._redrive: ParkedRedrive | None = None
         if redrive_parked:
             self._redrive = ParkedRedrive(
@@ -110,6 +131,8 @@ class ProcessorRunner:
             )
         self._processor = processor
         self._transport = transport
+        # Deliveries of a tenant over its limits wait at the gate, unacknowledged, in order.
+        self._gate = gate
         self._settings = settings or RunnerSettings()
         self._dispatcher = Dispatcher(
             processor,
@@ -122,7 +145,9 @@ class ProcessorRunner:
         )
 
         # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.
-        self._work: FairWorkQueue[Delivery] = FairWorkQueue(self._settings.tenant_weights)
+        self._work: FairWorkQueue[Delivery | Admitted] = FairWorkQueue(
+            self._settings.tenant_weights
+        )
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -138,6 +163,11 @@ class ProcessorRunner:
     @property
     def routing(self) -> Routing:
         return self._routing
+
+    @property
+    def router(self) -> TenantRouter | None:
+        """What routes the shared queues of the processor's routed queues; None without any."""
+        return self._router
 
     def wait_parked_redriven(self, timeout: float | None = None) -> bool:
         """Block until the parked backlog has been moved back (True at once without redrive)."""
@@ -156,6 +186,8 @@ class ProcessorRunner:
         self._transport.connect()
         for index in range(self._settings.workers):
             self._workers.append(self._start_worker(index))
+        if self._gate is not None:
+            self._gate.start(self._work.put, logical=self._routing.logical)
         requests = [
             # A shared queue needs the tenant's selector. A per-tenant queue holds only this
             # tenant's messages, so it takes all of them: one that names another tenant (or
@@ -173,6 +205,9 @@ class ProcessorRunner:
         if self._redrive is not None:
             # After subscribing: the backlog moves while the runner already handles new messages.
             self._redrive.start()
+        if self._router is not None:
+            # After subscribing, so what it moves to this runner's tenants is taken at once.
+            self._router.start()
         log.info(
             "runner_started",
             processor=type(self._processor).__name__,
@@ -182,6 +217,14 @@ class ProcessorRunner:
         )
 
     def _receiver(self, tenant: TenantId) -> Callable[[Delivery], None]:
+        if self._gate is not None:
+            offer = self._gate.offer
+
+            def through_the_gate(delivery: Delivery) -> None:
+                offer(tenant, delivery)
+
+            return through_the_gate
+
         def on_delivery(delivery: Delivery) -> None:
             self._work.put(tenant, delivery)
 
@@ -214,13 +257,20 @@ class ProcessorRunner:
             taken = self._work.get(timeout=0.2)
             if taken is None:
                 continue
-            tenant, delivery = taken
+            tenant, item = taken
             if self._stopping.is_set():
                 return  # left unacknowledged: the broker redelivers it after close
+            admitted = item if isinstance(item, Admitted) else None
+            delivery = item.delivery if isinstance(item, Admitted) else item
             with self._busy_lock:
                 self._busy += 1
             try:
-                self._dispatcher.dispatch(tenant, delivery)
+                if admitted is not None and admitted.expired and self._gate is not None:
+                    # Held past the gate's hold time: re-sent for later, no attempt counted.
+                    delay = self._gate.defer_delay_ms()
+                    self._dispatcher.defer(tenant, delivery, delay, "held too long")
+                else:
+                    self._dispatcher.dispatch(tenant, delivery)
             except TransportError as exc:
                 # Not acknowledged: the broker redelivers it once the connection is back.
                 log.warning("delivery_settle_failed", queue=delivery.queue, error=str(exc))
@@ -229,6 +279,8 @@ class ProcessorRunner:
             finally:
                 with self._busy_lock:
                     self._busy -= 1
+                if admitted is not None and self._gate is not None:
+                    self._gate.done(tenant, admitted.slot)
 
     def stop(self, grace_s: float | None = None) -> bool:
         """Stop taking messages, let in-flight handlers finish within grace_s, then disconnect.
@@ -239,6 +291,8 @@ class ProcessorRunner:
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
         if self._redrive is not None:
             self._redrive.stop()
+        if self._router is not None:
+            self._router.stop(timeout=min(grace, 10.0))
         self._stopping.set()
         self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
         deadline = time.monotonic() + grace

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
+from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
 from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.amqp import AmqpTransport
@@ -70,6 +72,14 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
         transport.close()
     if broker is not None:
         broker.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ErrorStore]:
+    """A SQLite error store of the test's own."""
+    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    yield opened
+    opened.close()
 
 
 def needs_selectors(factory: TransportFactory) -> None:

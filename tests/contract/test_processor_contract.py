@@ -1,11 +1,12 @@
-"""TenantProcessor behaviour on both transports: isolation, retries to the cap, dead letters,
-quarantine and output propagation, each failure recorded in the error store."""
+"""TenantProcessor behaviour on every transport: isolation, retries to the cap, dead letters,
+quarantine and output propagation, each failure recorded in the error store.
+
+On shared queues (the Java services' topology, where selectors keep tenants apart); the routed and
+per-tenant topologies' own contract is test_routing_contract.py."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from boost_tenancy import (
     PermanentError,
     ProcessorRunner,
     RetryPolicy,
+    Routing,
     RunnerSettings,
     TenantId,
     TenantProcessor,
@@ -25,13 +27,15 @@ from boost_tenancy import (
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
+from boost_tenancy.routing import Topology
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
 from tests.contract.conftest import lose_connection_now, needs_selectors
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
+SHARED = Routing(Topology.SHARED)
 
 
 class Recorder(TenantProcessor):
@@ -64,13 +68,6 @@ class Recorder(TenantProcessor):
             return len(self.seen)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
-
-
 def start_runner(
     factory: TransportFactory, processor: TenantProcessor, tenants: list[str], store: ErrorStore
 ) -> ProcessorRunner:
@@ -80,6 +77,7 @@ def start_runner(
         tenants,
         error_store=store,
         settings=RunnerSettings(workers=3, prefetch=5, dispatch=DispatchSettings(retry=FAST_RETRY)),
+        routing=SHARED,
     )
     runner.start()
     return runner
@@ -99,7 +97,7 @@ def test_three_tenants_on_one_queue_each_see_only_their_own(
     queue = unique_queue("cmd")
     processors = {t: Recorder(queue) for t in ("org-A", "org-B", "org-C")}
     runners = [start_runner(transport_factory, p, [t], store) for t, p in processors.items()]
-    producer = TenantProducer(transport_factory())
+    producer = TenantProducer(transport_factory(), routing=SHARED)
     for index in range(12):
         producer.send(queue, ("org-A", "org-B", "org-C")[index % 3], {"n": index})
     assert wait_until(lambda: sum(p.count() for p in processors.values()) == 12)
@@ -119,7 +117,9 @@ def test_always_failing_handler_reaches_dlq_after_exactly_the_cap(
     processor = Recorder(queue)
     runner = start_runner(transport_factory, processor, ["org-A"], store)
     dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    sent = TenantProducer(transport_factory()).send(queue, "org-A", {"mode": "fail"})
+    sent = TenantProducer(transport_factory(), routing=SHARED).send(
+        queue, "org-A", {"mode": "fail"}
+    )
     assert wait_until(lambda: len(dlq) == 1, timeout=15)
     runner.stop(grace_s=5)
     assert [seen[2] for seen in processor.seen] == [1, 2, 3]
@@ -159,10 +159,13 @@ def test_a_message_that_kills_its_worker_is_counted_and_dead_lettered_after_the_
         ["org-A"],
         error_store=store,
         settings=RunnerSettings(workers=1, prefetch=1, dispatch=DispatchSettings(retry=FAST_RETRY)),
+        routing=SHARED,
     )
     runner.start()
     dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    sent = TenantProducer(transport_factory()).send(queue, "org-A", {"mode": "crash"})
+    sent = TenantProducer(transport_factory(), routing=SHARED).send(
+        queue, "org-A", {"mode": "crash"}
+    )
     assert wait_until(lambda: len(dlq) == 1, timeout=20)
     runner.stop(grace_s=5)
     assert [seen[2] for seen in processor.seen] == [1, 2, 3]
@@ -180,7 +183,7 @@ def test_permanent_error_is_dead_lettered_at_once(
     processor = Recorder(queue)
     runner = start_runner(transport_factory, processor, ["org-A"], store)
     dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    TenantProducer(transport_factory()).send(queue, "org-A", {"mode": "permanent"})
+    TenantProducer(transport_factory(), routing=SHARED).send(queue, "org-A", {"mode": "permanent"})
     assert wait_until(lambda: len(dlq) == 1)
     runner.stop(grace_s=5)
     assert processor.count() == 1
@@ -199,7 +202,7 @@ def test_undecodable_body_is_dead_lettered_without_calling_the_handler(
     processor = Recorder(queue)
     runner = start_runner(transport_factory, processor, ["org-A"], store)
     dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    TenantProducer(transport_factory()).send(queue, "org-A", "{not json")
+    TenantProducer(transport_factory(), routing=SHARED).send(queue, "org-A", "{not json")
     assert wait_until(lambda: len(dlq) == 1)
     runner.stop(grace_s=5)
     assert processor.count() == 0
@@ -215,7 +218,7 @@ def test_published_output_carries_tenant_correlation_and_a_stable_derived_id(
     processor = Recorder(queue)
     runner = start_runner(transport_factory, processor, ["org-B"], store)
     out = collect(transport_factory, queue + ".out")
-    sent = TenantProducer(transport_factory()).send(
+    sent = TenantProducer(transport_factory(), routing=SHARED).send(
         queue, "org-B", {"mode": "publish", "n": 7}, correlation_id="corr-7"
     )
     assert wait_until(lambda: len(out) == 1)

@@ -1,5 +1,7 @@
-"""Routing topologies and parking on both transports: per-tenant queues with the same processor
-code, mixed overrides, the exclusion selector, the parking sweeper and the parked re-drive."""
+"""Routing topologies and parking on every transport: per-tenant queues with the same processor
+code, mixed overrides, the router that empties a routed shared queue into the tenants' queues
+(raw sends, as the Java services make them), the exclusion selector, the parking sweeper and the
+parked re-drive."""
 
 from __future__ import annotations
 
@@ -7,11 +9,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from boost_tenancy import (
     DispatchSettings,
@@ -30,7 +28,7 @@ from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.routing import DEFAULT_ROUTING, Topology, parked_queue
 from boost_tenancy.selectors import TenantExclusion, tenant_selector
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
@@ -38,6 +36,7 @@ from tests.contract.conftest import needs_selectors
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_ms=50, max_delay_ms=100)
 PER_TENANT = Routing(Topology.PER_TENANT)
+SHARED = Routing(Topology.SHARED)
 
 
 def new_tenant(name: str) -> str:
@@ -67,13 +66,6 @@ class Recorder(TenantProcessor):
             return len(self.seen)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
-
-
 def start_runner(
     factory: TransportFactory,
     processor: TenantProcessor,
@@ -81,6 +73,7 @@ def start_runner(
     store: ErrorStore,
     *,
     routing: Routing = DEFAULT_ROUTING,
+    **options: Any,
 ) -> ProcessorRunner:
     runner = ProcessorRunner(
         processor,
@@ -91,6 +84,7 @@ def start_runner(
             workers=3, prefetch=20, dispatch=DispatchSettings(retry=FAST_RETRY)
         ),
         routing=routing,
+        **options,
     )
     runner.start()
     return runner
@@ -191,7 +185,7 @@ def test_mixed_overrides_one_queue_per_tenant_one_shared(
 ) -> None:
     needs_selectors(transport_factory)
     x, y = unique_queue("cmd"), unique_queue("cmd")
-    routing = Routing(overrides={x: Topology.PER_TENANT})
+    routing = Routing(Topology.SHARED, overrides={x: Topology.PER_TENANT})
     a = new_tenant("org-A")
     processor = Recorder(x, y)
     runner = start_runner(transport_factory, processor, [a], store, routing=routing)
@@ -264,10 +258,10 @@ def test_sweeper_parks_inactive_tenants_and_a_later_runner_redrives_its_backlog(
     a, b, c = new_tenant("org-A"), new_tenant("org-B"), new_tenant("org-C")
     per_tenant = 15
     processor_a = Recorder(queue)
-    runner_a = start_runner(transport_factory, processor_a, [a], store)
+    runner_a = start_runner(transport_factory, processor_a, [a], store, routing=SHARED)
     sweeper = ParkingSweeper(transport_factory(), [queue], [a], error_store=store)
     sweeper.start()
-    producer = TenantProducer(transport_factory())
+    producer = TenantProducer(transport_factory(), routing=SHARED)
     with producer.batch() as batch:
         for n in range(per_tenant):
             for tenant in (a, b, c):
@@ -289,7 +283,7 @@ def test_sweeper_parks_inactive_tenants_and_a_later_runner_redrives_its_backlog(
 
     # B's processor starts later: its parked backlog comes back and is handled, all of it.
     processor_b = Recorder(queue)
-    runner_b = start_runner(transport_factory, processor_b, [b], store)
+    runner_b = start_runner(transport_factory, processor_b, [b], store, routing=SHARED)
     assert runner_b.wait_parked_redriven(timeout=30)
     assert wait_until(lambda: processor_b.count() == per_tenant, timeout=20)
     assert sorted(seen[3]["n"] for seen in processor_b.seen) == list(range(per_tenant))
@@ -302,3 +296,155 @@ def test_sweeper_parks_inactive_tenants_and_a_later_runner_redrives_its_backlog(
     assert wait_until(lambda: len(parked_c) == per_tenant)
     assert len(parked_b) == 0
     assert {d.properties["tenantUUID"] for d in parked_c.items} == {c}
+
+
+# -- routed: the shared queue emptied into the tenants' own queues ---------------------------------
+class Outcomes:
+    """A dispatch observer (what accounting is): the outcomes it was told of."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str | None, str, str]] = []
+        self._lock = threading.Lock()
+
+    def on_outcome(self, tenant: TenantId | None, queue: str, outcome: str) -> None:
+        with self._lock:
+            self.seen.append((None if tenant is None else tenant.value, queue, outcome))
+
+
+INVALID_TENANT = "x' OR '1'='1"
+
+
+def raw_send(factory: TransportFactory, queue: str, body: object, **properties: str) -> None:
+    """A send to the shared queue as a Java service makes it: the transport, no TenantProducer."""
+    message = WireMessage(body=json.dumps(body), properties=properties, correlation_id="c-raw")
+    factory().send(queue, message)
+
+
+def test_raw_sends_to_the_shared_queue_are_stored_per_tenant_and_tenantless_ones_quarantined(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    queue = unique_queue("cmd")
+    a, b = new_tenant("org-A"), new_tenant("org-B")
+    per_tenant = 5
+    processor, outcomes = Recorder(queue), Outcomes()
+    # Only A has a processor: B's messages must not wait in front of A's, nor be lost.
+    runner = start_runner(transport_factory, processor, [a], store, observers=[outcomes])
+    for n in range(per_tenant):
+        raw_send(transport_factory, queue, {"n": n}, tenantUUID=b, appProperty=f"b-{n}")
+        raw_send(transport_factory, queue, {"n": n}, tenantUUID=a)
+    raw_send(transport_factory, queue, {"n": "none"}, boostMessageId="m-none")
+    raw_send(transport_factory, queue, {"n": "bad"}, tenantUUID=INVALID_TENANT)
+    router = runner.router
+    assert router is not None
+    assert wait_until(
+        lambda: (
+            processor.count() == per_tenant
+            and router.routed == {TenantId(a): per_tenant, TenantId(b): per_tenant}
+            and router.quarantined == 2
+        ),
+        timeout=20,
+    )
+    runner.stop(grace_s=5)
+    assert router.defaulted == 0
+    # A's handler saw A's messages only, under the logical queue, whatever queue held them.
+    assert sorted(seen[3]["n"] for seen in processor.seen) == list(range(per_tenant))
+    assert {(seen[0], seen[1], seen[2]) for seen in processor.seen} == {(a, queue, queue)}
+
+    # B has no processor: its messages wait, unchanged, in B's own queue.
+    stored_b = collect(transport_factory, f"tenant.{b}.{queue}", b)
+    assert wait_until(lambda: len(stored_b) == per_tenant)
+    assert sorted(json.loads(str(d.body))["n"] for d in stored_b.items) == list(range(per_tenant))
+    assert {d.properties["tenantUUID"] for d in stored_b.items} == {b}
+    assert sorted(d.properties["appProperty"] for d in stored_b.items) == [
+        f"b-{n}" for n in range(per_tenant)
+    ]
+    assert {d.correlation_id for d in stored_b.items} == {"c-raw"}
+
+    # Missing and invalid tenants: quarantined, recorded and counted, never routed.
+    quarantine = collect(transport_factory, quarantine_queue(queue))
+    assert wait_until(lambda: len(quarantine) == 2)
+    assert {d.properties["boostDeadLetterReason"] for d in quarantine.items} == {
+        "tenancy-violation"
+    }
+    assert {d.properties["boostOriginalQueue"] for d in quarantine.items} == {queue}
+    records = recorded(store, 2, tenant=None, outcome=FailureOutcome.QUARANTINE)
+    assert sorted(str(r.raw_tenant) for r in records) == sorted(["None", INVALID_TENANT])
+    assert {r.queue for r in records} == {queue}
+    assert "m-none" in {r.message_id for r in records}
+    assert [o for o in outcomes.seen if o[2] == "quarantined"] == [(None, queue, "quarantined")] * 2
+
+    # Nothing is left on the shared queue.
+    shared = collect(transport_factory, queue)
+    time.sleep(0.5)
+    assert len(shared) == 0
+
+
+def test_a_default_tenant_takes_messages_without_a_tenant_but_never_an_invalid_one(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    queue = unique_queue("cmd")
+    legacy, other = new_tenant("default"), new_tenant("org-O")
+    processor = Recorder(queue)
+    runner = start_runner(transport_factory, processor, [legacy], store, default_tenant=legacy)
+    raw_send(transport_factory, queue, {"n": "legacy"})
+    raw_send(transport_factory, queue, {"n": "bad"}, tenantUUID=INVALID_TENANT)
+    raw_send(transport_factory, queue, {"n": "other"}, tenantUUID=other)
+    router = runner.router
+    assert router is not None
+    assert router.default_tenant == TenantId(legacy)
+    assert wait_until(
+        lambda: (
+            processor.count() == 1
+            and router.routed == {TenantId(legacy): 1, TenantId(other): 1}
+            and router.quarantined == 1
+        ),
+        timeout=20,
+    )
+    runner.stop(grace_s=5)
+    assert router.defaulted == 1
+    # The message without a tenant is the default tenant's, handled as such.
+    assert [(seen[0], seen[3]["n"]) for seen in processor.seen] == [(legacy, "legacy")]
+    (record,) = recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
+    assert record.raw_tenant == INVALID_TENANT
+    stored_other = collect(transport_factory, f"tenant.{other}.{queue}", other)
+    assert wait_until(lambda: len(stored_other) == 1)
+
+
+def test_runners_of_one_queue_compete_and_route_each_message_once(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    queue = unique_queue("cmd")
+    a, b = new_tenant("org-A"), new_tenant("org-B")
+    count = 30
+    first, second = Recorder(queue), Recorder(queue)
+    runners = [
+        start_runner(transport_factory, first, [a], store),
+        start_runner(transport_factory, second, [b], store),
+    ]
+    for n in range(count):
+        raw_send(transport_factory, queue, {"n": n}, tenantUUID=a if n % 2 else b)
+    assert wait_until(lambda: first.count() + second.count() == count, timeout=20)
+    for runner in runners:
+        runner.stop(grace_s=5)
+    assert sorted(seen[3]["n"] for seen in first.seen) == list(range(1, count, 2))
+    assert sorted(seen[3]["n"] for seen in second.seen) == list(range(0, count, 2))
+    routed = [r.router.routed for r in runners if r.router is not None]
+    assert sum(sum(counts.values()) for counts in routed) == count
+
+
+def test_a_runner_told_not_to_route_leaves_the_shared_queue_alone(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    queue = unique_queue("cmd")
+    a = new_tenant("org-A")
+    processor = Recorder(queue)
+    runner = start_runner(transport_factory, processor, [a], store, route_shared=False)
+    assert runner.router is None
+    producer = TenantProducer(transport_factory())
+    producer.send(queue, a, {"n": "direct"})  # a toolkit producer skips the router anyway
+    raw_send(transport_factory, queue, {"n": "raw"}, tenantUUID=a)
+    assert wait_until(lambda: processor.count() == 1)
+    runner.stop(grace_s=5)
+    shared = collect(transport_factory, queue)
+    assert wait_until(lambda: len(shared) == 1)
+    assert [seen[3]["n"] for seen in processor.seen] == ["direct"]

@@ -32,7 +32,7 @@ from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
-from tests.integration.worker_support import dedicated_broker, read_queue
+from tests.integration.worker_support import dedicated_broker, read_queues, stored_in
 
 pytestmark = [
     pytest.mark.broker,
@@ -266,5 +266,6 @@ def test_broker_outage_mid_stream_loses_no_persistent_message(
         f"runner connected: {changes}"
     )
     # Everything was acknowledged: nothing left on the queue, nothing dead-lettered.
-    assert read_queue(settings, queue, tenant=None, expect=0) == []
-    assert read_queue(settings, dead_letter_queue(queue), tenant=None, expect=0) == []
+    stored = stored_in(queue, TENANTS)
+    assert read_queues(settings, stored) == []
+    assert read_queues(settings, [dead_letter_queue(q) for q in stored]) == []

@@ -113,9 +113,11 @@ def test_publish_prints_one_message_id_per_message_sent(cli: Cli, consumer: Stom
         "publish", "--queue", queue, "--tenant", tenant, "--json", '{"n": 1}', "--count", "2"
     )
     assert [(line["queue"], line["tenant"]) for line in lines] == [(queue, tenant)] * 2
+    # The default routing stores the tenant's messages in its own queue.
+    assert {line["broker_queue"] for line in lines} == {f"tenant.{tenant}.{queue}"}
     ids = [line["message_id"] for line in lines]
     assert len(set(ids)) == 2
-    received = take(consumer, queue, tenant, 2)
+    received = take(consumer, f"tenant.{tenant}.{queue}", tenant, 2)
     assert sorted(d.properties["boostMessageId"] for d in received) == sorted(ids)
     for delivery in received:
         assert delivery.properties["tenantUUID"] == tenant
@@ -183,7 +185,8 @@ def test_failing_processor_dead_letters_then_dlq_list_redrive_and_errors_show_it
     (listed,) = cli.ok("dlq", "list", "--tenant", tenant, "--queue", queue)
     assert listed["message_id"] == message_id
     assert listed["tenant"] == tenant
-    assert listed["original_queue"] == queue
+    # The queue is routed (the default): the message was the tenant's own queue's.
+    assert listed["original_queue"] == f"tenant.{tenant}.{queue}"
     assert listed["reason"] == "exhausted"
     assert listed["attempts"] == 2
     assert listed["error_type"] == "RuntimeError"
@@ -201,7 +204,7 @@ def test_failing_processor_dead_letters_then_dlq_list_redrive_and_errors_show_it
     assert cli.ok("dlq", "redrive", "--tenant", tenant, "--queue", queue) == [
         {"redriven": [message_id], "count": 1, "remaining": 0}
     ]
-    (back,) = take(consumer, queue, tenant, 1)
+    (back,) = take(consumer, f"tenant.{tenant}.{queue}", tenant, 1)
     assert back.properties["boostMessageId"] == message_id
     assert back.properties["tenantUUID"] == tenant
     assert back.properties["boostAttempt"] == "1"
@@ -252,22 +255,34 @@ def test_publish_with_per_tenant_routing_sends_to_the_tenants_own_queue(
     assert "BOOST_ROUTING" in done.stderr
 
 
+def test_run_refuses_an_invalid_default_tenant_naming_the_variable(cli: Cli) -> None:
+    bad = Cli({**cli.env, "BOOST_DEFAULT_TENANT": "x' OR '1'='1"}, cli.error_store)
+    done = bad("run", "tests.integration.cli_processors:AlwaysFails", "--tenant", "org-a")
+    assert done.returncode == 2
+    assert "BOOST_DEFAULT_TENANT: invalid tenant id" in done.stderr
+
+
 def test_park_moves_inactive_tenants_until_sigterm_and_reports_counts(
     cli: Cli, consumer: StompTransport
 ) -> None:
     active, idle = new_tenant("active"), new_tenant("idle")
     queue = f"test.cli.park.{uuid.uuid4().hex[:10]}"
+    # Only a shared queue parks; a routed one (the default) is refused, naming its topology.
+    refused = cli("park", "--queue", queue, "--active-tenant", active)
+    assert refused.returncode == 2
+    assert f"--queue {queue!r} is routed" in refused.stderr
+    shared = Cli({**cli.env, "BOOST_ROUTING": "shared"}, cli.error_store)
     park = subprocess.Popen(
         [str(CLI), "park", "--queue", queue, "--active-tenant", active],
-        env=cli.env,
+        env=shared.env,
         cwd=PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        cli.ok("publish", "--queue", queue, "--tenant", idle, "--text", "i", "--count", "3")
-        cli.ok("publish", "--queue", queue, "--tenant", active, "--text", "a", "--count", "2")
+        shared.ok("publish", "--queue", queue, "--tenant", idle, "--text", "i", "--count", "3")
+        shared.ok("publish", "--queue", queue, "--tenant", active, "--text", "a", "--count", "2")
         parked = take(consumer, f"parked.{idle}.{queue}", idle, 3)
         assert {d.body for d in parked} == {"i"}
     finally:

@@ -26,6 +26,7 @@ from boost_tenancy import (
     IncomingMessage,
     PermanentError,
     ProcessorRunner,
+    Routing,
     RunnerSettings,
     TenantProcessor,
 )
@@ -40,6 +41,7 @@ from boost_tenancy.resilience.error_store import (
     open_error_store,
 )
 from boost_tenancy.resilience.recorder import DOWN_COOLDOWN_S, record_failure
+from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unavailable, wait_until
@@ -328,6 +330,7 @@ def _run_beside(store: ErrorStore, count: int) -> tuple[int, float]:
         error_store=store,
         settings=RunnerSettings(workers=4, shutdown_grace_s=5.0),
         redrive_parked=False,
+        routing=Routing(Topology.SHARED),  # DLQ.cmd.faults: one queue, read by its name
     )
     runner.start()
     try:

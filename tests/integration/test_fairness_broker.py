@@ -1,7 +1,8 @@
-"""Fairness on the real broker: deferral goes through scheduled redelivery on ActiveMQ.
+"""Fairness on the real broker: a tenant over its limits is held, not re-sent.
 
-Tier concurrency holds under load and every deferred message still runs; the rate limit admits
-the configured rate; a limit changed at run time takes effect; accounting matches what was sent.
+Tier concurrency holds under load, a Free tenant's messages run one at a time in the order they
+were sent, and the runner writes nothing to the broker for it; the rate limit admits the
+configured rate; a limit changed at run time takes effect; accounting matches what was sent.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.fairness import (
     Accounting,
-    FairnessMiddleware,
+    FairnessGate,
     InMemoryConcurrencyLimiter,
     RatePolicy,
     SQLiteTierStore,
@@ -37,7 +38,7 @@ from boost_tenancy.fairness import (
     TokenBucketLimiter,
 )
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from tests.conftest import unique_queue, wait_until
+from tests.conftest import WriteCount, count_writes, unique_queue, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -82,66 +83,73 @@ def tiers(tmp_path: Path) -> Iterator[TierResolver]:
     yield resolver
 
 
+def tier_gate(tiers: TierResolver, limits: TierLimits, **kwargs: Any) -> FairnessGate:
+    return FairnessGate(
+        concurrency=InMemoryConcurrencyLimiter(),
+        limit_of=lambda tenant: limits.for_tier(tiers.tier_of(tenant)),
+        **kwargs,
+    )
+
+
 def run(
     processor: Recorder,
     settings: StompSettings,
-    middleware: FairnessMiddleware,
+    gate: FairnessGate,
     accounting: Accounting,
     *,
     tmp: Path,
     tenants: list[TenantId],
-) -> ProcessorRunner:
+) -> tuple[ProcessorRunner, WriteCount]:
+    transport = StompTransport(settings)
+    writes = count_writes(transport)
     runner = ProcessorRunner(
         processor,
-        StompTransport(settings),
+        transport,
         tenants,
         error_store=open_error_store(str(tmp / "errors.sqlite3")),
         settings=RunnerSettings(workers=8, prefetch=20),
-        middleware=[middleware],
+        gate=gate,
         observers=[accounting],
     )
     runner.start()
-    return runner
+    return runner, writes
 
 
-def test_tier_limits_hold_under_load_and_every_deferred_message_runs(
+def test_tier_limits_hold_under_load_without_a_broker_write_and_keep_the_order(
     stomp_settings: StompSettings, tiers: TierResolver, tmp_path: Path
 ) -> None:
     queue = unique_queue("fair")
-    processor = Recorder(queue, work_s=0.3)
+    processor = Recorder(queue, work_s=0.2)
     accounting = Accounting()
-    middleware = FairnessMiddleware(
-        concurrency=InMemoryConcurrencyLimiter(),
-        tiers=tiers,
-        limits=TierLimits(),
-        defer_ms=100,
-        jitter_ms=200,
-        on_event=accounting.record,  # type: ignore[arg-type]
-    )
-    runner = run(
-        processor, stomp_settings, middleware, accounting, tmp=tmp_path, tenants=[FREE, ENTERPRISE]
+    gate = tier_gate(tiers, TierLimits(), on_event=accounting.record)
+    runner, writes = run(
+        processor, stomp_settings, gate, accounting, tmp=tmp_path, tenants=[FREE, ENTERPRISE]
     )
     transport = StompTransport(stomp_settings)
     transport.connect()
+    sent_free: list[str] = []
     try:
         with TenantProducer(transport).batch() as batch:
             for n in range(8):
-                batch.send(queue, FREE, {"n": n})
+                sent_free.append(batch.send(queue, FREE, {"n": n}).message_id)
                 batch.send(queue, ENTERPRISE, {"n": n})
         assert wait_until(
             lambda: processor.count(FREE) == 8 and processor.count(ENTERPRISE) == 8, timeout=60
         ), (processor.count(FREE), processor.count(ENTERPRISE))
     finally:
         runner.stop(grace_s=5)
+        gate.close()
         transport.close()
     assert processor.peak[FREE.value] == 1, "a Free tenant runs one message at a time"
+    assert processor.ids[FREE.value] == sent_free, "in the order they were sent"
+    assert writes.writes == 0, "held at the gate, never re-sent"
     assert 1 < processor.peak[ENTERPRISE.value] <= 5, "Enterprise runs up to 5 at once"
     for tenant in (FREE, ENTERPRISE):
         assert len(set(processor.ids[tenant.value])) == 8, "each message ran exactly once"
     free = accounting.snapshot(FREE)
     assert free["processed"] == 8
-    assert free["deferred"] > 0, "the Free tenant's extra messages were deferred, not rejected"
-    assert free["deferred_concurrency"] == free["deferred"]
+    assert free["held_concurrency"] > 0, "the Free tenant's extra messages were held"
+    assert free["deferred"] == 0
     assert free["dead_lettered"] == free["retried"] == 0
     assert accounting.snapshot(ENTERPRISE)["processed"] == 8
 
@@ -153,15 +161,8 @@ def test_rate_limit_admits_the_configured_rate_and_follows_a_change_at_run_time(
     processor = Recorder(queue, work_s=0.0)
     accounting = Accounting()
     rates = TokenBucketLimiter(RatePolicy(rate_per_s=5, burst_s=1))
-    middleware = FairnessMiddleware(
-        concurrency=InMemoryConcurrencyLimiter(),
-        tiers=tiers,
-        limits=TierLimits(free=5),
-        rates=rates,
-        defer_ms=100,
-        jitter_ms=100,
-    )
-    runner = run(processor, stomp_settings, middleware, accounting, tmp=tmp_path, tenants=[FREE])
+    gate = tier_gate(tiers, TierLimits(free=5), rates=rates, on_event=accounting.record)
+    runner, writes = run(processor, stomp_settings, gate, accounting, tmp=tmp_path, tenants=[FREE])
     transport = StompTransport(stomp_settings)
     transport.connect()
     try:
@@ -181,7 +182,10 @@ def test_rate_limit_admits_the_configured_rate_and_follows_a_change_at_run_time(
         assert processor.done[FREE.value][-1] - changed < 5.0, "40 more, unlimited"
     finally:
         runner.stop(grace_s=5)
+        gate.close()
         transport.close()
     snapshot: dict[str, Any] = accounting.snapshot(FREE)
     assert snapshot["processed"] == 60, "accounting matches what was sent"
-    assert snapshot["deferred"] > 0
+    assert snapshot["held_rate"] > 0
+    assert snapshot["deferred"] == 0
+    assert writes.writes == 0

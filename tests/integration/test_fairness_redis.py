@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import queue as queue_mod
 import signal
 import socket
 import subprocess
@@ -15,28 +16,26 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from structlog.testing import capture_logs
 
-from boost_tenancy import ConfigError, HandlerContext, IncomingMessage, TenantId
+from boost_tenancy import ConfigError, TenantId
 from boost_tenancy.fairness import (
-    FairnessMiddleware,
+    Admitted,
+    FairnessGate,
     RatePolicy,
     RedisConcurrencyLimiter,
     RedisTokenBucketLimiter,
-    Tier,
-    TierLimits,
-    TierResolver,
     redis_client,
 )
 from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
 from boost_tenancy.fairness.redis_backend import redis_breaker
-from boost_tenancy.processing.outcomes import Ack, Defer, Outcome
+from boost_tenancy.transports.base import Delivery
 from tests.conftest import unavailable, wait_until
 
 pytestmark = pytest.mark.redis
@@ -347,148 +346,223 @@ def switch() -> Iterator[RedisSwitch]:
     made.close()
 
 
-class NoTiers:
-    """Every tenant is Free (concurrency limit 1)."""
+class Events:
+    """The gate's decisions, counted per (tenant, event)."""
 
-    def get(self, tenant: TenantId) -> Tier | None:
-        return None
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
 
-    def set(self, tenant: TenantId, tier: Tier) -> None:
-        pass
+    def __call__(self, tenant: TenantId, event: str) -> None:
+        with self._lock:
+            self.counts[(tenant.value, event)] += 1
 
-
-def fairness_through(
-    url: str, prefix: str, rate: RatePolicy, policy: BreakerPolicy
-) -> tuple[FairnessMiddleware, RedisConcurrencyLimiter, Counter[str]]:
-    """The middleware on both Redis limiters of one client (production timeouts), one breaker."""
-    client = redis_client(url)
-    breaker = redis_breaker(policy)
-    slots = RedisConcurrencyLimiter(client, prefix=prefix, breaker=breaker)
-    rates = RedisTokenBucketLimiter(client, rate, prefix=prefix, breaker=breaker)
-    events: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def on_event(_tenant: TenantId, event: str) -> None:
-        with lock:
-            events[event] += 1
-
-    middleware = FairnessMiddleware(
-        concurrency=slots,
-        tiers=TierResolver(NoTiers()),
-        limits=TierLimits(),
-        rates=rates,
-        jitter_ms=0,
-        on_event=on_event,
-    )
-    return middleware, slots, events
+    def of(self, tenant: TenantId, event: str) -> int:
+        with self._lock:
+            return self.counts[(tenant.value, event)]
 
 
-def delivery(message_id: str) -> tuple[IncomingMessage, HandlerContext]:
-    incoming = IncomingMessage(
-        tenant=TENANT,
+class Admissions:
+    """What the gate hands to the workers, in order."""
+
+    def __init__(self) -> None:
+        self.queue: queue_mod.SimpleQueue[tuple[TenantId, Admitted]] = queue_mod.SimpleQueue()
+
+    def __call__(self, tenant: TenantId, admitted: Admitted) -> None:
+        self.queue.put((tenant, admitted))
+
+    def next(self, timeout: float = 5.0) -> tuple[TenantId, Admitted]:
+        return self.queue.get(timeout=timeout)
+
+    def none_within(self, seconds: float) -> bool:
+        try:
+            self.queue.get(timeout=seconds)
+        except queue_mod.Empty:
+            return True
+        return False
+
+
+class Built(NamedTuple):
+    gate: FairnessGate
+    slots: RedisConcurrencyLimiter
+    rates: RedisTokenBucketLimiter
+    events: Events
+
+
+GateFactory = Callable[[str, str, RatePolicy, BreakerPolicy], Built]
+
+
+@pytest.fixture
+def gate_through() -> Iterator[GateFactory]:
+    """Builds a gate (not started) on both Redis limiters of one client (production timeouts),
+    sharing one breaker, every tenant limited to one slot; closes it after the test."""
+    gates: list[FairnessGate] = []
+
+    def build(url: str, prefix: str, rate: RatePolicy, policy: BreakerPolicy) -> Built:
+        client = redis_client(url)
+        breaker = redis_breaker(policy)
+        slots = RedisConcurrencyLimiter(client, prefix=prefix, breaker=breaker)
+        rates = RedisTokenBucketLimiter(client, rate, prefix=prefix, breaker=breaker)
+        events = Events()
+        gate = FairnessGate(
+            concurrency=slots, limit_of=lambda _tenant: 1, rates=rates, on_event=events
+        )
+        gates.append(gate)
+        return Built(gate, slots, rates, events)
+
+    yield build
+    for gate in gates:
+        gate.close()
+
+
+def delivery(message_id: str) -> Delivery:
+    return Delivery(
         queue="cmd.test",
         body="{}",
-        message_id=message_id,
+        properties={"boostMessageId": message_id},
         correlation_id=message_id,
-        attempt=1,
         redelivered=False,
-        properties={},
+        subscription_id="sub-1",
     )
-    ctx = HandlerContext(
-        tenant=TENANT,
-        queue="cmd.test",
-        message_id=message_id,
-        correlation_id=message_id,
-        attempt=1,
-        log=None,
-    )
-    return incoming, ctx
 
 
-def ack(_message: IncomingMessage, _ctx: HandlerContext) -> Outcome:
-    return Ack()
+def message_id(admitted: Admitted) -> str:
+    return admitted.delivery.properties["boostMessageId"]
 
 
 def test_hung_redis_admits_every_message_and_costs_one_timeout_per_cooldown(
-    switch: RedisSwitch,
+    switch: RedisSwitch, gate_through: GateFactory
 ) -> None:
-    """Without the breaker, 200 messages pay the 2 s socket timeout on acquire, take and release
-    (5 minutes over 4 workers: 200 x 3 x 2 s / 4); with it, the first calls time out and
-    open it, and every later call is refused at once until the next probe."""
+    """Without the breaker, each of 200 messages pays the 2 s socket timeout on acquire, take and
+    release, one after another on the gate's admitter thread (20 minutes: 200 x 3 x 2 s); with
+    it, the first call times out and opens it, and every later call is refused at once until the
+    next probe."""
     prefix = f"boost-test:{uuid.uuid4().hex[:12]}"  # nothing reaches Redis: no keys to delete
-    middleware, slots, events = fairness_through(
+    gate, slots, _rates, events = gate_through(
         switch.url, prefix, RatePolicy(rate_per_s=1, burst_s=1), BreakerPolicy(cooldown_s=1.0)
     )
-    outcomes: Counter[str] = Counter()
+    admitted: list[Admitted] = []  # appended on the admitter thread only: in admission order
+    work: queue_mod.SimpleQueue[tuple[TenantId, Admitted]] = queue_mod.SimpleQueue()
+    handled: list[str] = []
     lock = threading.Lock()
+    stop = threading.Event()
 
-    def worker(first: int) -> None:
-        for index in range(first, 200, 4):
-            outcome = middleware(*delivery(f"m-{index}"), ack)
-            time.sleep(0.05)  # a handler's worth of time, so the cool-down ends mid-run
+    def admit(tenant: TenantId, item: Admitted) -> None:
+        admitted.append(item)
+        work.put((tenant, item))
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                tenant, item = work.get(timeout=0.05)
+            except queue_mod.Empty:
+                continue
+            time.sleep(0.05)  # a handler's worth of time
             with lock:
-                outcomes[type(outcome).__name__] += 1
+                handled.append(message_id(item))
+            gate.done(tenant, item.slot)  # the slot goes back through the (hung) Redis
 
-    workers = [threading.Thread(target=worker, args=(first,)) for first in range(4)]
+    workers = [threading.Thread(target=worker, daemon=True) for _ in range(4)]
     started = time.monotonic()
     with capture_logs() as logs:
+        gate.start(admit)
         for thread in workers:
             thread.start()
+        for index in range(200):
+            gate.offer(TENANT, delivery(f"m-{index}"))
+            time.sleep(0.02)  # a stream over 4 s, so cool-downs end mid-run
+        assert wait_until(lambda: len(handled) == 200, timeout=60), len(handled)
+        stop.set()
         for thread in workers:
-            thread.join(60)
+            thread.join(5)
+        gate.close()  # the admitter gives back the last slots, then stops
     took = time.monotonic() - started
-    slots.close()
-    assert outcomes == {"Ack": 200}  # failing open: over the rate (1/s) and the slot limit (1)
-    assert events == {"admitted": 200}
+    # Failing open: over the rate (1/s) and the slot limit (1), every message admitted, in order.
+    assert [message_id(item) for item in admitted] == [f"m-{index}" for index in range(200)]
+    assert not any(item.expired for item in admitted)
+    assert events.counts == {(TENANT.value, "admitted"): 200}
+    assert gate.held == 0
     assert took < 20, took
-    # The first calls of each worker, then one probe per cool-down (1 s, 2 s, 4 s, ...).
-    assert switch.accepted <= 4 + math.ceil(took), (switch.accepted, took)
+    # The first call, then one probe per cool-down (1 s, 2 s, 4 s, ...), each of which first
+    # waits out the 2 s timeout: at most one connection per 3 s after the first.
+    assert 1 <= switch.accepted <= 1 + math.ceil(took / 3), (switch.accepted, took)
     assert slots.breaker.phase is not Phase.CLOSED
     kinds = Counter(entry["event"] for entry in logs)
     assert kinds["fairness_circuit_opened"] == 1
     assert kinds["fairness_circuit_closed"] == 0
-    # The middleware's own warnings stay at one per kind per minute.
-    assert kinds["fairness_concurrency_unavailable"] <= 1
-    assert kinds["fairness_rate_unavailable"] <= 1
+    # The gate's own warnings stay at one per kind per minute.
+    assert kinds["fairness_concurrency_unavailable"] == 1
+    assert kinds["fairness_rate_unavailable"] == 1
+    assert kinds["fairness_release_failed"] <= 1
 
 
 def test_limits_are_enforced_again_once_redis_answers_after_the_cooldown(
-    client: Any, switch: RedisSwitch, prefix: str
+    client: Any, switch: RedisSwitch, prefix: str, gate_through: GateFactory
 ) -> None:
     cooldown = 3.0
-    middleware, slots, events = fairness_through(
+    gate, slots, rates, events = gate_through(
         switch.url,
         prefix,
         RatePolicy(rate_per_s=0.1, burst_s=20),
         BreakerPolicy(cooldown_s=cooldown),
     )
-    # Hung: the first message waits out one timeout and opens the breaker; all are admitted,
-    # though the rate's capacity is 2.
+    admissions = Admissions()
+    gate.start(admissions)
+    # Hung: the first delivery waits out one timeout and opens the breaker; all are admitted,
+    # though the rate's capacity is 2 and none of the slots (limit 1) has been given back.
     started = time.monotonic()
-    assert [middleware(*delivery(f"hung-{i}"), ack) for i in range(10)] == [Ack()] * 10
+    for index in range(10):
+        gate.offer(TENANT, delivery(f"hung-{index}"))
+    hung = [admissions.next()[1] for _ in range(10)]
+    assert [message_id(item) for item in hung] == [f"hung-{index}" for index in range(10)]
     assert time.monotonic() - started < 5
     opened_at = time.monotonic()
-    # Redis answers again, but the breaker keeps refusing until the cool-down is over.
+    # Redis answers again, but the breaker keeps refusing until the cool-down is over: the
+    # slots go back and the next delivery is admitted without a connection.
     switch.send_then_ack()
     accepted = switch.accepted
-    assert middleware(*delivery("cooling"), ack) == Ack()
+    for item in hung:
+        gate.done(TENANT, item.slot)
+    gate.offer(TENANT, delivery("cooling"))
+    _, cooling = admissions.next(timeout=1.0)
+    assert message_id(cooling) == "cooling"
+    gate.done(TENANT, cooling.slot)
     assert switch.accepted == accepted  # refused without a connection
     assert time.monotonic() - opened_at < cooldown  # (the assertions above were in the window)
+    assert events.of(TENANT, "admitted") == 11
     time.sleep(cooldown)
     # The probe closes the breaker: the rate (capacity 2) and the slot limit (1) hold again.
-    assert middleware(*delivery("back-1"), ack) == Ack()
+    gate.offer(TENANT, delivery("back-1"))
+    _, back_1 = admissions.next()
+    assert message_id(back_1) == "back-1"
     assert slots.breaker.phase is Phase.CLOSED
-    assert middleware(*delivery("back-2"), ack) == Ack()
-    over = middleware(*delivery("back-3"), ack)
-    assert isinstance(over, Defer)
-    assert over.reason == "rate"
-    assert 9_000 < over.delay_ms <= 10_000  # the next unit at 0.1/s
+    assert client.zcard(slots.key(TENANT)) == 1  # its slot is held in Redis now
+    gate.done(TENANT, back_1.slot)
+    gate.offer(TENANT, delivery("back-2"))
+    _, back_2 = admissions.next()
+    assert message_id(back_2) == "back-2"
+    gate.done(TENANT, back_2.slot)
+    # Over the rate: held, not re-sent; the next unit comes in about 10 s at 0.1/s.
+    gate.offer(TENANT, delivery("back-3"))
+    assert wait_until(lambda: events.of(TENANT, "held_rate") == 1, timeout=5)
+    assert admissions.none_within(2.0)
+    assert float(client.hget(rates.key(TENANT), "tokens")) < 1  # the bucket really is empty
+    # Another tenant, its one slot taken by another holder (another process): held, and polled
+    # until the holder gives it back.
+    other = TenantId("org-other")
     holder = RedisConcurrencyLimiter(client, prefix=prefix, auto_renew=False)
-    assert holder.try_acquire(TENANT, "holder", 1)
-    deferred = middleware(*delivery("back-4"), ack)
-    assert isinstance(deferred, Defer)
-    assert deferred.reason == "concurrency"
-    holder.release(TENANT, "holder")
-    slots.close()
-    assert events["deferred_rate"] == 1
-    assert events["deferred_concurrency"] == 1
+    assert holder.try_acquire(other, "holder", 1)
+    gate.offer(other, delivery("other-1"))
+    assert wait_until(lambda: events.of(other, "held_concurrency") == 1, timeout=5)
+    assert admissions.none_within(1.5)  # several polls, each finding the slot taken
+    assert events.of(other, "held_concurrency") == 1  # once per held delivery, not per poll
+    holder.release(other, "holder")
+    tenant, other_1 = admissions.next()  # the gate polls at most 1 s apart
+    assert (tenant, message_id(other_1)) == (other, "other-1")
+    assert other_1.slot is not None and not other_1.expired
+    gate.done(other, other_1.slot)
+    # back-3 is still held: the rate has not allowed it yet.
+    assert gate.held == 1
+    assert events.of(TENANT, "held_rate") == 1
+    assert events.of(TENANT, "admitted") == 13
+    assert events.of(TENANT, "held_concurrency") == 0

@@ -17,6 +17,7 @@ import pytest
 
 from boost_tenancy import TenantProducer
 from boost_tenancy.processing.runner import EXIT_HANDLERS_ABANDONED
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.integration.crash_processors import LOG_ENV, MARKER_ENV, QUEUE_ENV, SLEEP_ENV
@@ -47,6 +48,11 @@ def _publish(settings: StompSettings, queue: str, tenant: str, count: int) -> li
         return [producer.send(queue, tenant, {"n": n}).message_id for n in range(count)]
     finally:
         transport.close()
+
+
+def own_queue(queue: str) -> str:
+    """Where org-A's messages wait under the default routing: its own queue."""
+    return DEFAULT_ROUTING.physical(queue, "org-A")
 
 
 def _lines(path: Path) -> list[str]:
@@ -102,7 +108,7 @@ def test_sigterm_finishes_the_in_flight_message_and_leaves_the_rest_on_the_queue
     assert _stopped_event(worker)["clean"] is True
 
     # The finished message was acknowledged; exactly the four untouched ones come back.
-    rest = read_queue(stomp_settings, queue, tenant="org-A", expect=COUNT - 1)
+    rest = read_queue(stomp_settings, own_queue(queue), tenant="org-A", expect=COUNT - 1)
     assert sorted(message_ids(rest)) == sorted(m for m in sent if m != in_flight)
 
 
@@ -126,7 +132,7 @@ def test_sigterm_with_a_handler_past_the_deadline_exits_3_and_the_message_comes_
     assert _stopped_event(worker)["clean"] is False
 
     # Nothing was acknowledged: all five come back, the abandoned one marked redelivered.
-    back = read_queue(stomp_settings, queue, tenant="org-A", expect=COUNT)
+    back = read_queue(stomp_settings, own_queue(queue), tenant="org-A", expect=COUNT)
     assert sorted(message_ids(back)) == sorted(sent)
     abandoned = [d for d in back if d.properties["boostMessageId"] == in_flight]
     assert [d.redelivered for d in abandoned] == [True]

@@ -1,7 +1,8 @@
 """Interoperability with the BOOST Java services through the toolkit's own API.
 
 The peer is the real ActiveMQ JMS client (tests/jms/JmsPeer.java) over OpenWire; the toolkit
-talks STOMP to the same broker.
+talks STOMP to the same broker. A Java producer sends to the shared queue, which the runners route
+(the default topology); a queue a Java service consumes is configured shared (docs/interop.md).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     RetryPolicy,
+    Routing,
     RunnerSettings,
     TenantProcessor,
     TenantProducer,
     open_error_store,
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.routing import DEFAULT_ROUTING, Topology
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.jms.peer import JmsPeer
@@ -48,7 +51,11 @@ class Replier(TenantProcessor):
 
 
 def run(
-    processor: TenantProcessor, settings: StompSettings, tenant: str, tmp: Path
+    processor: TenantProcessor,
+    settings: StompSettings,
+    tenant: str,
+    tmp: Path,
+    routing: Routing = DEFAULT_ROUTING,
 ) -> ProcessorRunner:
     runner = ProcessorRunner(
         processor,
@@ -58,6 +65,7 @@ def run(
         settings=RunnerSettings(
             dispatch=DispatchSettings(retry=RetryPolicy(max_attempts=2, base_delay_ms=50))
         ),
+        routing=routing,
     )
     runner.start()
     return runner
@@ -70,7 +78,9 @@ def test_java_consumer_gets_a_text_message_with_the_tenant_property(
     transport = StompTransport(stomp_settings)
     transport.connect()
     try:
-        sent = TenantProducer(transport).send(
+        # A queue a Java service consumes with its selector stays shared.
+        java_consumes = Routing(overrides={queue: Topology.SHARED})
+        sent = TenantProducer(transport, routing=java_consumes).send(
             queue, "org-123", {"documentUUID": "d-1", "note": "Zürich"}
         )
     finally:
@@ -95,9 +105,11 @@ def test_java_producer_reaches_only_the_right_tenants_processor_and_gets_a_reply
 ) -> None:
     queue = unique_queue("cmd.document.process")
     mine, other = Replier(queue), Replier(queue)
+    # The command queue is routed (the default); the Java service consumes the replies: shared.
+    routing = Routing(overrides={queue + ".reply": Topology.SHARED})
     runners = [
-        run(mine, stomp_settings, "org-B", tmp_path),
-        run(other, stomp_settings, "org-A", tmp_path),
+        run(mine, stomp_settings, "org-B", tmp_path, routing),
+        run(other, stomp_settings, "org-A", tmp_path, routing),
     ]
     try:
         body = json.dumps({"documentUUID": "d-2", "organizationId": "org-B"})
@@ -123,13 +135,15 @@ def test_java_message_that_keeps_failing_ends_in_the_dlq_readable_by_java(
     stomp_settings: StompSettings, jms_peer: JmsPeer, openwire_url: str, tmp_path: Path
 ) -> None:
     queue = unique_queue("cmd.document.extractText")
+    routed = DEFAULT_ROUTING.physical(queue, "org-C")
     failing = Replier(queue, fail=True)
     runner = run(failing, stomp_settings, "org-C", tmp_path)
     try:
         jms_peer.send(openwire_url, queue, "org-C", json.dumps({"documentUUID": "d-3"}))
+        # Routed: the message was handled, and dead-lettered, on the tenant's own queue.
         dead = jms_peer.receive(
             openwire_url,
-            dead_letter_queue(queue),
+            dead_letter_queue(routed),
             selector="tenantUUID = 'org-C'",
             timeout_ms=15_000,
         )
@@ -141,5 +155,5 @@ def test_java_message_that_keeps_failing_ends_in_the_dlq_readable_by_java(
     assert letter["class"] == "TextMessage"
     assert json.loads(letter["text"]) == {"documentUUID": "d-3"}
     assert letter["properties"]["boostDeadLetterReason"] == "exhausted"
-    assert letter["properties"]["boostOriginalQueue"] == queue
+    assert letter["properties"]["boostOriginalQueue"] == routed
     assert "extraction backend unavailable" in letter["properties"]["boostError"]

@@ -34,6 +34,8 @@ from tests.integration.worker_support import (
     dedicated_broker,
     message_ids,
     read_queue,
+    read_queues,
+    stored_in,
     worker_pool,
 )
 
@@ -224,9 +226,10 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     records = _records(log)
     handled = Counter(r.message_id for r in records)
     # Nothing may be left behind, dead-lettered, quarantined, or in the broker's own DLQ.
-    left = read_queue(storm_settings, queue, tenant=None, expect=0)
-    dead = read_queue(storm_settings, dead_letter_queue(queue), tenant=None, expect=0)
-    quarantined = read_queue(storm_settings, quarantine_queue(queue), tenant=None, expect=0)
+    stored = stored_in(queue, TENANTS)
+    left = read_queues(storm_settings, stored)
+    dead = read_queues(storm_settings, [dead_letter_queue(q) for q in stored])
+    quarantined = read_queues(storm_settings, [quarantine_queue(q) for q in stored])
     broker_dlq = read_queue(storm_settings, "ActiveMQ.DLQ", tenant=None, expect=0)
     run_s = time.monotonic() - began
 

@@ -6,6 +6,10 @@ dead-lettered or quarantined, as its kind calls for), and nothing may be left on
 queue. The poison is sent as raw STOMP frames, the way a foreign producer (or a bug) sends it.
 The hostile generator of the in-memory property suite then drives a bounded run here too, and a
 worker process given every kind at once stops on SIGTERM within its grace period.
+
+The queues are routed (the default): the poison goes through the router to the tenant's own
+queue first, and is settled there (or, when the router cannot copy it, by the router itself); the
+hostile generator runs on a shared queue too.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from boost_tenancy import DispatchSettings, ProcessorRunner, RetryPolicy, RunnerSettings
+from boost_tenancy import DispatchSettings, ProcessorRunner, RetryPolicy, Routing, RunnerSettings
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.routing import DEFAULT_ROUTING, Topology
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.hostile import (
@@ -38,11 +43,36 @@ from tests.hostile import (
     hostile_batches,
     output_queue,
 )
-from tests.integration.worker_support import WorkerPool, read_queue, worker_pool
+from tests.integration.worker_support import (
+    WorkerPool,
+    read_queue,
+    read_queues,
+    stored_in,
+    worker_pool,
+)
 
 pytestmark = [pytest.mark.broker]
 
 IMMEDIATE = RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
+
+
+def sources(queue: str, routing: Routing = DEFAULT_ROUTING) -> list[str]:
+    """Where the tenants' messages of queue can be: the shared queue and, when routed, each
+    tenant's own; their dead letters and quarantines are DLQ.<each>[.quarantine]."""
+    return stored_in(queue, TENANTS) if routing.routes(queue) else [queue]
+
+
+def outputs(queue: str, routing: Routing = DEFAULT_ROUTING) -> list[str]:
+    """The output queues of every tenant (ctx.publish follows the routing)."""
+    return sorted({routing.physical(output_queue(queue), t) for t in TENANTS})
+
+
+def dead_letters(queue: str, routing: Routing = DEFAULT_ROUTING) -> list[str]:
+    return [dead_letter_queue(q) for q in sources(queue, routing)]
+
+
+def quarantines(queue: str, routing: Routing = DEFAULT_ROUTING) -> list[str]:
+    return [quarantine_queue(q) for q in sources(queue, routing)]
 
 
 # -- raw STOMP: what a foreign producer can put on the wire ----------------------------------------
@@ -131,7 +161,12 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "errors.sqlite3"
 
 
-def _runner(settings: StompSettings, queue: str, store: SQLiteErrorStore) -> ProcessorRunner:
+def _runner(
+    settings: StompSettings,
+    queue: str,
+    store: SQLiteErrorStore,
+    routing: Routing = DEFAULT_ROUTING,
+) -> ProcessorRunner:
     return ProcessorRunner(
         HostileProcessor(queue),
         StompTransport(settings),
@@ -139,6 +174,7 @@ def _runner(settings: StompSettings, queue: str, store: SQLiteErrorStore) -> Pro
         error_store=store,
         settings=RunnerSettings(workers=4, prefetch=10, dispatch=DispatchSettings(retry=IMMEDIATE)),
         redrive_parked=False,
+        routing=routing,
     )
 
 
@@ -163,34 +199,31 @@ def test_poison_of_one_tenant_settles_and_stalls_no_tenant(
     runner.start()
     try:
         expected_out = 10 + (10 if poison.ends_in == "out" else 0)
-        outputs = read_queue(
-            stomp_settings, output_queue(queue), tenant=None, expect=expected_out, timeout_s=60
-        )
+        handled = read_queues(stomp_settings, outputs(queue), expect=expected_out, timeout_s=60)
     finally:
         assert runner.stop(grace_s=15), "a handler was still running at the deadline"
         store.close()
-    keys = sorted(d.properties[KEY] for d in outputs)
+    keys = sorted(d.properties[KEY] for d in handled)
     good = sorted(f"good-{tenant}-{n}" for tenant in TENANTS for n in range(5))
     assert [k for k in keys if k.startswith("good-")] == good, "every good message is handled once"
-    dead = read_queue(
-        stomp_settings,
-        dead_letter_queue(queue),
-        tenant=None,
-        expect=10 if poison.ends_in == "dlq" else 0,
+    dead = read_queues(
+        stomp_settings, dead_letters(queue), expect=10 if poison.ends_in == "dlq" else 0
     )
     if poison.ends_in == "dlq":
         assert sorted(d.properties.get(KEY, "") for d in dead) == sorted(
             f"poison-{i}" for i in range(10)
         )
         assert all("\x00" not in d.properties.get("boostError", "x\x00") for d in dead)
-        assert all(d.properties["boostOriginalQueue"] == queue for d in dead)
+        # Dead-lettered on org-A's own queue, or by the router when it could not copy it.
+        own = DEFAULT_ROUTING.physical(queue, "org-A")
+        assert {d.properties["boostOriginalQueue"] for d in dead} <= {own, queue}
     else:
         assert dead == []
         assert sorted(k for k in keys if k.startswith("poison-")) == sorted(
             f"poison-{i}" for i in range(10)
         )
-    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.5) == [], (
-        "nothing is left on the source queue"
+    assert read_queues(stomp_settings, sources(queue), quiet_s=1.5) == [], (
+        "nothing is left on the source queues"
     )
 
 
@@ -220,11 +253,13 @@ def test_dead_letters_with_nul_errors_and_forged_queues_list_and_redrive_to_thei
     try:
         transport.connect()
         admin = DeadLetterAdmin(transport, store)
+        own = DEFAULT_ROUTING.physical(queue, "org-A")
         assert wait_until(lambda: admin.count("org-A", queue, idle_s=0.5) == 6, timeout=60)
         assert runner.stop(grace_s=15)
         views = admin.list("org-A", queue, idle_s=1.0)
         assert len(views) == 6
-        assert all(v.original_queue == queue and "\x00" not in v.error for v in views)
+        # The forged boostOriginalQueue crossed the router unchanged and was not trusted.
+        assert all(v.original_queue == own and "\x00" not in v.error for v in views)
         assert all(v.failures and v.failures[-1].trace for v in views), "failures keep a trace"
         redriven = admin.redrive("org-A", queue, idle_s=1.0)
         assert len(redriven) == 6
@@ -232,7 +267,7 @@ def test_dead_letters_with_nul_errors_and_forged_queues_list_and_redrive_to_thei
     finally:
         transport.close()
         store.close()
-    back = read_queue(stomp_settings, queue, tenant="org-A", expect=6)
+    back = read_queue(stomp_settings, own, tenant="org-A", expect=6)
     assert sorted(d.properties[KEY] for d in back) == sorted(f"p-{i}" for i in range(6))
     assert all("boostOriginalQueue" not in d.properties for d in back)
     assert (
@@ -256,9 +291,14 @@ def test_dead_letters_with_nul_errors_and_forged_queues_list_and_redrive_to_thei
         HealthCheck.function_scoped_fixture,
     ],
 )
+@pytest.mark.parametrize("topology", [Topology.ROUTED, Topology.SHARED])
 def test_hostile_generator_on_the_real_broker_settles_every_delivery(
-    messages: list[HostileMessage], stomp_settings: StompSettings, tmp_path: Path
+    messages: list[HostileMessage],
+    stomp_settings: StompSettings,
+    tmp_path: Path,
+    topology: Topology,
 ) -> None:
+    routing = Routing(topology)
     queue = unique_queue("hostile")
     sender = StompTransport(stomp_settings)
     sender.connect()
@@ -268,18 +308,16 @@ def test_hostile_generator_on_the_real_broker_settles_every_delivery(
     finally:
         sender.close()
     store = SQLiteErrorStore(tmp_path / f"{queue}.sqlite3")
-    runner = _runner(stomp_settings, queue, store)
+    runner = _runner(stomp_settings, queue, store, routing)
     runner.start()
     ends = [expected_end(m) for m in messages]
     try:
         read = {
-            place: read_queue(
-                stomp_settings, name, tenant=None, expect=ends.count(place), timeout_s=30
-            )
-            for place, name in (
-                ("out", output_queue(queue)),
-                ("dlq", dead_letter_queue(queue)),
-                ("quarantine", quarantine_queue(queue)),
+            place: read_queues(stomp_settings, names, expect=ends.count(place), timeout_s=30)
+            for place, names in (
+                ("out", outputs(queue, routing)),
+                ("dlq", dead_letters(queue, routing)),
+                ("quarantine", quarantines(queue, routing)),
             )
         }
     finally:
@@ -290,7 +328,7 @@ def test_hostile_generator_on_the_real_broker_settles_every_delivery(
         found.add(place, (d.properties for d in deliveries))
     problems = found.check(messages, exactly_once=True)
     assert not problems, "\n".join(problems)
-    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.0) == []
+    assert read_queues(stomp_settings, sources(queue, routing)) == []
 
 
 # -- a worker process given every poison kind stops on SIGTERM within its grace period -------------
@@ -322,17 +360,11 @@ def test_worker_given_every_poison_kind_handles_the_good_and_stops_on_sigterm_in
         },
     )
     poison_out = sum(10 for p in POISONS.values() if p.ends_in == "out")
-    outputs = read_queue(
-        stomp_settings, output_queue(queue), tenant=None, expect=40 + poison_out, timeout_s=90
-    )
-    good = {d.properties[KEY] for d in outputs if d.properties[KEY].startswith("good-")}
+    handled = read_queues(stomp_settings, outputs(queue), expect=40 + poison_out, timeout_s=90)
+    good = {d.properties[KEY] for d in handled if d.properties[KEY].startswith("good-")}
     assert len(good) == 40, worker.text()[-3000:]
-    dead = read_queue(
-        stomp_settings,
-        dead_letter_queue(queue),
-        tenant=None,
-        expect=10 * len(POISONS) - poison_out,
-        timeout_s=90,
+    dead = read_queues(
+        stomp_settings, dead_letters(queue), expect=10 * len(POISONS) - poison_out, timeout_s=90
     )
     assert len(dead) == 10 * len(POISONS) - poison_out, worker.text()[-3000:]
     worker.signal(signal.SIGTERM)
@@ -342,4 +374,4 @@ def test_worker_given_every_poison_kind_handles_the_good_and_stops_on_sigterm_in
         f"exit {code} after {time.monotonic() - started:.1f}s\n{worker.text()[-3000:]}"
     )
     assert all(e.get("event") != "worker_died_replaced" for e in worker.events())
-    assert read_queue(stomp_settings, queue, tenant=None, expect=0, quiet_s=1.0) == []
+    assert read_queues(stomp_settings, sources(queue)) == []

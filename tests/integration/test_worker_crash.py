@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy import TenantProducer
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.integration.crash_processors import (
@@ -100,14 +101,17 @@ def test_worker_killed_mid_handle_is_redelivered_after_restart_and_nothing_is_lo
     assert again == [(killed_id, 1, True)]
 
     # The restarted worker's results: one per org-A message, none from the killed handler.
-    outputs = read_queue(stomp_settings, output_queue(queue), tenant=None, expect=A_COUNT)
+    # The default routing: each tenant's messages, and outputs, are in its own queues.
+    a_queue, b_queue = (DEFAULT_ROUTING.physical(queue, t) for t in ("org-A", "org-B"))
+    a_out = DEFAULT_ROUTING.physical(output_queue(queue), "org-A")
+    outputs = read_queue(stomp_settings, a_out, tenant=None, expect=A_COUNT)
     assert sorted(d.properties["tenantUUID"] for d in outputs) == ["org-A"] * A_COUNT
     assert sorted(d.body for d in outputs) == sorted(
         f'{{"source": "{m}", "tenantUUID": "org-A"}}' for m in a_ids
     )
     # Every org-A message was acknowledged: nothing of org-A is left on the queue.
-    assert read_queue(stomp_settings, queue, tenant="org-A", expect=0) == []
+    assert read_queue(stomp_settings, a_queue, tenant="org-A", expect=0) == []
     # org-B's messages were never dispatched to the org-A worker: still there, first delivery.
-    b_left = read_queue(stomp_settings, queue, tenant="org-B", expect=B_COUNT)
+    b_left = read_queue(stomp_settings, b_queue, tenant="org-B", expect=B_COUNT)
     assert sorted(message_ids(b_left)) == sorted(b_ids)
     assert [d.redelivered for d in b_left] == [False] * B_COUNT

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -148,16 +149,32 @@ def read_queue(
     Waits for at least `expect` deliveries, then until none has arrived for quiet_s, so a
     message more than expected is seen too.
     """
+    return read_queues(
+        settings, [queue], tenant=tenant, expect=expect, quiet_s=quiet_s, timeout_s=timeout_s
+    )
+
+
+def read_queues(
+    settings: StompSettings,
+    queues: Sequence[str],
+    *,
+    tenant: str | None = None,
+    expect: int = 0,
+    quiet_s: float = 1.0,
+    timeout_s: float = 15.0,
+) -> list[Delivery]:
+    """read_queue over several queues at once: `expect` counts what all of them hold."""
     transport = StompTransport(settings)
     transport.connect()
     inbox = Inbox()
     try:
-        transport.subscribe(
-            queue,
-            selector=tenant_selector(tenant) if tenant is not None else None,
-            prefetch=1000,
-            on_delivery=inbox,
-        )
+        for queue in dict.fromkeys(queues):
+            transport.subscribe(
+                queue,
+                selector=tenant_selector(tenant) if tenant is not None else None,
+                prefetch=1000,
+                on_delivery=inbox,
+            )
         wait_until(lambda: len(inbox) >= expect, timeout=timeout_s)
         seen = -1
         while seen != len(inbox):
@@ -169,6 +186,12 @@ def read_queue(
         return items
     finally:
         transport.close()
+
+
+def stored_in(queue: str, tenants: Sequence[str]) -> list[str]:
+    """Every broker queue that can hold the tenants' messages of a logical queue under the default
+    routing: the shared queue (what no router has moved yet) and each tenant's own queue."""
+    return [queue, *(DEFAULT_ROUTING.physical(queue, tenant) for tenant in tenants)]
 
 
 def message_ids(deliveries: Sequence[Delivery]) -> list[str]:

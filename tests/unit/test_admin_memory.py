@@ -33,10 +33,13 @@ from boost_tenancy.messages import (
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 
 ORG_A, ORG_B = TenantId("org-A"), TenantId("org-B")
+SHARED = Routing(Topology.SHARED)
+"""Dead letters on DLQ.<queue> of one shared queue; per-tenant ones are in the contract suite."""
 IDLE = 0.3
 ERROR_PROPERTIES = (
     ORIGINAL_QUEUE_PROPERTY,
@@ -88,11 +91,12 @@ def dead(tmp_path: Path) -> Iterator[DeadLetters]:
                 retry=RetryPolicy(max_attempts=2, base_delay_ms=10, max_delay_ms=10)
             ),
         ),
+        routing=SHARED,
     )
     runner.start()
     sender = InMemoryTransport(broker)
     sender.connect()
-    producer = TenantProducer(sender)
+    producer = TenantProducer(sender, routing=SHARED)
     a_ids = [producer.send(queue, ORG_A, {"n": n}).message_id for n in (1, 2)]
     b_ids = [producer.send(queue, ORG_B, {"n": 3}).message_id]
     assert wait_until(lambda: broker.depth(dead_letter_queue(queue)) == 3, timeout=10)
@@ -100,7 +104,9 @@ def dead(tmp_path: Path) -> Iterator[DeadLetters]:
     sender.close()
     admin_transport = InMemoryTransport(broker)
     admin_transport.connect()
-    yield DeadLetters(broker, store, DeadLetterAdmin(admin_transport, store), queue, a_ids, b_ids)
+    yield DeadLetters(
+        broker, store, DeadLetterAdmin(admin_transport, store, routing=SHARED), queue, a_ids, b_ids
+    )
     admin_transport.close()
     store.close()
     broker.close()

@@ -49,3 +49,35 @@ def test_a_non_finite_grace_period_is_refused_at_start_up(
     monkeypatch.setenv("BOOST_SHUTDOWN_GRACE_S", "inf")
     assert main(["errors", "--tenant", "org-a"]) == 2
     assert "BOOST_SHUTDOWN_GRACE_S must be a finite number" in capsys.readouterr().err
+
+
+class Echo(TenantProcessor):
+    queues = ("cmd.refused",)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        raise AssertionError("never called: start-up stops first")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"BOOST_FAIRNESS": "off", "BOOST_RATE_PER_S": "5"}, "BOOST_RATE_PER_S set while"),
+        ({"BOOST_FAIRNESS": "off", "BOOST_RATE_PER_S": "-1"}, "BOOST_RATE_PER_S"),
+        ({"BOOST_RATE_PER_S": "-1"}, "BOOST_RATE_PER_S"),
+        ({"BOOST_TIER_FREE_LIMIT": "2"}, "BOOST_TIER_FREE_LIMIT set without BOOST_TIER_STORE"),
+    ],
+)
+def test_run_stops_at_start_up_on_a_misconfigured_limit(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    """A limit that would do nothing, or a negative one, is refused before any connection."""
+    monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{tmp_path / 'errors.sqlite3'}")
+    monkeypatch.setenv("BOOST_STOMP_PORT", "1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["run", f"{__name__}:Echo", "--tenant", "org-a"]) == 2
+    assert named in capsys.readouterr().err

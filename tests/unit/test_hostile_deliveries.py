@@ -4,7 +4,8 @@ drives a bounded run against the real broker in tests/integration/test_poison_br
 
 Settled means: each message ends in exactly one of its handled output, the dead-letter queue or
 the quarantine queue, in the place its body and behaviour call for; nothing is left on the
-source queue; every dead letter is in the error store; every worker is alive at the end.
+source queue; every dead letter is in the error store; every worker is alive at the end. On a
+shared queue, and on a routed one, where the same deliveries go through the router first.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from boost_tenancy import DispatchSettings, ProcessorRunner, RetryPolicy, RunnerSettings, TenantId
+from boost_tenancy import (
+    DispatchSettings,
+    ProcessorRunner,
+    RetryPolicy,
+    Routing,
+    RunnerSettings,
+    TenantId,
+)
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
+from boost_tenancy.routing import Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import unique_queue, wait_until
 from tests.hostile import (
@@ -33,11 +42,15 @@ from tests.hostile import (
 )
 
 IMMEDIATE = RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
+SHARED, ROUTED = Routing(Topology.SHARED), Routing(Topology.ROUTED)
 
 
-def run_hostile(messages: list[HostileMessage], directory: Path) -> tuple[Ends, list[str]]:
-    """Send messages, run a runner for both tenants until the source queue is empty, and read
-    back where each ended; returns the ends and any problems seen on the way."""
+def run_hostile(
+    messages: list[HostileMessage], directory: Path, routing: Routing = SHARED
+) -> tuple[Ends, list[str]]:
+    """Send messages to the shared queue, run a runner for both tenants until the source queues
+    are empty, and read back where each ended; returns the ends and any problems seen on the way.
+    """
     broker = InMemoryBroker()
     queue = unique_queue("hostile")
     store = SQLiteErrorStore(directory / f"{queue}.sqlite3")
@@ -50,22 +63,29 @@ def run_hostile(messages: list[HostileMessage], directory: Path) -> tuple[Ends, 
         error_store=store,
         settings=RunnerSettings(workers=3, prefetch=4, dispatch=DispatchSettings(retry=IMMEDIATE)),
         redrive_parked=False,
+        routing=routing,
     )
+    # Where the tenants' messages are stored (the shared queue itself, or each tenant's own).
+    sources = {routing.physical(queue, t) for t in TENANTS}
+    outputs = {routing.physical(output_queue(queue), t) for t in TENANTS}
     problems: list[str] = []
     try:
         runner.start()
         for message in messages:
             broker.put(queue, message.message)
 
+        def left() -> int:
+            return sum(broker.depth(q) for q in {queue, *sources})
+
         def settled() -> bool:
             ended = sum(
                 broker.depth(q)
-                for q in (output_queue(queue), dead_letter_queue(queue), quarantine_queue(queue))
+                for q in (*outputs, *map(dead_letter_queue, sources), *quarantines(sources))
             )
-            return broker.depth(queue) == 0 and ended >= len(messages)
+            return left() == 0 and ended >= len(messages)
 
         if not wait_until(settled, timeout=30):
-            problems.append(f"not settled within 30 s: {broker.depth(queue)} left on {queue}")
+            problems.append(f"not settled within 30 s: {left()} left on {queue}")
         if not all(worker.is_alive() for worker in runner._workers):
             problems.append("a worker thread died")
     finally:
@@ -73,10 +93,10 @@ def run_hostile(messages: list[HostileMessage], directory: Path) -> tuple[Ends, 
     if not clean:
         problems.append("stop() found handlers still running")
     ends = Ends()
-    ends.add("out", (m.properties for m in broker.messages(output_queue(queue))))
-    dead = broker.messages(dead_letter_queue(queue))
+    ends.add("out", (m.properties for q in outputs for m in broker.messages(q)))
+    dead = [m for q in sources for m in broker.messages(dead_letter_queue(q))]
     ends.add("dlq", (m.properties for m in dead))
-    ends.add("quarantine", (m.properties for m in broker.messages(quarantine_queue(queue))))
+    ends.add("quarantine", (m.properties for q in quarantines(sources) for m in broker.messages(q)))
     for copy in dead:
         tenant = TenantId.parse(copy.properties["tenantUUID"])
         recorded = store.failures(tenant=tenant, message_id=copy.properties["boostMessageId"])
@@ -103,6 +123,27 @@ def test_every_hostile_delivery_ends_settled_exactly_once(messages: list[Hostile
         ends, problems = run_hostile(messages, Path(directory))
     problems += ends.check(messages, exactly_once=True)
     assert not problems, "\n".join(problems)
+
+
+@given(messages=hostile_batches())
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+def test_every_hostile_delivery_sent_to_a_routed_queue_ends_settled_exactly_once(
+    messages: list[HostileMessage],
+) -> None:
+    """The router copies hostile headers and bodies unchanged; the dispatcher behind it settles
+    each in its tenant's own queues, as it does on a shared queue."""
+    with tempfile.TemporaryDirectory() as directory:
+        ends, problems = run_hostile(messages, Path(directory), ROUTED)
+    problems += ends.check(messages, exactly_once=True)
+    assert not problems, "\n".join(problems)
+
+
+def quarantines(sources: set[str]) -> list[str]:
+    return [quarantine_queue(q) for q in sources]
 
 
 class AsyncHandle(TenantProcessor):

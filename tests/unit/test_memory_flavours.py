@@ -23,6 +23,7 @@ from boost_tenancy import (
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.stomp.frames import TEXT_MARKER_PROPERTY, TEXT_MARKER_VALUE
 from tests.conftest import Inbox, unique_queue, wait_until
@@ -206,8 +207,14 @@ def test_a_connection_lost_between_copy_and_ack_duplicates_only_where_forward_is
     processor = Publisher(queue)
     transport = InMemoryTransport(broker)
     store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    shared = Routing(Topology.SHARED)  # the output and the input read by their names
     runner = ProcessorRunner(
-        processor, transport, ["org-A"], error_store=store, settings=RunnerSettings(workers=1)
+        processor,
+        transport,
+        ["org-A"],
+        error_store=store,
+        settings=RunnerSettings(workers=1),
+        routing=shared,
     )
     runner.start()
     out, left = Inbox(), Inbox()
@@ -215,7 +222,7 @@ def test_a_connection_lost_between_copy_and_ack_duplicates_only_where_forward_is
     reader.connect()
     reader.subscribe(queue + ".out", selector=None, prefetch=10, on_delivery=out)
     transport.drop_connection_before_next_ack()
-    sent = TenantProducer(reader).send(queue, "org-A", {"n": 1})
+    sent = TenantProducer(reader, routing=shared).send(queue, "org-A", {"n": 1})
     atomic = transport.capabilities.atomic_forward
     try:
         assert wait_until(lambda: len(out) == (1 if atomic else 2))

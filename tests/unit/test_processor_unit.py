@@ -18,6 +18,7 @@ from boost_tenancy import (
     PermanentError,
     ProcessorRunner,
     RetryPolicy,
+    Routing,
     RunnerSettings,
     TenantId,
     TenantMismatchError,
@@ -37,12 +38,15 @@ from boost_tenancy.resilience.error_store import (
 )
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.retry import RetryMiddleware
+from boost_tenancy.routing import Topology
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import Inbox, unique_queue, wait_until
 
 ORG_A = TenantId("org-A")
 FAST = RetryPolicy(max_attempts=3, base_delay_ms=10, max_delay_ms=10, jitter=0.0)
+SHARED = Routing(Topology.SHARED)
+"""One queue per name: these tests read the queues the dispatcher writes by name."""
 
 
 def incoming(attempt: int = 1) -> IncomingMessage:
@@ -149,6 +153,7 @@ def run_until(
         [ORG_A],
         error_store=store,
         settings=RunnerSettings(workers=1, prefetch=5, dispatch=DispatchSettings(retry=FAST)),
+        routing=SHARED,
     )
     runner.start()
     try:
@@ -168,7 +173,7 @@ def test_failing_handler_publishes_nothing(
         store,
         processor,
         lambda: broker.depth(dead_letter_queue(queue)) == 1,
-        lambda: TenantProducer(transport).send(queue, ORG_A, {"go": 1}),
+        lambda: TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"go": 1}),
     )
     assert [attempt for attempt, _ in processor.published] == [1, 2, 3]
     assert broker.messages(queue + ".out") == []
@@ -186,7 +191,9 @@ def test_retried_handler_publishes_once_with_the_ids_of_every_attempt(
         store,
         processor,
         lambda: broker.depth(out) == 2,
-        lambda: sent.append(TenantProducer(transport).send(queue, ORG_A, {"go": 1}).message_id),
+        lambda: sent.append(
+            TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"go": 1}).message_id
+        ),
     )
     (first_attempt, first_ids), (second_attempt, second_ids) = processor.published
     assert (first_attempt, second_attempt) == (1, 2)
@@ -320,7 +327,9 @@ def test_handler_log_lines_carry_tenant_queue_message_id_and_attempt(
 ) -> None:
     queue = unique_queue("cmd")
     inbox = deliveries(transport, queue)
-    sent = TenantProducer(transport).send(queue, ORG_A, {"n": 7}, correlation_id="corr-1")
+    sent = TenantProducer(transport, routing=SHARED).send(
+        queue, ORG_A, {"n": 7}, correlation_id="corr-1"
+    )
     assert wait_until(lambda: len(inbox) == 1)
     dispatcher = Dispatcher(Logging(), transport, store)
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
@@ -342,7 +351,7 @@ def test_log_context_of_a_retry_carries_the_next_attempt(
 ) -> None:
     queue = unique_queue("cmd")
     inbox = deliveries(transport, queue)
-    TenantProducer(transport).send(queue, ORG_A, {"n": 1})
+    TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"n": 1})
     assert wait_until(lambda: len(inbox) == 1)
     dispatcher = Dispatcher(
         Logging(fail=True), transport, store, settings=DispatchSettings(retry=FAST)
@@ -382,7 +391,7 @@ def test_error_store_outage_still_retries_then_dead_letters_and_logs_critically(
 ) -> None:
     queue = unique_queue("cmd")
     inbox = deliveries(transport, queue)
-    TenantProducer(transport).send(queue, ORG_A, {"n": 1})
+    TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"n": 1})
     assert wait_until(lambda: len(inbox) == 1)
     store = DownStore()
     dispatcher = Dispatcher(
@@ -443,7 +452,7 @@ def test_error_store_recovering_within_the_write_attempts_records_the_failure(
 ) -> None:
     queue = unique_queue("cmd")
     inbox = deliveries(transport, queue)
-    TenantProducer(transport).send(queue, ORG_A, {"n": 1})
+    TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"n": 1})
     assert wait_until(lambda: len(inbox) == 1)
     flaky = FlakyStore(store)
     dispatcher = Dispatcher(
@@ -466,7 +475,7 @@ def test_zero_error_store_attempts_is_refused_or_still_retries(
         return
     queue = unique_queue("cmd")
     inbox = deliveries(transport, queue)
-    TenantProducer(transport).send(queue, ORG_A, {"n": 1})
+    TenantProducer(transport, routing=SHARED).send(queue, ORG_A, {"n": 1})
     assert wait_until(lambda: len(inbox) == 1)
     dispatcher = Dispatcher(Logging(fail=True), transport, DownStore(), settings=settings)
     assert dispatcher.dispatch(ORG_A, inbox.items[0]) == "retried"

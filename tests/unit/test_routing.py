@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boost_tenancy import Routing, TenantId
-from boost_tenancy.config import AppSettings, routing_from_env
+from boost_tenancy.config import AppSettings, default_tenant_from_env, routing_from_env
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.routing import DEFAULT_ROUTING, Topology, check_logical_queue, parked_queue
 from boost_tenancy.selectors import SelectorLike, TenantExclusion, tenant_selector
@@ -21,11 +21,34 @@ QUEUES = st.from_regex(r"[a-z][a-z0-9]{0,8}(?:\.[a-z0-9_-]{1,8}){0,3}", fullmatc
 )
 
 
-def test_default_is_shared_and_physical_is_the_queue_itself() -> None:
+def test_default_is_routed_and_stores_each_tenant_in_its_own_queue() -> None:
     assert Routing() == DEFAULT_ROUTING
-    assert DEFAULT_ROUTING.topology("cmd.x") is Topology.SHARED
-    assert DEFAULT_ROUTING.physical("cmd.x", "org-A") == "cmd.x"
+    assert DEFAULT_ROUTING.topology("cmd.x") is Topology.ROUTED
+    # The toolkit's producers skip the router: they send to the tenant's queue directly.
+    assert DEFAULT_ROUTING.physical("cmd.x", "org-A") == "tenant.org-A.cmd.x"
+    assert DEFAULT_ROUTING.logical("tenant.org-A.cmd.x") == "cmd.x"
     assert DEFAULT_ROUTING.logical("cmd.x") == "cmd.x"
+    assert DEFAULT_ROUTING.routes("cmd.x")
+
+
+def test_shared_queue_is_the_queue_itself_and_not_routed() -> None:
+    shared = Routing(Topology.SHARED)
+    assert shared.physical("cmd.x", "org-A") == "cmd.x"
+    assert not shared.routes("cmd.x")
+
+
+def test_only_routed_queues_are_routed() -> None:
+    routing = Routing(
+        Topology.PER_TENANT, overrides={"cmd.r": Topology.ROUTED, "cmd.s": Topology.SHARED}
+    )
+    assert [q for q in ("cmd.r", "cmd.s", "cmd.p") if routing.routes(q)] == ["cmd.r"]
+    # Routed and per-tenant queues store a tenant's messages in the same place.
+    assert routing.physical("cmd.r", "org-A") == routing.physical("cmd.p", "org-A").replace(
+        "cmd.p", "cmd.r"
+    )
+    assert routing.physical("cmd.r", "org-A") == "tenant.org-A.cmd.r"
+    with pytest.raises(ConfigError, match="reserved"):
+        routing.routes("tenant.org-A.cmd.r")
 
 
 def test_per_tenant_uses_the_documented_prefix_scheme() -> None:
@@ -34,9 +57,9 @@ def test_per_tenant_uses_the_documented_prefix_scheme() -> None:
     assert routing.logical("tenant.org-A.cmd.document.process") == "cmd.document.process"
 
 
-@given(tenant=TENANTS, queue=QUEUES, per_tenant=st.booleans())
-def test_physical_and_logical_round_trip(tenant: str, queue: str, per_tenant: bool) -> None:
-    routing = Routing(Topology.PER_TENANT if per_tenant else Topology.SHARED)
+@given(tenant=TENANTS, queue=QUEUES, topology=st.sampled_from(Topology))
+def test_physical_and_logical_round_trip(tenant: str, queue: str, topology: Topology) -> None:
+    routing = Routing(topology)
     physical = routing.physical(queue, tenant)
     assert routing.logical(physical) == queue
     # Any routing reads a per-tenant name back: the dispatcher needs no knowledge of the topology.
@@ -47,7 +70,7 @@ def test_overrides_choose_per_queue() -> None:
     routing = Routing(overrides={"cmd.x": Topology.PER_TENANT, "cmd.y": "shared"})
     assert routing.physical("cmd.x", "t1") == "tenant.t1.cmd.x"
     assert routing.physical("cmd.y", "t1") == "cmd.y"
-    assert routing.physical("cmd.z", "t1") == "cmd.z"
+    assert routing.physical("cmd.z", "t1") == "tenant.t1.cmd.z"  # the default: routed
     assert routing.overrides["cmd.y"] is Topology.SHARED
 
 
@@ -114,6 +137,13 @@ def test_from_env_reads_default_and_overrides() -> None:
     assert dict(routing.overrides) == {"cmd.a": Topology.SHARED, "cmd.b": Topology.PER_TENANT}
     assert routing_from_env({}) == DEFAULT_ROUTING
     assert routing_from_env({"BOOST_ROUTING": " "}) == DEFAULT_ROUTING
+    assert routing_from_env({}).default is Topology.ROUTED
+    assert routing_from_env({"BOOST_ROUTING": "shared"}) == Routing(Topology.SHARED)
+    overridden = routing_from_env(
+        {"BOOST_ROUTING": "shared", "BOOST_ROUTING_OVERRIDES": "cmd.a=routed"}
+    )
+    assert overridden.routes("cmd.a")
+    assert not overridden.routes("cmd.b")
 
 
 @pytest.mark.parametrize(
@@ -140,6 +170,20 @@ def test_app_settings_carry_the_routing() -> None:
     assert settings.routing.physical("cmd.x", "org-A") == "tenant.org-A.cmd.x"
     with pytest.raises(ConfigError, match="BOOST_ROUTING"):
         AppSettings.from_env({"BOOST_ROUTING": "nope"})
+
+
+def test_default_tenant_is_opt_in_and_validated() -> None:
+    assert AppSettings.from_env({}).default_tenant is None
+    assert AppSettings.from_env({"BOOST_DEFAULT_TENANT": " "}).default_tenant is None
+    settings = AppSettings.from_env({"BOOST_DEFAULT_TENANT": " default "})
+    assert settings.default_tenant == TenantId("default")
+    assert default_tenant_from_env({"BOOST_DEFAULT_TENANT": "org-legacy"}) == TenantId("org-legacy")
+
+
+@pytest.mark.parametrize("bad", ["x' OR '1'='1", "org A", "org.legacy", "t" * 65, "-default"])
+def test_invalid_default_tenant_is_refused_naming_the_variable(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"^BOOST_DEFAULT_TENANT: invalid tenant id"):
+        AppSettings.from_env({"BOOST_DEFAULT_TENANT": bad})
 
 
 # -- the exclusion selector -----------------------------------------------------------------------

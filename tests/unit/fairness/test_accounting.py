@@ -49,8 +49,9 @@ TYPE = re.compile(r"# TYPE (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*) counter")
 ZERO = {
     "admitted": 0,
     "deferred": 0,
-    "deferred_rate": 0,
-    "deferred_concurrency": 0,
+    "held_rate": 0,
+    "held_concurrency": 0,
+    "expired": 0,
     "processed": 0,
     "failed": 0,
     "retried": 0,
@@ -179,14 +180,16 @@ def scripted_accounting() -> Accounting:
     accounting.on_outcome(A, "cmd", "deferred")
     accounting.on_outcome(None, "cmd", "quarantined")
     accounting.record(A, "admitted", 6)
-    accounting.record(A, "deferred_rate")
-    accounting.record(B, "deferred_concurrency")
+    accounting.record(A, "held_rate")
+    accounting.record(B, "held_concurrency")
+    accounting.record(A, "expired", 2)
     return accounting
 
 
-def test_deferral_reasons_are_a_breakdown_not_an_addition() -> None:
+def test_holds_are_counted_apart_from_the_deferred_outcome() -> None:
     snapshot = scripted_accounting().snapshot(A)
-    assert (snapshot["deferred"], snapshot["deferred_rate"], snapshot["admitted"]) == (2, 1, 6)
+    assert (snapshot["deferred"], snapshot["held_rate"], snapshot["admitted"]) == (2, 1, 6)
+    assert (snapshot["held_concurrency"], snapshot["expired"]) == (0, 2)
 
 
 def test_prometheus_sums_across_tenants_by_default() -> None:
@@ -211,7 +214,7 @@ def test_prometheus_sums_across_tenants_by_default() -> None:
     reasons = {
         labels["reason"]: value
         for name, labels, value in samples
-        if name == "boost_tenancy_deferred_by_reason_total"
+        if name == "boost_tenancy_held_total"
     }
     assert reasons == {"rate": 1, "concurrency": 1}
     for name in ("boost_tenancy_messages_total", "boost_tenancy_admitted_total"):

@@ -1,12 +1,14 @@
-"""FairnessMiddleware: deferral delays, slot release, failing open; and on the in-memory transport
-with a ProcessorRunner, tier concurrency and rate limits that defer messages but never drop them."""
+"""FairnessGate: a tenant over its limits is held, in order and unacknowledged, never re-sent;
+exemptions, failing open and the hold time; and on the in-memory transport with a
+ProcessorRunner, tier concurrency and rate limits that hold messages without one broker write."""
 
 from __future__ import annotations
 
+import queue as queue_mod
 import threading
 import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 from structlog.testing import capture_logs
@@ -22,24 +24,24 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.config import fairness_from_env
 from boost_tenancy.fairness import (
-    FairnessMiddleware,
+    Admitted,
+    FairnessGate,
     InMemoryConcurrencyLimiter,
     RatePolicy,
     Tier,
     TierLimits,
     TierResolver,
     TokenBucketLimiter,
-    build_fairness,
 )
-from boost_tenancy.processing.outcomes import Ack, Defer, Outcome
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from tests.conftest import unique_queue, wait_until
+from boost_tenancy.transports.base import Delivery
+from tests.conftest import WriteCount, count_writes, unique_queue, wait_until
 
 FREE = TenantId("org-free")
 ENTERPRISE = TenantId("org-enterprise")
+SYSTEM = TenantId("org-system")
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=10, max_delay_ms=10, jitter=0.0)
 
 
@@ -52,6 +54,9 @@ class DictTierStore:
 
     def set(self, tenant: TenantId, tier: Tier) -> None:
         self.tiers[tenant] = tier
+
+    def close(self) -> None:
+        pass
 
 
 def warm_resolver(tiers: dict[TenantId, Tier]) -> TierResolver:
@@ -77,139 +82,171 @@ class Events:
             return self.counts[(tenant.value, event)]
 
 
-# -- the middleware alone -------------------------------------------------------------------------
-def message(
-    tenant: TenantId = FREE, message_id: str = "m-1"
-) -> tuple[IncomingMessage, HandlerContext]:
-    incoming = IncomingMessage(
-        tenant=tenant,
-        queue="cmd.test",
+# -- the gate alone -------------------------------------------------------------------------------
+def delivery(n: int, queue: str = "cmd.test") -> Delivery:
+    return Delivery(
+        queue=queue,
         body="{}",
-        message_id=message_id,
-        correlation_id=message_id,
-        attempt=1,
+        properties={"boostMessageId": f"m-{n}"},
+        correlation_id=None,
         redelivered=False,
-        properties={},
-    )
-    ctx = HandlerContext(
-        tenant=tenant,
-        queue="cmd.test",
-        message_id=message_id,
-        correlation_id=message_id,
-        attempt=1,
-        log=None,
-    )
-    return incoming, ctx
-
-
-def ack(_message: IncomingMessage, _ctx: HandlerContext) -> Outcome:
-    return Ack()
-
-
-def test_concurrency_deferral_adds_jitter_and_never_runs_the_handler() -> None:
-    limiter = InMemoryConcurrencyLimiter()
-    events = Events()
-    middleware = FairnessMiddleware(
-        concurrency=limiter,
-        tiers=warm_resolver({FREE: Tier.FREE}),
-        limits=TierLimits(),
-        defer_ms=1000,
-        jitter_ms=400,
-        rand=lambda: 0.5,
-        on_event=events,
-    )
-    assert limiter.try_acquire(FREE, "running", 1)
-
-    def handler(_m: IncomingMessage, _c: HandlerContext) -> Outcome:
-        raise AssertionError("must not run")
-
-    assert middleware(*message(), handler) == Defer(delay_ms=1200, reason="concurrency")
-    assert events.of(FREE, "deferred_concurrency") == 1
-
-
-def test_rate_deferral_waits_at_least_the_retry_after_and_releases_the_slot() -> None:
-    limiter = InMemoryConcurrencyLimiter()
-    now = [0.0]
-    rates = TokenBucketLimiter(RatePolicy(rate_per_s=0.2, burst_s=5), clock=lambda: now[0])
-    events = Events()
-    middleware = FairnessMiddleware(
-        concurrency=limiter,
-        tiers=warm_resolver({FREE: Tier.FREE}),
-        limits=TierLimits(),
-        rates=rates,
-        defer_ms=1000,
-        jitter_ms=0,
-        on_event=events,
-    )
-    assert middleware(*message(message_id="m-1"), ack) == Ack()
-    # The bucket (capacity 1) is empty: the next unit comes in 5 s, longer than defer_ms.
-    assert middleware(*message(message_id="m-2"), ack) == Defer(delay_ms=5000, reason="rate")
-    assert limiter.in_use(FREE) == 0
-    assert (events.of(FREE, "admitted"), events.of(FREE, "deferred_rate")) == (1, 1)
-
-
-def test_slot_is_released_when_the_handler_raises() -> None:
-    limiter = InMemoryConcurrencyLimiter()
-    middleware = FairnessMiddleware(
-        concurrency=limiter, tiers=warm_resolver({FREE: Tier.FREE}), limits=TierLimits()
+        subscription_id="sub-1",
     )
 
-    def boom(_m: IncomingMessage, _c: HandlerContext) -> Outcome:
-        raise RuntimeError("handler failed")
 
-    with pytest.raises(RuntimeError):
-        middleware(*message(), boom)
-    assert limiter.in_use(FREE) == 0
+class Admissions:
+    """What the gate hands to the workers, in order."""
 
-
-class BrokenLimiter:
     def __init__(self) -> None:
-        self.calls = 0
+        self.queue: queue_mod.SimpleQueue[tuple[TenantId, Admitted]] = queue_mod.SimpleQueue()
 
-    def try_acquire(self, tenant: TenantId, message_id: str, limit: int) -> bool:
-        self.calls += 1
-        raise ConnectionError("redis is down")
+    def __call__(self, tenant: TenantId, admitted: Admitted) -> None:
+        self.queue.put((tenant, admitted))
 
-    def release(self, tenant: TenantId, message_id: str) -> None:
-        raise ConnectionError("redis is down")
+    def next(self, timeout: float = 2.0) -> tuple[TenantId, Admitted]:
+        return self.queue.get(timeout=timeout)
 
-    def take(self, tenant: TenantId, meter: str = "messages", n: int = 1) -> object:
-        raise ConnectionError("redis is down")
+    def none_within(self, seconds: float) -> bool:
+        try:
+            self.queue.get(timeout=seconds)
+        except queue_mod.Empty:
+            return True
+        return False
 
 
-def test_backend_failures_fail_open_with_one_warning_per_minute() -> None:
-    broken = BrokenLimiter()
+def fixed_limit(limit: int) -> Callable[[TenantId], int]:
+    return lambda _tenant: limit
 
-    def hook(_tenant: TenantId, _event: str) -> None:
-        raise ValueError("accounting bug")
 
-    middleware = FairnessMiddleware(
-        concurrency=broken,
-        tiers=warm_resolver({FREE: Tier.FREE}),
-        limits=TierLimits(),
-        rates=broken,  # type: ignore[arg-type]  # a backend that only fails
-        on_event=hook,
+@pytest.fixture
+def started() -> Iterator[Callable[..., tuple[FairnessGate, Admissions]]]:
+    gates: list[FairnessGate] = []
+
+    def start(**kwargs: object) -> tuple[FairnessGate, Admissions]:
+        kwargs.setdefault("concurrency", InMemoryConcurrencyLimiter())
+        kwargs.setdefault("limit_of", fixed_limit(1))
+        gate = FairnessGate(**kwargs)  # type: ignore[arg-type]
+        admissions = Admissions()
+        gate.start(admissions)
+        gates.append(gate)
+        return gate, admissions
+
+    yield start
+    for gate in gates:
+        gate.close()
+
+
+def test_a_tenant_at_its_limit_is_held_in_order_until_a_slot_comes_back(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    events = Events()
+    gate, admissions = started(on_event=events)
+    for n in range(3):
+        gate.offer(FREE, delivery(n))
+    tenant, first = admissions.next()
+    assert (tenant, first.delivery.properties["boostMessageId"]) == (FREE, "m-0")
+    assert first.slot is not None and not first.expired
+    assert admissions.none_within(0.3), "limit 1: the second waits for the first's slot"
+    assert wait_until(lambda: events.of(FREE, "held_concurrency") == 1)
+    gate.done(FREE, first.slot)
+    _, second = admissions.next()
+    assert second.delivery.properties["boostMessageId"] == "m-1"
+    gate.done(FREE, second.slot)
+    _, third = admissions.next()
+    assert third.delivery.properties["boostMessageId"] == "m-2"
+    assert events.of(FREE, "admitted") == 3
+    assert events.of(FREE, "held_concurrency") == 2, "once per held delivery, not per poll"
+
+
+def test_one_tenant_held_does_not_hold_another(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    gate, admissions = started()
+    gate.offer(FREE, delivery(0))
+    gate.offer(FREE, delivery(1))
+    gate.offer(ENTERPRISE, delivery(2))
+    seen = {admissions.next()[0], admissions.next()[0]}
+    assert seen == {FREE, ENTERPRISE}
+
+
+def test_rate_holds_until_the_bucket_allows(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    events = Events()
+    gate, admissions = started(
+        limit_of=fixed_limit(10),
+        rates=TokenBucketLimiter(RatePolicy(rate_per_s=10, burst_s=0.2)),  # capacity 2
+        on_event=events,
     )
+    for n in range(3):
+        gate.offer(ENTERPRISE, delivery(n))
+    assert [admissions.next()[1].delivery.properties["boostMessageId"] for _ in range(2)] == [
+        "m-0",
+        "m-1",
+    ]
+    assert wait_until(lambda: events.of(ENTERPRISE, "held_rate") == 1)
+    _, third = admissions.next()  # about 0.1 s later, when a token is back
+    assert third.delivery.properties["boostMessageId"] == "m-2"
+
+
+def test_exempt_tenants_and_queues_pass_without_limits(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    gate, admissions = started(exempt_tenants={SYSTEM}, exempt_queues={"sys.jobs"})
+    for n in range(3):
+        gate.offer(SYSTEM, delivery(n))
+    for n in range(3, 6):
+        gate.offer(FREE, delivery(n, queue="sys.jobs"))
+    got = [admissions.next()[1] for _ in range(6)]
+    assert all(admitted.slot is None for admitted in got)
+
+
+def test_limiter_failures_fail_open_with_one_warning(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    class Broken:
+        def try_acquire(self, tenant: TenantId, message_id: str, limit: int) -> bool:
+            raise ConnectionError("redis is down")
+
+        def release(self, tenant: TenantId, message_id: str) -> None:
+            raise ConnectionError("redis is down")
+
     with capture_logs() as logs:
-        for index in range(50):
-            assert middleware(*message(message_id=f"m-{index}"), ack) == Ack()
-    assert broken.calls == 50
-    events = Counter(entry["event"] for entry in logs)
-    assert events == {
-        "fairness_concurrency_unavailable": 1,
-        "fairness_rate_unavailable": 1,
-        "fairness_release_failed": 1,
-        "fairness_event_hook_failed": 1,
-    }
+        gate, admissions = started(concurrency=Broken())
+        for n in range(5):
+            gate.offer(FREE, delivery(n))
+        got = [admissions.next()[1] for _ in range(5)]
+        for admitted in got:
+            gate.done(FREE, admitted.slot)
+        time.sleep(0.2)
+    warnings = [e for e in logs if e["event"] == "fairness_concurrency_unavailable"]
+    assert len(warnings) == 1
 
 
-def test_build_fairness_from_settings(tmp_path: Path) -> None:
-    settings = fairness_from_env(
-        {"BOOST_TIER_STORE": f"sqlite:///{tmp_path}/tiers.sqlite3", "BOOST_RATE_PER_S": "1"}
+def test_a_delivery_held_past_the_hold_time_is_handed_on_expired(
+    started: Callable[..., tuple[FairnessGate, Admissions]],
+) -> None:
+    events = Events()
+    gate, admissions = started(hold_s=0.2, on_event=events)
+    gate.offer(FREE, delivery(0))
+    gate.offer(FREE, delivery(1))
+    _, first = admissions.next()
+    _, second = admissions.next(timeout=3)  # the first never gives its slot back
+    assert second.expired and second.slot is None
+    assert second.delivery.properties["boostMessageId"] == "m-1"
+    assert events.of(FREE, "expired") == 1
+    assert first.slot is not None
+
+
+def test_defer_delay_is_the_defer_time_plus_jitter() -> None:
+    gate = FairnessGate(
+        concurrency=InMemoryConcurrencyLimiter(),
+        limit_of=fixed_limit(1),
+        defer_ms=100,
+        jitter_ms=50,
+        rand=lambda: 0.5,
     )
-    middleware = build_fairness(settings)
-    assert middleware(*message(), ack) == Ack()
-    assert isinstance(middleware(*message(message_id="m-2"), ack), Ack)  # capacity 10
+    assert gate.defer_delay_ms() == 125
 
 
 # -- on a runner ----------------------------------------------------------------------------------
@@ -244,22 +281,24 @@ def run(
     store: ErrorStore,
     processor: SlowHandler,
     tenants: list[TenantId],
-    middleware: FairnessMiddleware,
+    gate: FairnessGate,
     *,
     workers: int,
-) -> ProcessorRunner:
+) -> tuple[ProcessorRunner, WriteCount]:
+    transport = InMemoryTransport(broker)
+    writes = count_writes(transport)
     runner = ProcessorRunner(
         processor,
-        InMemoryTransport(broker),
+        transport,
         tenants,
         error_store=store,
         settings=RunnerSettings(
             workers=workers, prefetch=20, dispatch=DispatchSettings(retry=FAST_RETRY)
         ),
-        middleware=[middleware],
+        gate=gate,
     )
     runner.start()
-    return runner
+    return runner, writes
 
 
 def send(broker: InMemoryBroker, queue: str, tenant: TenantId, count: int) -> list[str]:
@@ -269,32 +308,38 @@ def send(broker: InMemoryBroker, queue: str, tenant: TenantId, count: int) -> li
     return [producer.send(queue, tenant, {"n": index}).message_id for index in range(count)]
 
 
-def test_free_tenant_runs_one_at_a_time_and_every_message_runs_once(
+def tier_gate(tiers: dict[TenantId, Tier], events: Events, **kwargs: object) -> FairnessGate:
+    resolver = warm_resolver(tiers)
+    limits = TierLimits()
+    return FairnessGate(
+        concurrency=InMemoryConcurrencyLimiter(),
+        limit_of=lambda tenant: limits.for_tier(resolver.tier_of(tenant)),
+        tiers=resolver,
+        on_event=events,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_free_tenant_runs_one_at_a_time_in_order_without_a_broker_write(
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
     queue = unique_queue("cmd")
-    processor = SlowHandler(queue, work_s=0.1)
+    processor = SlowHandler(queue, work_s=0.05)
     events = Events()
-    middleware = FairnessMiddleware(
-        concurrency=InMemoryConcurrencyLimiter(),
-        tiers=warm_resolver({FREE: Tier.FREE}),
-        limits=TierLimits(),
-        defer_ms=20,
-        jitter_ms=20,
-        on_event=events,
-    )
-    runner = run(broker, store, processor, [FREE], middleware, workers=6)
+    gate = tier_gate({FREE: Tier.FREE}, events)
+    runner, writes = run(broker, store, processor, [FREE], gate, workers=6)
     try:
-        sent = send(broker, queue, FREE, 6)
-        assert wait_until(lambda: len(processor.ids(FREE)) == 6, timeout=20)
+        sent = send(broker, queue, FREE, 20)
+        assert wait_until(lambda: len(processor.ids(FREE)) == 20, timeout=20)
         time.sleep(0.3)  # nothing more arrives: no message ran twice
     finally:
         assert runner.stop(grace_s=5)
+        gate.close()
     assert processor.peak[FREE.value] == 1
-    assert sorted(processor.ids(FREE)) == sorted(sent)
-    assert events.of(FREE, "admitted") == 6
-    # Deferred, not dropped, and a deferral is not an attempt.
-    assert events.of(FREE, "deferred_concurrency") > 0
+    assert processor.ids(FREE) == sent, "limit 1 keeps the order they were sent in"
+    assert events.of(FREE, "admitted") == 20
+    assert events.of(FREE, "held_concurrency") > 0
+    assert writes.writes == 0, "held, not re-sent"
     assert {entry[2] for entry in processor.ran} == {1}
     assert store.failures(tenant=FREE) == []
 
@@ -305,15 +350,8 @@ def test_enterprise_tenant_runs_up_to_five_at_once_beside_a_free_one(
     queue = unique_queue("cmd")
     processor = SlowHandler(queue, work_s=0.3)
     events = Events()
-    middleware = FairnessMiddleware(
-        concurrency=InMemoryConcurrencyLimiter(),
-        tiers=warm_resolver({ENTERPRISE: Tier.ENTERPRISE, FREE: Tier.FREE}),
-        limits=TierLimits(),
-        defer_ms=20,
-        jitter_ms=20,
-        on_event=events,
-    )
-    runner = run(broker, store, processor, [ENTERPRISE, FREE], middleware, workers=10)
+    gate = tier_gate({ENTERPRISE: Tier.ENTERPRISE, FREE: Tier.FREE}, events)
+    runner, writes = run(broker, store, processor, [ENTERPRISE, FREE], gate, workers=10)
     try:
         sent = send(broker, queue, ENTERPRISE, 12)
         sent_free = send(broker, queue, FREE, 3)
@@ -323,38 +361,60 @@ def test_enterprise_tenant_runs_up_to_five_at_once_beside_a_free_one(
         )
     finally:
         assert runner.stop(grace_s=5)
+        gate.close()
     assert processor.peak[ENTERPRISE.value] == 5
     assert processor.peak[FREE.value] == 1
     assert sorted(processor.ids(ENTERPRISE)) == sorted(sent)
-    assert sorted(processor.ids(FREE)) == sorted(sent_free)
-    assert events.of(ENTERPRISE, "deferred_concurrency") > 0
+    assert processor.ids(FREE) == sent_free
+    assert events.of(ENTERPRISE, "held_concurrency") > 0
+    assert writes.writes == 0
 
 
-def test_rate_limit_defers_over_rate_messages_and_all_eventually_run(
+def test_rate_limit_holds_over_rate_messages_and_all_run_without_a_broker_write(
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
     queue = unique_queue("cmd")
     processor = SlowHandler(queue, work_s=0.0)
     events = Events()
-    middleware = FairnessMiddleware(
-        concurrency=InMemoryConcurrencyLimiter(),
-        tiers=warm_resolver({ENTERPRISE: Tier.ENTERPRISE}),
-        limits=TierLimits(),
+    gate = tier_gate(
+        {ENTERPRISE: Tier.ENTERPRISE},
+        events,
         rates=TokenBucketLimiter(RatePolicy(rate_per_s=10, burst_s=0.2)),  # capacity 2
-        defer_ms=20,
-        jitter_ms=20,
-        on_event=events,
     )
-    runner = run(broker, store, processor, [ENTERPRISE], middleware, workers=4)
+    runner, writes = run(broker, store, processor, [ENTERPRISE], gate, workers=4)
     try:
         sent = send(broker, queue, ENTERPRISE, 8)
         assert wait_until(lambda: len(processor.ids(ENTERPRISE)) == 8, timeout=20)
     finally:
         assert runner.stop(grace_s=5)
+        gate.close()
     assert sorted(processor.ids(ENTERPRISE)) == sorted(sent)
-    assert events.of(ENTERPRISE, "deferred_rate") > 0
+    assert writes.writes == 0
+    assert events.of(ENTERPRISE, "held_rate") > 0
     assert events.of(ENTERPRISE, "admitted") == 8
     starts = sorted(entry[3] for entry in processor.ran)
     # 2 at once from the full bucket, then 10/s: the last of 8 no sooner than ~0.6 s after.
     assert starts[-1] - starts[0] >= 0.5
     assert {entry[2] for entry in processor.ran} == {1}
+
+
+def test_a_delivery_held_past_the_hold_time_is_deferred_once_and_runs_later(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    """The exception: a tenant whose slot stays taken longer than the hold time has its next
+    delivery re-sent (one write), and it runs once the slot is free."""
+    queue = unique_queue("cmd")
+    processor = SlowHandler(queue, work_s=0.6)
+    events = Events()
+    gate = tier_gate({FREE: Tier.FREE}, events, hold_s=0.2, defer_ms=10, jitter_ms=0)
+    runner, writes = run(broker, store, processor, [FREE], gate, workers=2)
+    try:
+        sent = send(broker, queue, FREE, 2)
+        assert wait_until(lambda: len(processor.ids(FREE)) == 2, timeout=20)
+    finally:
+        assert runner.stop(grace_s=5)
+        gate.close()
+    assert sorted(processor.ids(FREE)) == sorted(sent)
+    assert events.of(FREE, "expired") >= 1
+    assert writes.writes == events.of(FREE, "expired")
+    assert {entry[2] for entry in processor.ran} == {1}, "a deferral is not an attempt"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from boost_tenancy import ConfigError, TenantId
-from boost_tenancy.config import fairness_from_env
+from boost_tenancy.config import FAIRNESS_VARIABLES, fairness_from_env
 from boost_tenancy.fairness import RatePolicy, TierLimits, TokenBucketLimiter
+from boost_tenancy.fairness.settings import default_concurrency
 
 A = TenantId("org-A")
 B = TenantId("org-B")
@@ -165,19 +166,24 @@ def test_idle_refilled_buckets_are_swept_lazily_but_a_debt_is_kept() -> None:
 
 
 # -- settings -------------------------------------------------------------------------------------
-def test_settings_defaults() -> None:
+def test_settings_defaults_are_on_and_generous() -> None:
     settings = fairness_from_env({})
-    assert settings.rate.unlimited
-    assert settings.rate.burst_s == 10
-    assert settings.tier_limits == TierLimits(free=1, pro=3, pro_plus=3, enterprise=5)
-    assert settings.tier_store_url == "sqlite:///var/boost-tiers.sqlite3"
+    assert settings is not None, "fairness is on by default"
+    assert settings.rate == RatePolicy(rate_per_s=1000, burst_s=10)
+    assert settings.concurrency == 0, "every worker but one (default_concurrency)"
+    assert default_concurrency(4) == 3
+    assert default_concurrency(1) == 1
+    assert settings.tier_store_url == ""
     assert settings.redis_url == ""
+    assert (settings.exempt_tenants, settings.exempt_queues) == (frozenset(), frozenset())
+    assert settings.hold_s == 300
     assert (settings.defer_ms, settings.jitter_ms) == (1000, 1000)
 
 
 def test_settings_from_env() -> None:
     settings = fairness_from_env(
         {
+            "BOOST_FAIRNESS": "on",
             "BOOST_RATE_PER_S": "2.5",
             "BOOST_RATE_BURST_S": "0",
             "BOOST_TIER_FREE_LIMIT": "2",
@@ -186,15 +192,26 @@ def test_settings_from_env() -> None:
             "BOOST_TIER_ENTERPRISE_LIMIT": "9",
             "BOOST_TIER_STORE": "postgresql://postgres@db/tiers",
             "BOOST_REDIS_URL": "redis://cache:6379/1",
+            "BOOST_FAIRNESS_EXEMPT_TENANTS": "org-system, org-ops",
+            "BOOST_FAIRNESS_EXEMPT_QUEUES": "sys.jobs",
+            "BOOST_FAIRNESS_HOLD_S": "60",
             "BOOST_DEFER_MS": "500",
             "BOOST_DEFER_JITTER_MS": "0",
         }
     )
+    assert settings is not None
     assert settings.rate == RatePolicy(rate_per_s=2.5, burst_s=10)
     assert settings.tier_limits == TierLimits(free=2, pro=4, pro_plus=6, enterprise=9)
     assert settings.tier_store_url == "postgresql://postgres@db/tiers"
     assert settings.redis_url == "redis://cache:6379/1"
+    assert settings.exempt_tenants == {TenantId("org-system"), TenantId("org-ops")}
+    assert settings.exempt_queues == {"sys.jobs"}
+    assert settings.hold_s == 60
     assert (settings.defer_ms, settings.jitter_ms) == (500, 0)
+
+
+def test_off_turns_fairness_off() -> None:
+    assert fairness_from_env({"BOOST_FAIRNESS": "off"}) is None
 
 
 @pytest.mark.parametrize(
@@ -204,17 +221,48 @@ def test_settings_from_env() -> None:
         ("BOOST_RATE_PER_S", "fast"),
         ("BOOST_RATE_PER_S", "nan"),
         ("BOOST_RATE_BURST_S", "-5"),
+        ("BOOST_TENANT_CONCURRENCY", "-2"),
         ("BOOST_TIER_FREE_LIMIT", "0"),
         ("BOOST_TIER_PRO_LIMIT", "x"),
         ("BOOST_TIER_PRO_PLUS_LIMIT", "-3"),
         ("BOOST_TIER_ENTERPRISE_LIMIT", "0"),
+        ("BOOST_FAIRNESS_HOLD_S", "0"),
+        ("BOOST_FAIRNESS_EXEMPT_TENANTS", "not a tenant!"),
+        ("BOOST_FAIRNESS_EXEMPT_QUEUES", "tenant.org-a.cmd"),
         ("BOOST_DEFER_MS", "-1"),
         ("BOOST_DEFER_JITTER_MS", "1.5"),
+        ("BOOST_FAIRNESS", "maybe"),
     ],
 )
-def test_bad_settings_are_refused_at_start_up_naming_the_variable(name: str, value: str) -> None:
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_bad_settings_are_refused_at_start_up_naming_the_variable(
+    name: str, value: str, switch: str
+) -> None:
+    """Whether or not fairness is on: a negative limit is refused either way."""
+    env = {"BOOST_FAIRNESS": switch, name: value}
     with pytest.raises(ConfigError, match=name):
-        fairness_from_env({name: value})
+        fairness_from_env(env)
+
+
+@pytest.mark.parametrize("name", [n for n in FAIRNESS_VARIABLES if n != "BOOST_FAIRNESS"])
+def test_a_limit_given_while_fairness_is_off_stops_start_up(name: str) -> None:
+    valid = {
+        "BOOST_TIER_STORE": "sqlite:///x.sqlite3",
+        "BOOST_REDIS_URL": "redis://cache:6379/0",
+        "BOOST_FAIRNESS_EXEMPT_TENANTS": "org-system",
+        "BOOST_FAIRNESS_EXEMPT_QUEUES": "sys.jobs",
+    }
+    with pytest.raises(ConfigError, match=f"{name} set while BOOST_FAIRNESS=off"):
+        fairness_from_env({"BOOST_FAIRNESS": "off", name: valid.get(name, "5")})
+
+
+def test_tier_limits_need_a_tier_store_and_exclude_a_fixed_concurrency() -> None:
+    with pytest.raises(ConfigError, match="BOOST_TIER_PRO_LIMIT set without BOOST_TIER_STORE"):
+        fairness_from_env({"BOOST_TIER_PRO_LIMIT": "4"})
+    with pytest.raises(ConfigError, match="BOOST_TENANT_CONCURRENCY set with BOOST_TIER_STORE"):
+        fairness_from_env(
+            {"BOOST_TIER_STORE": "sqlite:///x.sqlite3", "BOOST_TENANT_CONCURRENCY": "2"}
+        )
 
 
 def test_tier_limits_must_be_positive() -> None:

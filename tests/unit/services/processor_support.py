@@ -16,6 +16,7 @@ from boost_tenancy import (
     DispatchSettings,
     ProcessorRunner,
     RetryPolicy,
+    Routing,
     RunnerSettings,
     TenantId,
     TenantProcessor,
@@ -23,12 +24,16 @@ from boost_tenancy import (
 )
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.routing import Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.blobs import LocalBlobStore, document_key
 from tests.conftest import wait_until
 
 SAMPLES = Path(__file__).resolve().parents[3] / "services" / "samples"
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=50, max_delay_ms=200)
+SHARED = Routing(Topology.SHARED)
+"""One broker queue per name, so the tests read every tenant's events of a queue by its name; the
+services run routed by default (scripts/demo), and routing has its own contract tests."""
 
 CONTENT_TYPES = {
     "invoice.pdf": "application/pdf",
@@ -66,10 +71,11 @@ class Harness:
             tenants,
             error_store=self.errors,
             settings=RunnerSettings(workers=2, prefetch=5, dispatch=DispatchSettings(retry=retry)),
+            routing=SHARED,
         )
         self._sender = InMemoryTransport(self.broker)
         self._sender.connect()
-        self.producer = TenantProducer(self._sender)
+        self.producer = TenantProducer(self._sender, routing=SHARED)
         self.runner.start()
 
     def upload(self, tenant: str, sample: str, document: str) -> str:

@@ -22,6 +22,7 @@ from werkzeug.test import TestResponse
 
 from boost_tenancy import TenantId, TenantProducer, TransportError
 from boost_tenancy.messages import WireMessage
+from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
@@ -124,7 +125,7 @@ def build_server(
         authenticator=TenantAuthenticator(settings or hs256_settings()),
         documents=store,
         blobs=blobs,
-        producer=TenantProducer(transport),
+        producer=TenantProducer(transport, routing=Routing(Topology.SHARED)),
         max_upload_bytes=max_upload_bytes,
     )
     return Server(app, app.test_client(), broker, transport, blobs, blob_root, store)

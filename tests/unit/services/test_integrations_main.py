@@ -21,6 +21,7 @@ import pytest
 import structlog
 
 from boost_tenancy import TenantId
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.contract import CMD_DOCUMENT_PROCESS
 from services.common.documents import open_document_store
@@ -207,7 +208,8 @@ def test_serves_http_and_stops_cleanly_on_sigterm(
     status, body = seen["upload"]
     assert (status, body["state"]) == (201, "uploaded")
     assert seen["anonymous"] == 401
-    [message] = broker.messages(CMD_DOCUMENT_PROCESS)
+    # The default routing: the command is stored in the tenant's own queue.
+    [message] = broker.messages(DEFAULT_ROUTING.physical(CMD_DOCUMENT_PROCESS, "org-a"))
     assert message.properties["tenantUUID"] == "org-a"
     store = open_document_store(store_url)
     try:

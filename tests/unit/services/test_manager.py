@@ -28,6 +28,7 @@ from boost_tenancy import (
 from boost_tenancy.messages import derived_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.contract import (
     CMD_DOCUMENT_PROCESS,
@@ -67,6 +68,8 @@ OUTPUTS = (
     EVT_FAILED,
 )
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=20, max_delay_ms=50)
+SHARED = Routing(Topology.SHARED)
+"""One queue per name: the tests read what the manager sent, every tenant's, by queue name."""
 
 
 class Pipeline:
@@ -79,7 +82,7 @@ class Pipeline:
         self.runners: list[ProcessorRunner] = []
         producer_transport = InMemoryTransport(self.broker)
         producer_transport.connect()
-        self.producer = TenantProducer(producer_transport)
+        self.producer = TenantProducer(producer_transport, routing=SHARED)
 
     def start(self, store: DocumentStore | None = None) -> ProcessorRunner:
         runner = ProcessorRunner(
@@ -90,6 +93,7 @@ class Pipeline:
             settings=RunnerSettings(
                 workers=3, prefetch=10, dispatch=DispatchSettings(retry=FAST_RETRY)
             ),
+            routing=SHARED,
         )
         runner.start()
         self.runners.append(runner)

@@ -22,6 +22,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
+from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import CMD_INTERPRET, EVT_INTERPRETATION_ERROR, EVT_INTERPRETED
@@ -34,6 +35,8 @@ GLOBEX = TenantId("org-globex")
 DOCUMENT = "0b6f6e2c-3a4d-4e5f-8a9b-0c1d2e3f4a5b"
 TEXT_KEY = document_key(DOCUMENT, "text.txt")
 FAST = RetryPolicy(max_attempts=2, base_delay_ms=20, max_delay_ms=20, jitter=0.0)
+SHARED = Routing(Topology.SHARED)
+"""One queue per name: the tests read what the professor sent by queue name."""
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Pipeline:
             [ACME, GLOBEX],
             error_store=self.store,
             settings=RunnerSettings(workers=2, dispatch=DispatchSettings(retry=FAST)),
+            routing=SHARED,
         )
         self.runner.start()
 
@@ -66,7 +70,11 @@ class Pipeline:
         transport = InMemoryTransport(self.broker)
         transport.connect()
         try:
-            return TenantProducer(transport).send(CMD_INTERPRET, tenant, body).message_id
+            return (
+                TenantProducer(transport, routing=SHARED)
+                .send(CMD_INTERPRET, tenant, body)
+                .message_id
+            )
         finally:
             transport.close()
 
