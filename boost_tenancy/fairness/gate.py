@@ -237,13 +237,16 @@ class FairnessGate:
 
     def _admit_due(self, touched: set[TenantId]) -> None:
         now = self._clock()
+        held = 0
         for tenant in list(self._lanes):
             lane = self._lanes[tenant]
             if tenant in touched or lane.retry_at <= now:
                 self._admit_lane(lane, now)
-            if not lane.items:
+            if lane.items:
+                held += len(lane.items)
+            else:
                 del self._lanes[tenant]
-        self._held = sum(len(lane.items) for lane in self._lanes.values())
+        self._held = held
 
     def _admit_lane(self, lane: _Lane, now: float) -> None:
         """Admit the lane's head while the tenant is under its limits; only the head is tried,

@@ -38,7 +38,7 @@ class FairnessWiring:
         if fairness is not None:
 
             def on_event(tenant: TenantId, event: str) -> None:
-                # The middleware names only accounting's events; record() checks at run time.
+                # The gate names only accounting's events; record() checks at run time.
                 accounting.record(tenant, cast(Event, event))
 
             gate = build_fairness(fairness, workers=workers, on_event=on_event)

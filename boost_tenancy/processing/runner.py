@@ -260,8 +260,11 @@ class ProcessorRunner:
             tenant, item = taken
             if self._stopping.is_set():
                 return  # left unacknowledged: the broker redelivers it after close
-            admitted = item if isinstance(item, Admitted) else None
-            delivery = item.delivery if isinstance(item, Admitted) else item
+            admitted: Admitted | None = None
+            if isinstance(item, Admitted):  # handed over by the gate, with its slot
+                admitted, delivery = item, item.delivery
+            else:
+                delivery = item
             with self._busy_lock:
                 self._busy += 1
             try:

@@ -37,6 +37,7 @@ from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
 from boost_tenancy.fairness.redis_backend import redis_breaker
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import unavailable, wait_until
+from tests.fairness_support import Admissions, Events
 
 pytestmark = pytest.mark.redis
 
@@ -344,42 +345,6 @@ def switch() -> Iterator[RedisSwitch]:
     made = RedisSwitch(REDIS_URL)
     yield made
     made.close()
-
-
-class Events:
-    """The gate's decisions, counted per (tenant, event)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-
-    def __call__(self, tenant: TenantId, event: str) -> None:
-        with self._lock:
-            self.counts[(tenant.value, event)] += 1
-
-    def of(self, tenant: TenantId, event: str) -> int:
-        with self._lock:
-            return self.counts[(tenant.value, event)]
-
-
-class Admissions:
-    """What the gate hands to the workers, in order."""
-
-    def __init__(self) -> None:
-        self.queue: queue_mod.SimpleQueue[tuple[TenantId, Admitted]] = queue_mod.SimpleQueue()
-
-    def __call__(self, tenant: TenantId, admitted: Admitted) -> None:
-        self.queue.put((tenant, admitted))
-
-    def next(self, timeout: float = 5.0) -> tuple[TenantId, Admitted]:
-        return self.queue.get(timeout=timeout)
-
-    def none_within(self, seconds: float) -> bool:
-        try:
-            self.queue.get(timeout=seconds)
-        except queue_mod.Empty:
-            return True
-        return False
 
 
 class Built(NamedTuple):

@@ -4,7 +4,6 @@ ProcessorRunner, tier concurrency and rate limits that hold messages without one
 
 from __future__ import annotations
 
-import queue as queue_mod
 import threading
 import time
 from collections import Counter
@@ -25,7 +24,6 @@ from boost_tenancy import (
     TenantProducer,
 )
 from boost_tenancy.fairness import (
-    Admitted,
     FairnessGate,
     InMemoryConcurrencyLimiter,
     RatePolicy,
@@ -38,6 +36,7 @@ from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import WriteCount, count_writes, unique_queue, wait_until
+from tests.fairness_support import Admissions, Events
 
 FREE = TenantId("org-free")
 ENTERPRISE = TenantId("org-enterprise")
@@ -68,20 +67,6 @@ def warm_resolver(tiers: dict[TenantId, Tier]) -> TierResolver:
     return resolver
 
 
-class Events:
-    def __init__(self) -> None:
-        self.counts: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-
-    def __call__(self, tenant: TenantId, event: str) -> None:
-        with self._lock:
-            self.counts[(tenant.value, event)] += 1
-
-    def of(self, tenant: TenantId, event: str) -> int:
-        with self._lock:
-            return self.counts[(tenant.value, event)]
-
-
 # -- the gate alone -------------------------------------------------------------------------------
 def delivery(n: int, queue: str = "cmd.test") -> Delivery:
     return Delivery(
@@ -92,26 +77,6 @@ def delivery(n: int, queue: str = "cmd.test") -> Delivery:
         redelivered=False,
         subscription_id="sub-1",
     )
-
-
-class Admissions:
-    """What the gate hands to the workers, in order."""
-
-    def __init__(self) -> None:
-        self.queue: queue_mod.SimpleQueue[tuple[TenantId, Admitted]] = queue_mod.SimpleQueue()
-
-    def __call__(self, tenant: TenantId, admitted: Admitted) -> None:
-        self.queue.put((tenant, admitted))
-
-    def next(self, timeout: float = 2.0) -> tuple[TenantId, Admitted]:
-        return self.queue.get(timeout=timeout)
-
-    def none_within(self, seconds: float) -> bool:
-        try:
-            self.queue.get(timeout=seconds)
-        except queue_mod.Empty:
-            return True
-        return False
 
 
 def fixed_limit(limit: int) -> Callable[[TenantId], int]:
