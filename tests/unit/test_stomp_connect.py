@@ -75,6 +75,10 @@ class Peer:
                 conn.sendall(CONNECTED)
                 time.sleep(0.2)
                 conn.close()
+            elif behaviour == "connected":
+                conn.recv(4096)
+                conn.sendall(CONNECTED)
+                self._held.append(conn)
             elif behaviour == "error":
                 conn.recv(4096)
                 conn.sendall(b"ERROR\nmessage:login refused\n\n\x00")
@@ -112,6 +116,21 @@ def closes_promptly(transport: StompTransport) -> bool:
     closed.start()
     closed.join(5)
     return not closed.is_alive()
+
+
+@pytest.mark.parametrize("peer", ["connected"], indirect=True)
+def test_the_connection_sends_frames_without_nagle_delay(peer: Peer) -> None:
+    # stomp.py leaves Nagle's algorithm on: a frame written while an earlier one is not yet
+    # acknowledged by TCP would wait for the broker's delayed acknowledgement (about 40 ms).
+    transport = StompTransport(StompSettings(port=peer.port, connect_timeout_s=5))
+    transport.connect()
+    try:
+        link = transport._connection.live()
+        assert link is not None
+        sock = link._conn.transport.socket
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        assert closes_promptly(transport)
 
 
 @pytest.mark.parametrize("peer", ["deaf", "close"], indirect=True)

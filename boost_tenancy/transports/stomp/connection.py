@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,20 @@ def reconnect_delay(
     # The exponent is capped: 2.0**1024 overflows, and a long outage counts that many attempts.
     base = min(max_s, initial_s * 2.0 ** min(attempt - 1, 60))
     return base * (0.5 + rand() / 2)
+
+
+def _send_without_delay(conn: Any) -> None:
+    """Turn Nagle's algorithm off on the connection's socket (stomp.py leaves it on).
+
+    With it on, a frame written while an earlier one is not yet acknowledged by TCP (an ACK
+    after a SEND, a subscription after another) waits for the broker's delayed acknowledgement,
+    about 40 ms on Linux. The broker's side of the same problem is its own setting
+    (docs/operations.md, "Nagle's algorithm").
+    """
+    sock = getattr(conn.transport, "socket", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # not a TCP socket, or already closed
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _FrameEvents(Protocol):
@@ -266,6 +281,7 @@ class StompConnection:
         try:
             # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
             conn.connect(settings.username, settings.password, wait=False)
+            _send_without_delay(conn)
             while listener.server is None:
                 if conn.transport.connection_error:
                     raise TransportError(f"STOMP broker at {self.where} refused the connection")
