@@ -5,14 +5,18 @@ and failures are retried, recorded and dead-lettered instead of lost. This modul
 service author needs; the rest lives in topical modules (docs/architecture.md): outcomes and
 middleware in boost_tenancy.processing, dead letters and the error store in
 boost_tenancy.resilience, transports in boost_tenancy.transports, selectors in
-boost_tenancy.selectors, fairness in boost_tenancy.fairness.
+boost_tenancy.selectors, fairness in boost_tenancy.fairness, publishing limits in
+boost_tenancy.quotas.
 """
 
 from boost_tenancy.errors import (
     BoostTenancyError,
     ConfigError,
     InvalidTenantError,
+    MessageTooLargeError,
     PermanentError,
+    PublishRateExceededError,
+    PublishRefusedError,
     TenantMismatchError,
     TransientError,
     TransportError,
@@ -23,6 +27,7 @@ from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner, RunnerSettings
 from boost_tenancy.producer import TenantProducer
+from boost_tenancy.quotas import PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing
@@ -37,9 +42,14 @@ __all__ = [
     "IncomingMessage",
     "InvalidTenantError",
     "Message",
+    "MessageTooLargeError",
     "Middleware",
     "PermanentError",
     "ProcessorRunner",
+    "PublishGuard",
+    "PublishLimits",
+    "PublishRateExceededError",
+    "PublishRefusedError",
     "RetryPolicy",
     "Routing",
     "RunnerSettings",

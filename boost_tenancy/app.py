@@ -57,6 +57,7 @@ def run_processor(
             default_tenant=settings.default_tenant,
             gate=fairness.gate,
             observers=fairness.observers,
+            publish_guard=fairness.publish_guard(settings.publish),
         )
         if fairness.server is not None:
             fairness.server.start()

@@ -17,6 +17,7 @@ from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
 from boost_tenancy.fairness.tiers import TierLimits
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
 from boost_tenancy.tenancy import TenantId
@@ -44,6 +45,9 @@ class AppSettings:
     metrics_port: int = 0
     """BOOST_METRICS_PORT: where the per-tenant accounting is served; 0 = not served."""
     metrics_tenant_label: bool = False
+    publish: PublishLimits = field(default_factory=PublishLimits)
+    """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
+    unless set."""
     broker_url: str = ""
     """BOOST_BROKER_URL: the transport by URL (transports/registry.py); empty means
     stomp://BOOST_STOMP_HOST:BOOST_STOMP_PORT."""
@@ -96,6 +100,7 @@ class AppSettings:
             fairness=fairness_from_env(env),
             metrics_port=metrics_port,
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
+            publish=PublishLimits.from_env(env),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
         )
 

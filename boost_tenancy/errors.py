@@ -62,3 +62,35 @@ class TransientError(HandlerError):
 
 class ErrorStoreError(BoostTenancyError):
     """The error store could not record or read a failure."""
+
+
+class PublishRefusedError(BoostTenancyError):
+    """A publish over one of its tenant's publishing limits (quotas/); nothing of it was sent.
+
+    reason names the limit ("rate", "size"); retry_after_s says when the same publish would be
+    admitted (0 when waiting cannot help).
+    """
+
+    reason = "refused"
+
+    def __init__(self, tenant: str, queue: str, detail: str, *, retry_after_s: float = 0.0) -> None:
+        self.tenant = tenant
+        self.queue = queue
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"publish of tenant {tenant} to {queue!r} refused ({self.reason}): {detail}"
+        )
+
+
+class PublishRateExceededError(PublishRefusedError, TransientError):
+    """Over the tenant's messages/s or bytes/s: a runner defers the handler's input, without
+    counting an attempt, until the rate admits it (RetryMiddleware)."""
+
+    reason = "rate"
+
+
+class MessageTooLargeError(PublishRefusedError, PermanentError):
+    """Larger than the tenant's maximum message size: retrying cannot help."""
+
+    reason = "size"

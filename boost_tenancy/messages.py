@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from boost_tenancy.errors import (
     ConfigError,
@@ -191,6 +191,13 @@ class WireMessage:
     properties: Mapping[str, str]
     correlation_id: str | None = None
     persistent: bool = True
+
+
+class PublishCheck(Protocol):
+    """Admits a tenant's messages to a (logical) queue before they are sent, or raises
+    PublishRefusedError; quotas.PublishGuard is the toolkit's."""
+
+    def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

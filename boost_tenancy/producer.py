@@ -11,12 +11,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from boost_tenancy.messages import Message, build_message
+from boost_tenancy.messages import Message, PublishCheck, WireMessage, build_message
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport
 
 JsonBody = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedSend:
+    """A message admitted by the publishing limits, not sent yet (TenantProducer.admit)."""
+
+    queue: str
+    """The broker queue routing picked."""
+    message: Message
+    wire: WireMessage
+    delay_ms: int
 
 
 @dataclass(slots=True)
@@ -26,6 +37,7 @@ class ProducerBatch:
     _sink: BatchSink
     _count: int = 0
     _routing: Routing = DEFAULT_ROUTING
+    _guard: PublishCheck | None = None
 
     def send(
         self,
@@ -37,7 +49,8 @@ class ProducerBatch:
         correlation_id: str | None = None,
         properties: Mapping[str, str] | None = None,
     ) -> Message:
-        """Add a message of tenant to the batch; sent when the batch block ends."""
+        """Add a message of tenant to the batch; sent when the batch block ends. Over a
+        publishing limit it raises PublishRefusedError and the batch stays usable without it."""
         message = build_message(
             tenant,
             body,
@@ -45,7 +58,11 @@ class ProducerBatch:
             correlation_id=correlation_id,
             properties=properties,
         )
-        self._sink.add(self._routing.physical(queue, message.tenant), message.to_wire())
+        physical = self._routing.physical(queue, message.tenant)
+        wire = message.to_wire()
+        if self._guard is not None:
+            self._guard.check(message.tenant, queue, (wire,))
+        self._sink.add(physical, wire)
         self._count += 1
         return message
 
@@ -57,12 +74,20 @@ class TenantProducer:
     """Sends tenant-stamped messages through a connected transport.
 
     queue names are logical: routing picks the broker queue (the shared queue, or the tenant's
-    own tenant.<tenant>.<queue>).
+    own tenant.<tenant>.<queue>). With a guard, every send is checked against its tenant's
+    publishing limits first: over one, PublishRefusedError is raised and nothing is sent.
     """
 
-    def __init__(self, transport: Transport, *, routing: Routing = DEFAULT_ROUTING) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        routing: Routing = DEFAULT_ROUTING,
+        guard: PublishCheck | None = None,
+    ) -> None:
         self._transport = transport
         self._routing = routing
+        self._guard = guard
 
     @property
     def routing(self) -> Routing:
@@ -84,6 +109,32 @@ class TenantProducer:
         A mapping body becomes JSON text with tenantUUID added; a str body travels as a JMS
         TextMessage, bytes as a BytesMessage. Pass message_id to make a re-send idempotent.
         """
+        return self.send_admitted(
+            self.admit(
+                queue,
+                tenant,
+                body,
+                message_id=message_id,
+                correlation_id=correlation_id,
+                properties=properties,
+                delay_ms=delay_ms,
+            )
+        )
+
+    def admit(
+        self,
+        queue: str,
+        tenant: TenantId | str,
+        body: JsonBody | str | bytes,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        delay_ms: int = 0,
+    ) -> AdmittedSend:
+        """Build a message and pass it through the publishing limits without sending it:
+        PublishRefusedError now, before the caller stores anything that depends on the send (the
+        IntegrationsServer admits before it accepts an upload); send_admitted sends it."""
         message = build_message(
             tenant,
             body,
@@ -91,12 +142,16 @@ class TenantProducer:
             correlation_id=correlation_id,
             properties=properties,
         )
-        self._transport.send(
-            self._routing.physical(queue, message.tenant),
-            message.to_wire(),
-            delay_ms=max(0, delay_ms),
-        )
-        return message
+        physical = self._routing.physical(queue, message.tenant)
+        wire = message.to_wire()
+        if self._guard is not None:
+            self._guard.check(message.tenant, queue, (wire,))
+        return AdmittedSend(physical, message, wire, max(0, delay_ms))
+
+    def send_admitted(self, admitted: AdmittedSend) -> Message:
+        """Send a message admit() let through and wait for the broker's confirmation."""
+        self._transport.send(admitted.queue, admitted.wire, delay_ms=admitted.delay_ms)
+        return admitted.message
 
     @contextmanager
     def batch(self, *, atomic: bool | None = None) -> Iterator[ProducerBatch]:
@@ -112,7 +167,7 @@ class TenantProducer:
             atomic = self._transport.capabilities.atomic_batches
         sink = self._transport.open_batch(atomic=atomic)
         try:
-            yield ProducerBatch(sink, _routing=self._routing)
+            yield ProducerBatch(sink, _routing=self._routing, _guard=self._guard)
         except BaseException:
             sink.abort()
             raise

@@ -178,6 +178,22 @@ def recorded(store: ErrorStore, count: int, **filters: Any) -> list[FailureRecor
     return store.failures(**filters)
 
 
+class ManualClock:
+    """A monotonic clock that moves only when told (advance), safe across threads."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
 def unique_queue(prefix: str = "test") -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
 

@@ -37,10 +37,28 @@ OUTCOMES: Final = (
 HOLD_REASONS: Final = ("rate", "concurrency")
 """Why the fairness gate held a tenant's next delivery."""
 
-Event = Literal["admitted", "held_rate", "held_concurrency", "expired"]
-"""What the fairness gate records; the dispatcher does not see these."""
+PUBLISH_REFUSALS: Final = ("rate", "size")
+"""Why a tenant's publish was refused (quotas.PublishGuard)."""
 
-EVENTS: Final[tuple[Event, ...]] = ("admitted", "held_rate", "held_concurrency", "expired")
+Event = Literal[
+    "admitted",
+    "held_rate",
+    "held_concurrency",
+    "expired",
+    "publish_refused_rate",
+    "publish_refused_size",
+]
+"""What the fairness gate and the publishing limits (quotas/) record; the dispatcher does not
+see these."""
+
+EVENTS: Final[tuple[Event, ...]] = (
+    "admitted",
+    "held_rate",
+    "held_concurrency",
+    "expired",
+    "publish_refused_rate",
+    "publish_refused_size",
+)
 
 # One slot per counter, in this order, in each tenant's list.
 _SLOTS: Final = (*OUTCOMES, *EVENTS)
@@ -75,6 +93,8 @@ class Accounting:
       limit that held it (once per delivery and reason, however long it waits).
     - quarantined: tenancy violations, under the tenant the message claimed when that is a valid
       id, else under None, reported as "_unknown".
+    - publish_refused_rate, publish_refused_size: publishes refused by the tenant's publishing
+      limits (quotas/): over its messages/s or bytes/s, or a message over its maximum size.
     - stale: deliveries skipped because their connection was gone; the broker redelivers them.
     - unsettled: deliveries left unacknowledged because the broker refused even their raw dead
       letter (docs/resilience.md); they come back when the connection ends.
@@ -164,6 +184,17 @@ class Accounting:
                 for tenant, counts in rows
             ),
         )
+        _family(
+            lines,
+            "boost_tenancy_publish_refused_total",
+            "Publishes refused by a tenant's publishing limits, by the limit: rate (messages/s or "
+            "bytes/s) or size (maximum message size); nothing of them was sent.",
+            (
+                (_labels(tenant, reason=reason), counts[_INDEX[f"publish_refused_{reason}"]])
+                for reason in PUBLISH_REFUSALS
+                for tenant, counts in rows
+            ),
+        )
         return "\n".join(lines) + "\n"
 
 
@@ -188,6 +219,8 @@ def _view(counts: list[int]) -> dict[str, int]:
         "quarantined": get("quarantined"),
         "stale": get("stale"),
         "unsettled": get("unsettled"),
+        "publish_refused_rate": get("publish_refused_rate"),
+        "publish_refused_size": get("publish_refused_size"),
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,6 +24,22 @@ TOKEN_EPSILON: Final = 1e-9
 OVERSIZE_MARGIN_S: Final = 0.001
 
 
+def check_limit(owner: object, name: str, zero_means: str) -> int | float:
+    """owner.name, refused (ConfigError naming both) unless a finite number >= 0."""
+    value: object = getattr(owner, name)
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(
+            f"{type(owner).__name__}.{name} must be a finite number >= 0 (0 = {zero_means}), "
+            f"got {value!r}"
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RatePolicy:
     """rate_per_s units per second with capacity rate_per_s * burst_s.
@@ -37,18 +53,9 @@ class RatePolicy:
 
     def __post_init__(self) -> None:
         for name in ("rate_per_s", "burst_s"):
-            value: object = getattr(self, name)
-            if (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ConfigError(
-                    f"RatePolicy.{name} must be a finite number >= 0 (0 = "
-                    f"{'unlimited' if name == 'rate_per_s' else 'the default of 10'}), "
-                    f"got {value!r}"
-                )
+            value = check_limit(
+                self, name, "unlimited" if name == "rate_per_s" else "the default of 10"
+            )
             object.__setattr__(self, name, float(value))
         if self.burst_s == 0:
             object.__setattr__(self, "burst_s", DEFAULT_BURST_S)
@@ -183,24 +190,43 @@ class TokenBucketLimiter:
 
     def take(self, tenant: TenantId, meter: str = DEFAULT_METER, n: int = 1) -> Admission:
         """Admit n units of the tenant's meter, or say how long until they would be admitted."""
-        check_units(n)
-        policy = self._policies.get(tenant, meter)
+        return self.take_all(tenant, ((meter, n),))
+
+    def take_all(self, tenant: TenantId, units: Sequence[tuple[str, int]]) -> Admission:
+        """Admit units of several of the tenant's meters together, or none of them: a publish
+        refused for its bytes takes no message token either. retry_after_s is the longest wait
+        among the meters that refused."""
+        for _, n in units:
+            check_units(n)
         now = self._clock()
-        key = (tenant, meter)
+        steps: list[tuple[_Bucket, float]] = []
+        refused, retry_after = False, 0.0
         with self._lock:
             self._maybe_sweep(now)
-            if policy.unlimited:
-                self._buckets.pop(key, None)
-                return Admission(admitted=True)
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = self._buckets[key] = _Bucket(tokens=policy.capacity, updated_at=now)
-            elapsed = max(0.0, now - bucket.updated_at)
-            # min() also clamps a balance down to a capacity lowered since the last take.
-            tokens = min(policy.capacity, bucket.tokens + elapsed * policy.rate_per_s)
-            admitted, bucket.tokens, retry_after = bucket_step(tokens, policy, n)
-            bucket.updated_at = now
-            return Admission(admitted=admitted, retry_after_s=retry_after)
+            for meter, n in units:
+                policy = self._policies.get(tenant, meter)
+                key = (tenant, meter)
+                if policy.unlimited:
+                    self._buckets.pop(key, None)
+                    continue
+                bucket = self._buckets.get(key)
+                if bucket is None:
+                    bucket = self._buckets[key] = _Bucket(tokens=policy.capacity, updated_at=now)
+                elapsed = max(0.0, now - bucket.updated_at)
+                # min() also clamps a balance down to a capacity lowered since the last take.
+                tokens = min(policy.capacity, bucket.tokens + elapsed * policy.rate_per_s)
+                admitted, balance, wait = bucket_step(tokens, policy, n)
+                if not admitted:
+                    refused, retry_after = True, max(retry_after, wait)
+                    # Refilled but not spent: the refill up to now is the bucket's either way.
+                    bucket.tokens, bucket.updated_at = tokens, now
+                    continue
+                steps.append((bucket, balance))
+            if refused:
+                return Admission(admitted=False, retry_after_s=retry_after)
+            for bucket, balance in steps:
+                bucket.tokens, bucket.updated_at = balance, now
+            return Admission(admitted=True)
 
     def bucket_count(self) -> int:
         """Buckets held now (for tests and metrics)."""
@@ -233,4 +259,5 @@ __all__ = [
     "RatePolicy",
     "TokenBucketLimiter",
     "bucket_step",
+    "check_limit",
 ]

@@ -11,6 +11,8 @@ from boost_tenancy.fairness.accounting import Accounting, AccountingServer, Even
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.processing.settle import DispatchObserver
+from boost_tenancy.quotas.guard import PublishGuard
+from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.tenancy import TenantId
 
 
@@ -48,6 +50,15 @@ class FairnessWiring:
             else None
         )
         return cls(observers=(accounting,), accounting=accounting, server=server, gate=gate)
+
+    def publish_guard(self, limits: PublishLimits) -> PublishGuard:
+        """A PublishGuard with limits as every tenant's default, its refusals counted in the
+        accounting (publish_refused_rate, publish_refused_size)."""
+
+        def on_refused(tenant: TenantId, queue: str, reason: str) -> None:
+            self.accounting.record(tenant, cast(Event, f"publish_refused_{reason}"))
+
+        return PublishGuard(limits, on_refused=on_refused)
 
     def close(self) -> None:
         """Stop the metrics server and close what the gate holds (tier store, Redis)."""

@@ -15,7 +15,7 @@ import structlog
 
 from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchError
 from boost_tenancy.inbound import adopt
-from boost_tenancy.messages import IncomingMessage, body_text, decode_json_body
+from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
 from boost_tenancy.processing.middleware import Middleware, chain
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, check_processor
@@ -80,10 +80,12 @@ class Dispatcher:
         strategy: RedeliveryStrategy | None = None,
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
+        publish_guard: PublishCheck | None = None,
     ) -> None:
         check_processor(processor)
         self._processor = processor
         self._routing = routing
+        self._publish_guard = publish_guard
         self._transport = transport
         self._settings = settings or DispatchSettings()
         self._strategy = strategy or strategy_for(transport.capabilities)
@@ -219,6 +221,7 @@ class Dispatcher:
             attempt=attempt,
             log=_handler_log,
             routing=self._routing,
+            guard=self._publish_guard,
         )
         try:
             return self._handler(message, ctx)

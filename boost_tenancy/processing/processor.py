@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.messages import IncomingMessage, build_message, derived_id
+from boost_tenancy.messages import IncomingMessage, PublishCheck, build_message, derived_id
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -41,6 +41,8 @@ class HandlerContext:
     log: Any
     routing: Routing = DEFAULT_ROUTING
     """Where publish sends: the logical queue maps to this tenant's broker queue."""
+    guard: PublishCheck | None = None
+    """The tenant's publishing limits, checked at publish (quotas/)."""
     _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
 
     def publish(
@@ -51,11 +53,14 @@ class HandlerContext:
         properties: Mapping[str, str] | None = None,
         delay_ms: int = 0,
     ) -> str:
-        """Queue a message of this tenant for sending on success; returns its (stable) id."""
+        """Queue a message of this tenant for sending on success; returns its (stable) id.
+
+        Over a publishing limit it raises PublishRateExceededError (a TransientError: the delivery
+        is retried later) or MessageTooLargeError (a PermanentError: dead-lettered).
+        """
         # Resolved now so a bad name fails the handler (retry, then dead letter), not the ack.
         self.routing.physical(queue, self.tenant)
         index = self._outbox.counts.get(queue, 0)
-        self._outbox.counts[queue] = index + 1
         message = build_message(
             self.tenant,
             body,
@@ -63,7 +68,13 @@ class HandlerContext:
             correlation_id=self.correlation_id,
             properties=properties,
         )
-        self._outbox.items.append(Outgoing(queue, message.to_wire(), max(0, delay_ms)))
+        wire = message.to_wire()
+        if self.guard is not None:
+            # Before the index is taken: a refused publish caught by the handler leaves the
+            # next one the id a retry would give it.
+            self.guard.check(self.tenant, queue, (wire,))
+        self._outbox.counts[queue] = index + 1
+        self._outbox.items.append(Outgoing(queue, wire, max(0, delay_ms)))
         return message.message_id
 
     @property

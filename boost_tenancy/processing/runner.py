@@ -20,7 +20,7 @@ from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.fairness.gate import Admitted, FairnessGate
 from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.lifecycle import run_until_stopped
-from boost_tenancy.messages import check_queue_name
+from boost_tenancy.messages import PublishCheck, check_queue_name
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
@@ -87,6 +87,7 @@ class ProcessorRunner:
         redrive_parked: bool = True,
         route_shared: bool = True,
         default_tenant: TenantId | str | None = None,
+        publish_guard: PublishCheck | None = None,
     ) -> None:
         """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
         parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
@@ -142,6 +143,7 @@ class ProcessorRunner:
             middleware=middleware,
             observers=observers,
             routing=routing,
+            publish_guard=publish_guard,
         )
 
         # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.

@@ -6,6 +6,7 @@ compute_backoff is pure, with its random source injected, so tests need no sleep
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,11 +17,12 @@ from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
     PermanentError,
+    PublishRateExceededError,
     TenantMismatchError,
 )
 from boost_tenancy.messages import IncomingMessage
 from boost_tenancy.processing.middleware import Handler
-from boost_tenancy.processing.outcomes import DeadLetter, Outcome, Retry
+from boost_tenancy.processing.outcomes import DeadLetter, Defer, Outcome, Retry
 from boost_tenancy.processing.processor import HandlerContext
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.failure import ErrorInfo
@@ -96,11 +98,18 @@ class RetryMiddleware:
         except BaseException as exc:  # SystemExit too: a handler must never end a worker
             return self.failed(exc, message.attempt)
 
-    def failed(self, exc: BaseException, attempt: int) -> DeadLetter | Retry:
-        """The outcome of an attempt that raised exc: dead letter or retry after a backoff."""
+    def failed(self, exc: BaseException, attempt: int) -> DeadLetter | Retry | Defer:
+        """The outcome of an attempt that raised exc: dead letter, retry after a backoff, or,
+        for a publish over its tenant's rate, deferral until the rate admits it again."""
         error = ErrorInfo.of(exc)
         if isinstance(exc, PermanentError | MessageDecodeError | TenantMismatchError):
             return DeadLetter(error=error, reason=DeadLetterReason.PERMANENT)
+        if isinstance(exc, PublishRateExceededError):
+            # Not the message's fault, and the bucket refills by itself: no attempt is counted,
+            # so a tenant publishing at its limit never dead-letters its own inputs.
+            return Defer(
+                delay_ms=max(1, math.ceil(exc.retry_after_s * 1000)), reason="publish_rate"
+            )
         if not isinstance(exc, Exception):
             log.critical("handler_raised_base_exception", error_type=error.type, error=error.text)
         if not self.policy.should_retry(attempt):

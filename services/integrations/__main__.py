@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import structlog
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from boost_tenancy import BoostTenancyError, ConfigError, TenantProducer
+from boost_tenancy import BoostTenancyError, ConfigError, PublishGuard, TenantProducer
 from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
 from boost_tenancy.envvars import env_int
@@ -153,7 +153,11 @@ def _serve(settings: IntegrationsSettings) -> int:
             authenticator=TenantAuthenticator(settings.jwt),
             documents=documents,
             blobs=blobs,
-            producer=TenantProducer(transport, routing=settings.app.routing),
+            producer=TenantProducer(
+                transport,
+                routing=settings.app.routing,
+                guard=PublishGuard(settings.app.publish),
+            ),
             max_upload_bytes=settings.max_upload_bytes,
         )
         in_flight = InFlight()

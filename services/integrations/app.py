@@ -5,6 +5,7 @@ The tenant of every request is the verified bearer token's; another tenant's doc
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 import uuid
@@ -18,6 +19,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from boost_tenancy import (
     BoostTenancyError,
+    MessageTooLargeError,
+    PublishRefusedError,
     TenantId,
     TenantProducer,
     TransientError,
@@ -88,6 +91,18 @@ class DocumentNotFoundError(ApiError):
         # One fixed body whether the id is malformed, unknown or another tenant's, so an
         # answer cannot tell a guessed id of another tenant from one that does not exist.
         super().__init__(404, "not_found", "no such document")
+
+
+def _process_command(
+    document_id: str, blob_key: str, file_name: str, content_type: str
+) -> dict[str, str]:
+    """The body of cmd.document.process for a stored upload."""
+    return {
+        "documentUUID": document_id,
+        "blobKey": blob_key,
+        "fileName": file_name,
+        "contentType": content_type,
+    }
 
 
 def _error_body(error: str, reason: str | None = None) -> dict[str, str]:
@@ -228,6 +243,23 @@ class _Routes:
         content_type = detect_content_type(declared, file_name)
         new_id = str(uuid.uuid4())
         blob_key = document_key(new_id, ORIGINAL_BLOB)
+        process = _process_command(new_id, blob_key, file_name, content_type)
+        # The tenant's publishing limits are checked for every command of the upload before
+        # anything is stored: a refused upload (429 or 413) leaves no document behind, and an
+        # accepted one never loses its thumbnail to the limits.
+        admitted = self._producer.admit(
+            CMD_DOCUMENT_PROCESS, tenant, process, correlation_id=new_id
+        )
+        thumbnail = (
+            self._producer.admit(
+                CMD_THUMBNAIL_GENERATE,
+                tenant,
+                {"documentUUID": new_id, "blobKey": blob_key, "contentType": content_type},
+                correlation_id=new_id,
+            )
+            if wants_thumbnail(content_type)
+            else None
+        )
         self._blobs.put(tenant, blob_key, data)
         created = self._documents.create(
             NewDocument(
@@ -240,24 +272,15 @@ class _Routes:
         )
         # Sent after the document exists: the DocumentManager refuses a command for a document
         # it cannot find. The correlation id ties every message about this document together.
-        process = {
-            "documentUUID": new_id,
-            "blobKey": blob_key,
-            "fileName": file_name,
-            "contentType": content_type,
-        }
         try:
-            self._producer.send(CMD_DOCUMENT_PROCESS, tenant, process, correlation_id=new_id)
+            self._producer.send_admitted(admitted)
         except BoostTenancyError:
             # The client is told to try again (503); POST /documents/<id>/retry re-sends it.
             log.error("document_not_queued", tenant=tenant.value, document=new_id)
             raise
-        if wants_thumbnail(content_type):
-            thumbnail = {"documentUUID": new_id, "blobKey": blob_key, "contentType": content_type}
+        if thumbnail is not None:
             try:
-                self._producer.send(
-                    CMD_THUMBNAIL_GENERATE, tenant, thumbnail, correlation_id=new_id
-                )
+                self._producer.send_admitted(thumbnail)
             except BoostTenancyError as exc:
                 # The document is on its way already; failing the upload now would only make
                 # the client upload it twice. Its status shows thumbnail: false.
@@ -325,12 +348,9 @@ class _Routes:
         if doc.state is DocumentState.UPLOADED:
             # Its process command never reached the broker (the upload answered 503): send it
             # again. A duplicate is harmless, the manager starts a document once.
-            process = {
-                "documentUUID": doc.document_id,
-                "blobKey": doc.blob_key,
-                "fileName": doc.file_name,
-                "contentType": doc.content_type,
-            }
+            process = _process_command(
+                doc.document_id, doc.blob_key, doc.file_name, doc.content_type
+            )
             self._producer.send(
                 CMD_DOCUMENT_PROCESS, tenant, process, correlation_id=doc.document_id
             )
@@ -383,6 +403,15 @@ def _register_errors(app: Flask) -> None:
             if name.lower() not in {"content-type", "content-length"}:
                 response.headers.add(name, value)
         return response
+
+    @app.errorhandler(PublishRefusedError)
+    def _publish_refused(exc: PublishRefusedError) -> tuple[Response, int, dict[str, str]]:
+        log.info("publish_refused", path=request.path, reason=exc.reason, error=str(exc))
+        if isinstance(exc, MessageTooLargeError):
+            return jsonify(_error_body("message_too_large", exc.detail)), 413, {}
+        retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+        body = _error_body("rate_limited", f"over the tenant's publishing rate: {exc.detail}")
+        return jsonify(body), 429, {"Retry-After": retry_after}
 
     @app.errorhandler(TransientError)
     @app.errorhandler(TransportError)

@@ -141,6 +141,18 @@ _RESPONSES: Final[dict[str, Any]] = {
     "Conflict": _json(_ref("Error"), "The document is not in a state that allows this."),
     "PayloadTooLarge": _json(_ref("Error"), "The upload exceeds the size limit."),
     "Unavailable": _json(_ref("Error"), "Storage or broker unavailable; try again later."),
+    "RateLimited": {
+        **_json(
+            _ref("Error"),
+            "Over the tenant's publishing rate (messages/s or bytes/s); nothing was stored.",
+        ),
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds until the same request would be admitted.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+    },
     "InternalError": _json(_ref("Error"), "An unexpected failure; no details are disclosed."),
 }
 
@@ -206,6 +218,7 @@ def _paths(max_upload_bytes: int) -> dict[str, Any]:
                     },
                     "400": _error("BadRequest"),
                     "413": _error("PayloadTooLarge"),
+                    "429": _error("RateLimited"),
                     "503": _error("Unavailable"),
                     **_AUTH_ERRORS,
                 },
@@ -273,6 +286,7 @@ def _paths(max_upload_bytes: int) -> dict[str, Any]:
                 "responses": {
                     "202": _json(_ref("RetryAccepted"), "The retry command was sent."),
                     "409": _error("Conflict"),
+                    "429": _error("RateLimited"),
                     "503": _error("Unavailable"),
                     **_DOCUMENT_ERRORS,
                 },

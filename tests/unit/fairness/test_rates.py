@@ -9,20 +9,10 @@ from boost_tenancy import ConfigError, TenantId
 from boost_tenancy.config import FAIRNESS_VARIABLES, fairness_from_env
 from boost_tenancy.fairness import RatePolicy, TierLimits, TokenBucketLimiter
 from boost_tenancy.fairness.settings import default_concurrency
+from tests.conftest import ManualClock as Clock
 
 A = TenantId("org-A")
 B = TenantId("org-B")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def drain(limiter: TokenBucketLimiter, tenant: TenantId = A, meter: str = "messages") -> int:

@@ -1,0 +1,297 @@
+"""PublishGuard: admits or refuses a tenant's publish before a byte of it is sent.
+
+The order of checks: size first (a message too large is refused whatever the buckets hold), then
+the tenant's messages/s and bytes/s buckets and, where the queue has limits, the queue's, all
+taken together or not at all. Buckets are this process's. Each refusal is counted by tenant and
+reason and told to on_refused (accounting).
+
+The check is on every send's path, so a tenant's resolved limits and its buckets sit in one
+object found by the tenant's text (one dict lookup); changing any limit drops those objects and
+the next check resolves them again.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from boost_tenancy.errors import ConfigError, MessageTooLargeError, PublishRateExceededError
+from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step
+from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
+from boost_tenancy.tenancy import TenantId
+
+PUBLISH_REFUSAL_REASONS: Final = ("rate", "size")
+
+OnRefused = Callable[[TenantId, str, str], None]
+"""(tenant, queue, reason) of each refused publish; must not raise."""
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def wire_size(message: WireMessage) -> int:
+    """Bytes a message weighs for the limits: its body (UTF-8 for text) and its properties'
+    names and values (UTF-8); the broker's own headers are not counted."""
+    body = message.body
+    properties = message.properties
+    # One joined text instead of a loop: this runs on every send.
+    text = "".join(properties) + "".join(properties.values())
+    return (len(body) if isinstance(body, bytes) else _utf8_len(body)) + _utf8_len(text)
+
+
+class _Bucket:
+    """One token bucket: its policy (rate and capacity kept as plain floats, read on every
+    check) and its balance at updated_at."""
+
+    __slots__ = ("capacity", "policy", "rate", "tokens", "updated_at")
+
+    def __init__(self, policy: RatePolicy, now: float) -> None:
+        self.policy = policy
+        self.rate = policy.rate_per_s
+        self.capacity = self.tokens = policy.capacity
+        self.updated_at = now
+
+    def refilled(self, now: float) -> float:
+        # min() also clamps a balance down to a capacity lowered since the last take.
+        elapsed = now - self.updated_at
+        if elapsed <= 0:
+            return self.tokens
+        return min(self.capacity, self.tokens + elapsed * self.rate)
+
+    def full(self, now: float) -> bool:
+        return self.refilled(now) >= self.capacity
+
+
+class _Lane:
+    """What applies to one tenant, or to one tenant's queue: the size cap and the buckets."""
+
+    __slots__ = ("buckets", "cap", "limits", "used_at")
+
+    def __init__(self, limits: PublishLimits, cap: int, now: float) -> None:
+        self.limits = limits
+        self.cap = cap
+        # (bucket, counts bytes): the messages/s and the bytes/s bucket, each only when limited.
+        self.buckets: tuple[tuple[_Bucket, bool], ...] = tuple(
+            (_Bucket(policy, now), counts_bytes)
+            for policy, counts_bytes in ((limits.messages, False), (limits.bytes, True))
+            if not policy.unlimited
+        )
+        self.used_at = now
+
+
+class PublishGuard:
+    """Publishing limits: a default for every tenant, overrides per tenant, per queue, or per
+    tenant and queue, changeable while running (the next publish sees them).
+
+    A tenant's own limits (set_limits(tenant=t), else the default) fill its tenant-wide
+    buckets. Limits set for a queue (queue=q, for every tenant, or tenant=t and queue=q, which
+    wins over the queue's) add buckets for that queue alone, taken besides the tenant-wide ones.
+    Size caps add up the same way: the smaller of the tenant-wide cap and the queue's applies
+    (0 is no cap).
+    """
+
+    def __init__(
+        self,
+        default: PublishLimits = UNLIMITED_PUBLISHING,
+        *,
+        on_refused: OnRefused | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        idle_s: float = 600.0,
+    ) -> None:
+        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
+            raise ConfigError(f"PublishGuard idle_s must be a positive number, got {idle_s!r}")
+        self._on_refused = on_refused
+        self._clock = clock
+        self._idle_s = float(idle_s)
+        self._lock = threading.Lock()
+        self._limits: dict[tuple[TenantId | None, str | None], PublishLimits] = {}
+        self._queues_limited: frozenset[str] = frozenset()
+        self._lanes: dict[str, _Lane] = {}
+        self._queue_lanes: dict[tuple[str, str], _Lane] = {}
+        self._refused: dict[tuple[TenantId, str], int] = {}
+        self._active = False
+        self._last_sweep = clock()
+        self.set_limits(default)
+
+    # -- policy ----------------------------------------------------------------------------------
+    def set_limits(
+        self,
+        limits: PublishLimits,
+        *,
+        tenant: TenantId | str | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Set the default (no tenant, no queue), a tenant's, a queue's or a tenant's queue's."""
+        if not isinstance(limits, PublishLimits):
+            raise TypeError(f"limits must be PublishLimits, got {type(limits).__name__}")
+        key = (None if tenant is None else TenantId.parse(tenant), _queue(queue))
+        with self._lock:
+            self._limits[key] = limits
+            self._changed()
+
+    def clear_limits(self, *, tenant: TenantId | str | None, queue: str | None = None) -> None:
+        """Drop an override (the default cannot be dropped, only set)."""
+        key = (None if tenant is None else TenantId.parse(tenant), _queue(queue))
+        if key == (None, None):
+            raise ValueError("the default limits can be replaced, not cleared")
+        with self._lock:
+            if self._limits.pop(key, None) is not None:
+                self._changed()
+
+    def limits_for(self, tenant: TenantId, queue: str | None = None) -> PublishLimits:
+        """The limits set for tenant's queue when queue is given and has any, else the
+        tenant's own (its override, else the default)."""
+        limits = self._limits
+        if queue is not None:
+            found = limits.get((tenant, queue)) or limits.get((None, queue))
+            if found is not None:
+                return found
+        return limits.get((tenant, None)) or limits[(None, None)]
+
+    def bucket_count(self) -> int:
+        """Buckets held now (tests, benchmarks)."""
+        with self._lock:
+            lanes = [*self._lanes.values(), *self._queue_lanes.values()]
+        return sum(len(lane.buckets) for lane in lanes)
+
+    def _changed(self) -> None:
+        # Called with the lock held. Balances start over (full) under the new limits.
+        self._lanes, self._queue_lanes = {}, {}
+        self._queues_limited = frozenset(q for _, q in self._limits if q is not None)
+        self._active = any(not lim.unlimited for lim in self._limits.values())
+
+    # -- enforcing -------------------------------------------------------------------------------
+    def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None:
+        """Admit messages of tenant to queue, or raise MessageTooLargeError or
+        PublishRateExceededError (nothing taken from any bucket then)."""
+        if not self._active or not messages:
+            return
+        if len(messages) == 1:
+            largest = total = wire_size(messages[0])
+        else:
+            sizes = [wire_size(m) for m in messages]
+            largest, total = max(sizes), sum(sizes)
+        count = len(messages)
+        with self._lock:
+            now = self._clock()
+            lanes = self._lanes_for(tenant, queue, now)
+            cap = (
+                lanes[0].cap
+                if len(lanes) == 1
+                else min((c for c in (lanes[0].cap, lanes[1].cap) if c), default=0)
+            )
+            if cap and largest > cap:
+                refusal: str | None = "size"
+            else:
+                refusal, wait = self._take(lanes, count, max(1, total), now)
+        if refusal is None:
+            return
+        self._refuse(tenant, queue, refusal)
+        if refusal == "size":
+            raise MessageTooLargeError(
+                tenant.value,
+                queue,
+                f"a message of {largest} bytes is over the limit of {cap} bytes "
+                "(body and properties)",
+            )
+        raise PublishRateExceededError(
+            tenant.value,
+            queue,
+            f"{count} message(s) of {total} bytes over the publishing rate "
+            f"({_rate_text(lanes)}); admitted again in {wait:.3f} s",
+            retry_after_s=wait,
+        )
+
+    def _lanes_for(self, tenant: TenantId, queue: str, now: float) -> tuple[_Lane, ...]:
+        # Called with the lock held.
+        if now - self._last_sweep >= self._idle_s / 2:
+            self._sweep(now)
+        lane = self._lanes.get(tenant.value)
+        if lane is None:
+            limits = self.limits_for(tenant)
+            lane = self._lanes[tenant.value] = _Lane(limits, limits.max_message_bytes, now)
+        lane.used_at = now
+        if queue not in self._queues_limited:
+            return (lane,)
+        queue_lane = self._queue_lanes.get((tenant.value, queue))
+        if queue_lane is None:
+            limits = self.limits_for(tenant, queue)
+            queue_lane = _Lane(limits, limits.max_message_bytes, now)
+            self._queue_lanes[(tenant.value, queue)] = queue_lane
+        queue_lane.used_at = now
+        return (lane, queue_lane)
+
+    @staticmethod
+    def _take(
+        lanes: tuple[_Lane, ...], count: int, total: int, now: float
+    ) -> tuple[str | None, float]:
+        """Take count messages and total bytes from every bucket, or nothing: (refusal, wait)."""
+        steps: list[tuple[_Bucket, float]] = []
+        wait, refused = 0.0, False
+        for lane in lanes:
+            for bucket, counts_bytes in lane.buckets:
+                elapsed = now - bucket.updated_at  # bucket.refilled(now), inlined: every send
+                tokens = (
+                    bucket.tokens
+                    if elapsed <= 0
+                    else min(bucket.capacity, bucket.tokens + elapsed * bucket.rate)
+                )
+                n = total if counts_bytes else count
+                if tokens + TOKEN_EPSILON >= n:  # bucket_step's first case, the common one
+                    steps.append((bucket, tokens - n))
+                    continue
+                admitted, balance, after = bucket_step(tokens, bucket.policy, n)
+                if admitted:
+                    steps.append((bucket, balance))
+                else:
+                    refused, wait = True, max(wait, after)
+                    bucket.tokens, bucket.updated_at = tokens, now
+        if refused:
+            return "rate", wait
+        for bucket, balance in steps:
+            bucket.tokens, bucket.updated_at = balance, now
+        return None, 0.0
+
+    def _sweep(self, now: float) -> None:
+        # Called with the lock held, at most every idle_s / 2: a lane idle for idle_s whose
+        # buckets have refilled goes (a new one starts full anyway); one still repaying a
+        # deficit stays, so going quiet does not forgive a debt.
+        self._last_sweep = now
+        for lanes in (self._lanes, self._queue_lanes):
+            for key, lane in list(lanes.items()):
+                if now - lane.used_at >= self._idle_s and all(b.full(now) for b, _ in lane.buckets):
+                    del lanes[key]  # type: ignore[arg-type]
+
+    def _refuse(self, tenant: TenantId, queue: str, reason: str) -> None:
+        with self._lock:
+            key = (tenant, reason)
+            self._refused[key] = self._refused.get(key, 0) + 1
+        if self._on_refused is not None:
+            self._on_refused(tenant, queue, reason)
+
+    def refused(self) -> Mapping[tuple[TenantId, str], int]:
+        """Refusals so far by (tenant, reason)."""
+        with self._lock:
+            return dict(self._refused)
+
+
+def _queue(queue: str | None) -> str | None:
+    return None if queue is None else check_queue_name(queue)
+
+
+def _rate_text(lanes: tuple[_Lane, ...]) -> str:
+    parts = []
+    for lane in lanes:
+        if lane.limits.messages_per_s:
+            parts.append(f"{lane.limits.messages_per_s:g} messages/s")
+        if lane.limits.bytes_per_s:
+            parts.append(f"{lane.limits.bytes_per_s:g} bytes/s")
+    return ", ".join(parts)
+
+
+__all__ = ["PUBLISH_REFUSAL_REASONS", "OnRefused", "PublishGuard", "wire_size"]
