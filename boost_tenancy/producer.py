@@ -35,9 +35,8 @@ class ProducerBatch:
     """Messages confirmed together when the batch block ends; none stored if the block raises."""
 
     _sink: BatchSink
+    _producer: TenantProducer
     _count: int = 0
-    _routing: Routing = DEFAULT_ROUTING
-    _guard: PublishCheck | None = None
 
     def send(
         self,
@@ -51,20 +50,17 @@ class ProducerBatch:
     ) -> Message:
         """Add a message of tenant to the batch; sent when the batch block ends. Over a
         publishing limit it raises PublishRefusedError and the batch stays usable without it."""
-        message = build_message(
+        admitted = self._producer.admit(
+            queue,
             tenant,
             body,
             message_id=message_id,
             correlation_id=correlation_id,
             properties=properties,
         )
-        physical = self._routing.physical(queue, message.tenant)
-        wire = message.to_wire()
-        if self._guard is not None:
-            self._guard.check(message.tenant, queue, (wire,))
-        self._sink.add(physical, wire)
+        self._sink.add(admitted.queue, admitted.wire)
         self._count += 1
-        return message
+        return admitted.message
 
     def __len__(self) -> int:
         return self._count
@@ -167,7 +163,7 @@ class TenantProducer:
             atomic = self._transport.capabilities.atomic_batches
         sink = self._transport.open_batch(atomic=atomic)
         try:
-            yield ProducerBatch(sink, _routing=self._routing, _guard=self._guard)
+            yield ProducerBatch(sink, self)
         except BaseException:
             sink.abort()
             raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -190,43 +190,24 @@ class TokenBucketLimiter:
 
     def take(self, tenant: TenantId, meter: str = DEFAULT_METER, n: int = 1) -> Admission:
         """Admit n units of the tenant's meter, or say how long until they would be admitted."""
-        return self.take_all(tenant, ((meter, n),))
-
-    def take_all(self, tenant: TenantId, units: Sequence[tuple[str, int]]) -> Admission:
-        """Admit units of several of the tenant's meters together, or none of them: a publish
-        refused for its bytes takes no message token either. retry_after_s is the longest wait
-        among the meters that refused."""
-        for _, n in units:
-            check_units(n)
+        check_units(n)
+        policy = self._policies.get(tenant, meter)
         now = self._clock()
-        steps: list[tuple[_Bucket, float]] = []
-        refused, retry_after = False, 0.0
+        key = (tenant, meter)
         with self._lock:
             self._maybe_sweep(now)
-            for meter, n in units:
-                policy = self._policies.get(tenant, meter)
-                key = (tenant, meter)
-                if policy.unlimited:
-                    self._buckets.pop(key, None)
-                    continue
-                bucket = self._buckets.get(key)
-                if bucket is None:
-                    bucket = self._buckets[key] = _Bucket(tokens=policy.capacity, updated_at=now)
-                elapsed = max(0.0, now - bucket.updated_at)
-                # min() also clamps a balance down to a capacity lowered since the last take.
-                tokens = min(policy.capacity, bucket.tokens + elapsed * policy.rate_per_s)
-                admitted, balance, wait = bucket_step(tokens, policy, n)
-                if not admitted:
-                    refused, retry_after = True, max(retry_after, wait)
-                    # Refilled but not spent: the refill up to now is the bucket's either way.
-                    bucket.tokens, bucket.updated_at = tokens, now
-                    continue
-                steps.append((bucket, balance))
-            if refused:
-                return Admission(admitted=False, retry_after_s=retry_after)
-            for bucket, balance in steps:
-                bucket.tokens, bucket.updated_at = balance, now
-            return Admission(admitted=True)
+            if policy.unlimited:
+                self._buckets.pop(key, None)
+                return Admission(admitted=True)
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(tokens=policy.capacity, updated_at=now)
+            elapsed = max(0.0, now - bucket.updated_at)
+            # min() also clamps a balance down to a capacity lowered since the last take.
+            tokens = min(policy.capacity, bucket.tokens + elapsed * policy.rate_per_s)
+            admitted, bucket.tokens, retry_after = bucket_step(tokens, policy, n)
+            bucket.updated_at = now
+            return Admission(admitted=admitted, retry_after_s=retry_after)
 
     def bucket_count(self) -> int:
         """Buckets held now (for tests and metrics)."""

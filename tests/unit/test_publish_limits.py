@@ -1,5 +1,5 @@
 """Publishing limits on an injected clock: PublishLimits validation and BOOST_PUBLISH_* variables,
-TokenBucketLimiter.take_all all or nothing, and PublishGuard's size cap, rate buckets, overrides
+and PublishGuard's size cap, rate buckets, overrides
 per tenant, per queue and per tenant's queue, refusal counts and wire_size."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from boost_tenancy import (
     TransientError,
 )
 from boost_tenancy.config import AppSettings
-from boost_tenancy.fairness import RatePolicy, TokenBucketLimiter
+from boost_tenancy.fairness import RatePolicy
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas import wire_size
@@ -161,63 +161,16 @@ def test_max_message_bytes_from_env_must_be_whole() -> None:
         PublishLimits.from_env({"BOOST_MAX_MESSAGE_BYTES": "1.5"})
 
 
-# -- TokenBucketLimiter.take_all ------------------------------------------------------------------
-def two_meter_limiter() -> tuple[TokenBucketLimiter, Clock]:
-    clock = Clock()
-    limiter = TokenBucketLimiter(clock=clock)
-    limiter.set_policy(RatePolicy(rate_per_s=10, burst_s=1), meter="messages")  # capacity 10
-    limiter.set_policy(RatePolicy(rate_per_s=100, burst_s=1), meter="bytes")  # capacity 100
-    return limiter, clock
-
-
-def drain(limiter: TokenBucketLimiter, meter: str, tenant: TenantId = A) -> int:
-    n = 0
-    while limiter.take(tenant, meter).admitted:
-        n += 1
-    return n
-
-
-def test_take_all_refused_for_bytes_takes_no_message_token() -> None:
-    limiter, _ = two_meter_limiter()
-    assert limiter.take(A, "bytes", 100).admitted  # the bytes bucket is empty now
-    refused = limiter.take_all(A, [("messages", 1), ("bytes", 10)])
-    assert not refused.admitted
-    assert refused.retry_after_s == pytest.approx(0.1)  # 10 bytes at 100/s
-    assert drain(limiter, "messages") == 10, "the refused publish took no message token"
-
-
-def test_take_all_admitted_takes_from_every_meter() -> None:
-    limiter, _ = two_meter_limiter()
-    assert limiter.take_all(A, [("messages", 3), ("bytes", 40)]).admitted
-    assert drain(limiter, "messages") == 7
-    assert drain(limiter, "bytes") == 60
-
-
-def test_take_all_waits_for_the_slowest_meter() -> None:
-    limiter, clock = two_meter_limiter()
-    drain(limiter, "messages")
-    assert limiter.take(A, "bytes", 100).admitted
-    units = [("messages", 1), ("bytes", 50)]  # 0.1 s for the message, 0.5 s for the bytes
-    assert limiter.take_all(A, units).retry_after_s == pytest.approx(0.5)
-    assert limiter.take_all(A, units[::-1]).retry_after_s == pytest.approx(0.5)
-    clock.advance(0.49)
-    assert not limiter.take_all(A, units).admitted
-    clock.advance(0.01)
-    assert limiter.take_all(A, units).admitted
-
-
-def test_take_all_checks_every_count_before_taking_any() -> None:
-    limiter, _ = two_meter_limiter()
-    with pytest.raises(ConfigError, match="at least 1"):
-        limiter.take_all(A, [("messages", 5), ("bytes", 0)])
-    assert drain(limiter, "messages") == 10
-
-
-def test_take_all_is_per_tenant() -> None:
-    limiter, _ = two_meter_limiter()
-    assert limiter.take(A, "bytes", 100).admitted
-    assert not limiter.take_all(A, [("messages", 1), ("bytes", 1)]).admitted
-    assert limiter.take_all(B, [("messages", 1), ("bytes", 1)]).admitted
+# -- PublishGuard: every bucket or none -----------------------------------------------------------
+def test_a_publish_refused_for_its_bytes_takes_no_message_token() -> None:
+    # Messages: capacity 10, 0.1 a second; bytes: capacity 10,000, 100 a second.
+    guard, clock, _ = guarded(PublishLimits(messages_per_s=0.1, bytes_per_s=100, burst_s=100))
+    guard.check(A, "out", [msg("x" * 10_000)])  # 9 messages left, no bytes
+    with pytest.raises(PublishRateExceededError) as refused:
+        guard.check(A, "out", [msg("x" * 10)])
+    assert refused.value.retry_after_s == pytest.approx(0.1)  # 10 bytes at 100/s
+    clock.advance(1)  # 100 bytes back, a tenth of a message
+    assert count_admitted(guard, A, "out") == 9, "the refused publish took no message token"
 
 
 # -- PublishGuard: size ---------------------------------------------------------------------------
