@@ -19,7 +19,11 @@ tenant's messages behind it on the shared queue); a third case sends the heavy t
 alongside the modest tenant's instead, at 50x its rate, so the volume is the same but spread.
 
     .venv/bin/python benchmarks/bench_noisy_neighbour.py [--modest 100] [--ratio 50]
-        [--rate 20] [--wait 30] [--only routed,shared,per_tenant] [--json out.json]
+        [--rate 20] [--wait 30] [--only routed,shared,per_tenant,broker_routes] [--json out.json]
+
+broker_routes runs the routed rows against a Classic broker of the benchmark's own, started with
+scripts/broker and the element `boost-tenancy broker-routes` prints for its queues and both tenants
+(routing at send time, docs/fairness.md).
 
 The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613).
 """
@@ -31,13 +35,16 @@ import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
@@ -58,6 +65,7 @@ from boost_tenancy.config import AppSettings
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.settings import build_fairness
 from boost_tenancy.observability import configure_logging
+from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -340,12 +348,18 @@ class Scenario:
     heavy: HeavyState
     backlog: Backlog = "during"
     parking: bool = False
+    broker_routes: bool = False
+    """Run against the benchmark's own Classic broker started with `boost-tenancy broker-routes`
+    for the queue and both tenants (queue and routes_port are set once it runs)."""
+    queue: str | None = None
+    routes_port: int | None = None
 
     @property
     def env(self) -> dict[str, str]:
+        extra = {} if self.routes_port is None else {"BOOST_STOMP_PORT": str(self.routes_port)}
         if self.topology is Topology.ROUTED:
-            return broker_env()  # the default: nothing about routing or fairness
-        return broker_env(BOOST_ROUTING=self.topology.value)
+            return broker_env(**extra)  # the default: nothing about routing or fairness
+        return broker_env(BOOST_ROUTING=self.topology.value, **extra)
 
     @property
     def java_style(self) -> bool:
@@ -397,7 +411,7 @@ def queue_heavy(sender: Sender, queue: str, count: int) -> float:
 
 
 def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: float) -> Result:
-    queue = f"nn.{uuid.uuid4().hex[:8]}"
+    queue = s.queue or f"nn.{uuid.uuid4().hex[:8]}"
     settings = app_settings(s.env)
     sender: Sender = (
         JavaStyleSender(settings.stomp)
@@ -503,8 +517,69 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
         Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "running"),
         Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "stopped"),
     ]
-    chosen = {"routed": routed, "shared": shared, "per_tenant": per_tenant}
+    routes = "routed + broker routes"
+    broker_routes = [
+        Scenario(routes, "alone", Topology.ROUTED, "none", broker_routes=True),
+        *(
+            Scenario(routes, name, Topology.ROUTED, heavy, backlog, broker_routes=True)
+            for name, backlog in (
+                ("beside heavy, queued while running", "during"),
+                ("beside heavy, queued before start", "before"),
+                (f"beside heavy, sent alongside ({ratio}x rate)", "alongside"),
+            )
+            for heavy in ("running", "stopped")
+        ),
+    ]
+    chosen = {
+        "routed": routed,
+        "shared": shared,
+        "per_tenant": per_tenant,
+        "broker_routes": broker_routes,
+    }
     return [s for name in only for s in chosen[name]]
+
+
+@contextmanager
+def routes_broker(chosen: list[Scenario], home: Path) -> Iterator[list[Scenario]]:
+    """A Classic broker of its own, routing both tenants of every broker_routes scenario's queue
+    at send time (the element `boost-tenancy broker-routes` prints); the scenarios set to use it.
+    Started with scripts/broker in a home of its own, on free ports."""
+    if not any(s.broker_routes for s in chosen):
+        yield chosen
+        return
+    queues = {
+        i: f"nn.routes.{uuid.uuid4().hex[:8]}" for i, s in enumerate(chosen) if s.broker_routes
+    }
+    routes = home / "routes.xml"
+    routes.write_text(classic_destination_interceptors(queues.values(), [MODEST, HEAVY]))
+    stomp_port, openwire_port = free_ports(2)
+    env = {
+        **os.environ,
+        "BOOST_BROKER_HOME": str(home / "broker"),
+        "BOOST_BROKER_STOMP_PORT": str(stomp_port),
+        "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
+        "BOOST_BROKER_ROUTES": str(routes),
+    }
+    script = str(Path(__file__).resolve().parents[1] / "scripts" / "broker")
+    subprocess.run([script, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
+    try:
+        yield [
+            replace(s, queue=queues[i], routes_port=stomp_port) if i in queues else s
+            for i, s in enumerate(chosen)
+        ]
+    finally:
+        subprocess.run([script, "stop"], env=env, check=False, stdout=subprocess.DEVNULL)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def main() -> int:
@@ -516,13 +591,14 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="routed,shared,per_tenant",
-        help="topologies to run, comma-separated (routed is the default configuration)",
+        help="topologies to run, comma-separated (routed is the default configuration); "
+        "broker_routes starts a Classic broker of its own routing tenants at send time",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
     only = [name.strip() for name in args.only.split(",") if name.strip()]
-    if unknown := set(only) - {"routed", "shared", "per_tenant"}:
+    if unknown := set(only) - {"routed", "shared", "per_tenant", "broker_routes"}:
         parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
     defaults = app_settings(broker_env())
     fairness = defaults.fairness
@@ -545,17 +621,21 @@ def main() -> int:
         f"{'p50':>7} {'p99':>7} {'max':>7} {'delivered':>10} {'stuck':>5}  {'held m/h':>9}"
     )
     results: list[Result] = []
-    for scenario in scenarios(only, args.ratio):
-        result = run_scenario(scenario, args.modest, args.ratio, args.rate, args.wait)
-        results.append(result)
-        print(row_text(result), flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-nn-") as home,
+        routes_broker(scenarios(only, args.ratio), Path(home)) as chosen,
+    ):
+        for scenario in chosen:
+            result = run_scenario(scenario, args.modest, args.ratio, args.rate, args.wait)
+            results.append(result)
+            print(row_text(result), flush=True)
     print()
     for result in results:
         s = result.scenario
         if s.heavy == "none":
             continue
         alone = next(
-            r for r in results if r.scenario.topology is s.topology and r.scenario.heavy == "none"
+            r for r in results if r.scenario.label == s.label and r.scenario.heavy == "none"
         )
         p99, base = result.percentile(99), alone.percentile(99)
         what = f"{s.label:<{CONFIG_WIDTH}} {s.name:<{SCENARIO_WIDTH}} heavy {s.heavy:<8}"

@@ -18,6 +18,7 @@ from boost_tenancy.app import open_broker, run_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.observability.logging import configure_logging
+from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.processing.processor import TenantProcessor
@@ -204,6 +205,19 @@ def _cmd_errors(args: argparse.Namespace, settings: AppSettings) -> int:
         store.close()
 
 
+def _cmd_broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
+    queues = [q for value in args.queue for q in value.split(",") if q != ""]
+    for queue in queues:
+        if settings.routing.topology(queue) is Topology.SHARED:
+            # Its runners read the shared queue itself: forwarding would hide every message.
+            raise ConfigError(
+                f"queue {queue!r} is shared (BOOST_ROUTING): broker routes serve routed queues, "
+                "whose runners read tenant.<tenant>.<queue>"
+            )
+    sys.stdout.write(classic_destination_interceptors(queues, _tenants(args.tenant)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="boost-tenancy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -242,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "redrive":
             cmd.add_argument("--message-id", action="append", help="only these (repeatable)")
 
+    routes = sub.add_parser(
+        "broker-routes",
+        help="print the ActiveMQ Classic <destinationInterceptors> element that stores each "
+        "tenant's messages of shared queues in its own queue at send time",
+    )
+    routes.add_argument("--queue", action="append", required=True, help="repeat or comma-separate")
+    routes.add_argument("--tenant", action="append", required=True, help="repeat or comma-separate")
+
     errors = sub.add_parser("errors", help="list a tenant's recorded failures")
     errors.add_argument("--tenant", required=True)
     errors.add_argument("--queue")
@@ -263,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dlq": _cmd_dlq,
             "park": _cmd_park,
             "errors": _cmd_errors,
+            "broker-routes": _cmd_broker_routes,
         }
         return handlers[args.command](args, settings)
     except BoostTenancyError as exc:

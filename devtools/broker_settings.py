@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Final
+from xml.etree import ElementTree
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 
@@ -27,6 +28,7 @@ ENV_HOST: Final = "BOOST_BROKER_HOST"
 ENV_STOMP_PORT: Final = "BOOST_BROKER_STOMP_PORT"
 ENV_OPENWIRE_PORT: Final = "BOOST_BROKER_OPENWIRE_PORT"
 ENV_HEAP_MB: Final = "BOOST_BROKER_HEAP_MB"
+ENV_ROUTES: Final = "BOOST_BROKER_ROUTES"
 
 # The Debian package runs the broker with log4j 1.2 (liblog4j1.2-java behind slf4j-log4j12), not
 # the log4j 2 of the upstream tarball, so a log4j2.properties would be ignored and the broker
@@ -104,6 +106,9 @@ class LocalBrokerSettings:
     openwire_port: int = DEFAULT_OPENWIRE_PORT
     heap_mb: int = DEFAULT_HEAP_MB
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    routes: Path | None = None
+    """A file holding the <destinationInterceptors> element that routes tenants at send time
+    (printed by `boost-tenancy broker-routes`), put into the broker's configuration as is."""
 
     def __post_init__(self) -> None:
         _check_host(self.host, "host")
@@ -128,12 +133,14 @@ class LocalBrokerSettings:
         _check_distinct(stomp_port, openwire_port, ENV_STOMP_PORT, ENV_OPENWIRE_PORT)
         heap_mb = _env_int(env, ENV_HEAP_MB, DEFAULT_HEAP_MB)
         _check_heap(heap_mb, ENV_HEAP_MB)
+        routes_raw = env.get(ENV_ROUTES, "")
         return cls(
             home=home,
             host=host,
             stomp_port=stomp_port,
             openwire_port=openwire_port,
             heap_mb=heap_mb,
+            routes=Path(routes_raw).expanduser() if routes_raw else None,
         )
 
     @property
@@ -152,6 +159,30 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
 
 
+def _routes_element(path: Path | None) -> str:
+    """The routes file's <destinationInterceptors> element, checked, or nothing."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LocalBrokerError(f"{ENV_ROUTES}={str(path)!r}: cannot read it: {exc}") from None
+    try:
+        # The operator's own file, for the operator's own broker: not untrusted input.
+        root = ElementTree.fromstring(text)  # noqa: S314
+    except ElementTree.ParseError as exc:
+        raise LocalBrokerError(
+            f"{ENV_ROUTES}={str(path)!r} is not well-formed XML: {exc}"
+        ) from None
+    if root.tag.rpartition("}")[2] != "destinationInterceptors":
+        # Anything else inside <broker> could change far more than routing.
+        raise LocalBrokerError(
+            f"{ENV_ROUTES}={str(path)!r} must hold one <destinationInterceptors> element "
+            f"(boost-tenancy broker-routes prints one), not <{root.tag}>"
+        )
+    return text.strip()
+
+
 def render_config(settings: LocalBrokerSettings) -> str:
     """The project's activemq.xml with the settings filled in."""
     template = (
@@ -164,6 +195,7 @@ def render_config(settings: LocalBrokerSettings) -> str:
         "@STOMP_PORT@": str(settings.stomp_port),
         "@OPENWIRE_PORT@": str(settings.openwire_port),
         "@MEMORY_LIMIT_MB@": str(settings.memory_limit_mb),
+        "@DESTINATION_INTERCEPTORS@": _routes_element(settings.routes),
     }
     rendered = template
     for placeholder, value in values.items():

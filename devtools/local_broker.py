@@ -18,6 +18,8 @@ BOOST_BROKER_HOST              address the connectors bind to; default ``127.0.0
 BOOST_BROKER_STOMP_PORT        default 61613
 BOOST_BROKER_OPENWIRE_PORT     default 61616
 BOOST_BROKER_HEAP_MB           maximum JVM heap in MiB; default 512, at least 128
+BOOST_BROKER_ROUTES            a file holding the <destinationInterceptors> element printed by
+                               ``boost-tenancy broker-routes``: tenants routed at send time
 =============================  =========================================================
 
 The broker runs from the Debian package ``activemq`` (``/usr/share/activemq``) with the project's

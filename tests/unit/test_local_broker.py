@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from devtools import local_broker as lb
 from devtools.broker_probes import stomp_handshake
 from devtools.local_broker import (
@@ -348,3 +349,46 @@ def test_cli_error_is_one_line_with_exit_code_2(
 def test_cli_rejects_an_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["explode"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_config_has_no_routes_unless_given(tmp_path: Path) -> None:
+    broker = ET.fromstring(render_config(LocalBrokerSettings(home=tmp_path))).find(
+        f"{CORE_NS}broker"
+    )
+    assert broker is not None
+    assert broker.find(f"{CORE_NS}destinationInterceptors") is None
+
+
+def test_routes_file_goes_into_the_broker_element(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.xml"
+    routes.write_text(classic_destination_interceptors(["cmd.a"], ["acme"]))
+    rendered = render_config(LocalBrokerSettings(home=tmp_path, routes=routes))
+    broker = ET.fromstring(rendered).find(f"{CORE_NS}broker")
+    assert broker is not None
+    (composite,) = broker.iter(f"{CORE_NS}compositeQueue")
+    assert composite.get("name") == "cmd.a"
+    (forward,) = composite.iter(f"{CORE_NS}filteredDestination")
+    assert forward.get("queue") == "tenant.acme.cmd.a"
+
+
+def test_routes_variable_is_read(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env({"BOOST_BROKER_ROUTES": str(tmp_path / "r.xml")})
+    assert settings.routes == tmp_path / "r.xml"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot read it"),
+        ("<destinationInterceptors>", "not well-formed XML"),
+        ("<plugins/>", "must hold one <destinationInterceptors> element"),
+    ],
+)
+def test_a_bad_routes_file_is_refused_naming_the_variable(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    routes = tmp_path / "routes.xml"
+    if content is not None:
+        routes.write_text(content)
+    with pytest.raises(LocalBrokerError, match=rf"BOOST_BROKER_ROUTES=.*{problem}"):
+        render_config(LocalBrokerSettings(home=tmp_path, routes=routes))

@@ -1,0 +1,77 @@
+"""Routing at send time on ActiveMQ Classic: filtered composite queues in the broker's own
+configuration, so each tenant's messages sent to a shared queue are stored in its queue at once.
+
+The runner's TenantRouter moves messages after they are stored on the shared queue, in the order
+they arrived: a backlog of one tenant queued ahead still delays another tenant's first messages
+by the time it takes to move it (docs/fairness.md). Classic can route before storing instead: a
+<compositeQueue> named after the shared queue forwards each message to the destination whose
+selector it matches. With sendWhenNotMatched="true" (Classic 5.16+) a message that matches no
+tenant's selector (an unknown tenant, no tenantUUID at all) is stored on the shared queue itself,
+where the TenantRouter quarantines it or routes it to the default tenant, and counts it.
+
+The queues are the ROUTED topology's own (tenant.<tenant>.<queue>), so runners, producers and
+operators need no change: the broker does what the router would, before the message is stored.
+Every tenant and queue must be listed; a tenant added later is routed by the TenantRouter until
+the broker's configuration lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from xml.sax.saxutils import quoteattr
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.routing import Routing, Topology, check_logical_queue
+from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
+from boost_tenancy.tenancy import TenantId
+
+_ROUTED = Routing(default=Topology.ROUTED)
+
+
+def classic_destination_interceptors(
+    queues: Iterable[str], tenants: Iterable[TenantId | str], *, indent: str = "    "
+) -> str:
+    """The <destinationInterceptors> element routing every tenant's messages of every shared
+    queue to tenant.<tenant>.<queue> at send time, for a Classic <broker> element.
+
+    Queue names are checked as logical queues and tenants parsed (the selector quotes nothing a
+    valid tenant id could break out of); an empty list of either is a ConfigError.
+    """
+    queue_names = sorted({check_logical_queue(q) for q in queues})
+    tenant_ids = sorted({TenantId.parse(t) for t in tenants}, key=lambda t: t.value)
+    if not queue_names:
+        raise ConfigError("broker routes: no queue given")
+    if not tenant_ids:
+        raise ConfigError("broker routes: no tenant given")
+    pad = indent * 4
+    lines = [
+        "<destinationInterceptors>",
+        f"{indent}<virtualDestinationInterceptor>",
+        f"{indent * 2}<virtualDestinations>",
+    ]
+    lines.append(
+        f"{indent * 3}<!-- Printed by boost-tenancy broker-routes: each listed tenant's messages "
+        f"to tenant.<tenant>.<queue>; any other {TENANT_PROPERTY}, or none, stays on the shared "
+        "queue for the TenantRouter -->"
+    )
+    for queue in queue_names:
+        lines.append(
+            f'{indent * 3}<compositeQueue name={quoteattr(queue)} forwardOnly="true" '
+            'sendWhenNotMatched="true">'
+        )
+        lines.append(f"{pad}<forwardTo>")
+        for tenant in tenant_ids:
+            selector = tenant_selector(tenant).render()
+            target = _ROUTED.physical(queue, tenant)
+            lines.append(
+                f"{pad}{indent}<filteredDestination selector={quoteattr(selector)} "
+                f"queue={quoteattr(target)}/>"
+            )
+        lines.append(f"{pad}</forwardTo>")
+        lines.append(f"{indent * 3}</compositeQueue>")
+    lines += [
+        f"{indent * 2}</virtualDestinations>",
+        f"{indent}</virtualDestinationInterceptor>",
+        "</destinationInterceptors>",
+    ]
+    return "\n".join(lines) + "\n"
