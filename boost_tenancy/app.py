@@ -46,6 +46,7 @@ def run_processor(
             workers=settings.runner.workers,
             metrics_port=settings.metrics_port,
             metrics_tenant_label=settings.metrics_tenant_label,
+            policy_store_url=settings.policy_store_url,
         )
         runner = ProcessorRunner(
             processor,

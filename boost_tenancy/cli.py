@@ -7,6 +7,7 @@ line passes the same TenantId validation as everywhere else.
 from __future__ import annotations
 
 import argparse
+import getpass
 import importlib
 import json
 import os
@@ -17,12 +18,15 @@ from typing import Any
 from boost_tenancy.app import open_broker, run_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
 from boost_tenancy.observability.logging import configure_logging
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
+from boost_tenancy.quotas.policy import POLICY_FIELDS, PolicyChange, PolicyValue
+from boost_tenancy.quotas.policy_store import SqlPolicyStore, check_actor, open_policy_store
 from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
 from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId, parse_tenants
@@ -205,6 +209,82 @@ def _cmd_errors(args: argparse.Namespace, settings: AppSettings) -> int:
         store.close()
 
 
+def _policy_store(settings: AppSettings) -> SqlPolicyStore:
+    if not settings.policy_store_url:
+        raise ConfigError(
+            "no policy store: set BOOST_POLICY_STORE (or BOOST_TIER_STORE) to a sqlite:/// path "
+            "or a postgresql:// URL"
+        )
+    return open_policy_store(settings.policy_store_url)
+
+
+def _tier_store(settings: AppSettings) -> TierStore | None:
+    url = settings.fairness.tier_store_url if settings.fairness is not None else ""
+    return open_tier_store(url) if url else None
+
+
+def _change_json(change: PolicyChange) -> dict[str, Any]:
+    return {
+        "at": change.at.isoformat(),
+        "actor": change.actor,
+        "field": change.field,
+        "old": change.old,
+        "new": change.new,
+    }
+
+
+def _cmd_policy(args: argparse.Namespace, settings: AppSettings) -> int:
+    (tenant,) = _tenants([args.tenant])
+    store = _policy_store(settings)
+    tiers = _tier_store(settings)
+    try:
+        if args.policy_command == "set":
+            changes: dict[str, PolicyValue] = {
+                name: value for name in POLICY_FIELDS if (value := getattr(args, name)) is not None
+            }
+            changes.update(dict.fromkeys(args.clear or [], None))
+            if not changes and args.tier is None:
+                raise ConfigError("policy set: nothing to change (give a limit, --clear or --tier)")
+            actor = check_actor(args.actor or os.environ.get("BOOST_ACTOR") or getpass.getuser())
+            if args.tier is not None and tiers is None:
+                raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
+            # Checked before anything is written: a bad value leaves the tier untouched too.
+            store.get(tenant).changed(changes)
+            done = store.set(tenant, changes, actor=actor)
+            if args.tier is not None and tiers is not None:
+                old_tier = tiers.get(tenant)
+                new_tier = Tier(args.tier)
+                if old_tier is not new_tier:
+                    tiers.set(tenant, new_tier)
+                    done.append(
+                        store.record(
+                            tenant,
+                            "tier",
+                            None if old_tier is None else old_tier.value,
+                            new_tier.value,
+                            actor=actor,
+                        )
+                    )
+            print(json.dumps({"tenant": tenant.value, "changed": [_change_json(c) for c in done]}))
+            return 0
+        policy = store.get(tenant)
+        shown = {
+            "tenant": tenant.value,
+            "tier": None if tiers is None else getattr(tiers.get(tenant), "value", "free"),
+            "policy": policy.overrides(),
+            "effective": {
+                name: getattr(policy.applied_to(settings.publish), name) for name in POLICY_FIELDS
+            },
+            "history": [_change_json(c) for c in store.history(tenant, limit=args.history)],
+        }
+        print(json.dumps(shown, indent=2))
+        return 0
+    finally:
+        store.close()
+        if tiers is not None:
+            tiers.close()
+
+
 def _cmd_broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     queues = [q for value in args.queue for q in value.split(",") if q != ""]
     for queue in queues:
@@ -256,6 +336,30 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "redrive":
             cmd.add_argument("--message-id", action="append", help="only these (repeatable)")
 
+    policy = sub.add_parser(
+        "policy",
+        help="show or change a tenant's run-time policy (publishing limits, tier), audited",
+    )
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    show = policy_sub.add_parser("show", help="the tenant's policy, effective limits and audit")
+    show.add_argument("--tenant", required=True)
+    show.add_argument("--history", type=int, default=20, help="audit entries shown (newest)")
+    change = policy_sub.add_parser(
+        "set", help="change fields of a tenant's policy; running processes see it within a minute"
+    )
+    change.add_argument("--tenant", required=True)
+    change.add_argument("--messages-per-s", dest="messages_per_s", type=float)
+    change.add_argument("--bytes-per-s", dest="bytes_per_s", type=float)
+    change.add_argument("--burst-s", dest="burst_s", type=float)
+    change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
+    change.add_argument(
+        "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
+    )
+    change.add_argument("--tier", choices=[t.value for t in Tier])
+    change.add_argument(
+        "--actor", help="who makes the change (default: BOOST_ACTOR, else the user)"
+    )
+
     routes = sub.add_parser(
         "broker-routes",
         help="print the ActiveMQ Classic <destinationInterceptors> element that stores each "
@@ -286,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "park": _cmd_park,
             "errors": _cmd_errors,
             "broker-routes": _cmd_broker_routes,
+            "policy": _cmd_policy,
         }
         return handlers[args.command](args, settings)
     except BoostTenancyError as exc:

@@ -48,6 +48,9 @@ class AppSettings:
     publish: PublishLimits = field(default_factory=PublishLimits)
     """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
     unless set."""
+    policy_store_url: str = ""
+    """BOOST_POLICY_STORE, else BOOST_TIER_STORE: where operators' run-time policies per tenant
+    live (quotas/policy_store.py); empty means none, the defaults apply to every tenant."""
     broker_url: str = ""
     """BOOST_BROKER_URL: the transport by URL (transports/registry.py); empty means
     stomp://BOOST_STOMP_HOST:BOOST_STOMP_PORT."""
@@ -101,6 +104,9 @@ class AppSettings:
             metrics_port=metrics_port,
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             publish=PublishLimits.from_env(env),
+            policy_store_url=(
+                env.get("BOOST_POLICY_STORE", "").strip() or env.get("BOOST_TIER_STORE", "").strip()
+            ),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
         )
 

@@ -128,6 +128,18 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def reachable_postgres_dsn() -> str:
+    """BOOST_TEST_POSTGRES_DSN (default: the local server's `test` database), once a connection
+    to it succeeded; otherwise unavailable()."""
+    psycopg = pytest.importorskip("psycopg")
+    dsn = os.environ.get("BOOST_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        psycopg.connect(dsn, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        unavailable(f"PostgreSQL unreachable at BOOST_TEST_POSTGRES_DSN: {exc}")
+    return dsn
+
+
 def port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):

@@ -1,15 +1,14 @@
 """Subscription tiers, their concurrency limits, where a tenant's tier is stored, and its resolver.
 
-The resolver answers from a cache at once and refreshes from the store in the background.
+The resolver answers from a cache at once and refreshes from the store in the background
+(fairness/cache.py).
 """
 
 from __future__ import annotations
 
 import enum
 import os
-import queue as queue_mod
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Final, Protocol
 import structlog
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.fairness.cache import TenantCache
 from boost_tenancy.sqlstore import PostgresBackend, SqlBackend, SQLiteBackend
 from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId
@@ -26,8 +26,6 @@ log = structlog.get_logger("boost_tenancy.fairness")
 
 _DEFAULT_TABLE: Final = "boost_tenant_tiers"
 _TABLE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_ERROR_RETRY_S: Final = 5.0
-"""After a failed lookup, the next refresh waits at most this long (or the TTL, if shorter)."""
 
 
 class Tier(enum.StrEnum):
@@ -180,19 +178,13 @@ def open_tier_store(
 
 
 # -- resolver -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Cached:
-    tier: Tier
-    expires_at: float
-
-
-class TierResolver:
+class TierResolver(TenantCache[Tier]):
     """A tenant's tier without waiting on the store: cached for ttl_s, refreshed in the background.
 
     A tenant seen for the first time is FREE until its first lookup completes; an expired entry
     keeps answering its last value meanwhile. One lookup per tenant runs at a time, on
     refresh_threads daemon threads. A failed lookup keeps the previous (or default) tier, logs
-    a warning and is tried again after at most five seconds.
+    tier_lookup_failed and is tried again after at most five seconds (TenantCache).
     """
 
     def __init__(
@@ -204,102 +196,32 @@ class TierResolver:
         default: Tier = Tier.FREE,
         refresh_threads: int = 2,
     ) -> None:
-        if not ttl_s > 0:
-            raise ConfigError(f"TierResolver ttl_s must be positive, got {ttl_s!r}")
-        if refresh_threads < 1:
-            raise ConfigError(f"TierResolver refresh_threads must be >= 1, got {refresh_threads}")
         self._store = store
-        self._ttl_s = float(ttl_s)
-        self._clock = clock
-        self._default = Tier(default)
-        self._cache: dict[TenantId, _Cached] = {}
-        self._pending: set[TenantId] = set()
-        self._lock = threading.Lock()
-        self._work: queue_mod.SimpleQueue[TenantId | None] = queue_mod.SimpleQueue()
-        self._closed = False
-        self._thread_count = refresh_threads
-        self._threads: list[threading.Thread] = []
+        self._fallback = Tier(default)
+        super().__init__(
+            self._lookup,
+            default=self._fallback,
+            ttl_s=ttl_s,
+            clock=clock,
+            refresh_threads=refresh_threads,
+            thread_name="boost-tier-refresh",
+            failure_event="tier_lookup_failed",
+            describe=lambda tier: tier.value,
+            what="TierResolver",
+        )
+
+    def _lookup(self, tenant: TenantId) -> Tier:
+        found = self._store.get(tenant)
+        return self._fallback if found is None else Tier(found)
 
     def tier_of(self, tenant: TenantId) -> Tier:
         """The tenant's tier as known now; never waits for the store."""
-        now = self._clock()
-        with self._lock:
-            cached = self._cache.get(tenant)
-            if cached is not None and cached.expires_at > now:
-                return cached.tier
-            self._schedule(tenant)
-            return self._default if cached is None else cached.tier
-
-    def invalidate(self, tenant: TenantId) -> None:
-        """Look the tenant up again now (after its tier changed); the old value serves meanwhile."""
-        with self._lock:
-            cached = self._cache.get(tenant)
-            if cached is not None:
-                # Expired rather than dropped: dropping would answer FREE until the lookup returns.
-                self._cache[tenant] = _Cached(tier=cached.tier, expires_at=float("-inf"))
-            self._schedule(tenant)
-
-    def pending(self) -> int:
-        """Lookups queued or running (tests wait for zero)."""
-        with self._lock:
-            return len(self._pending)
-
-    def _schedule(self, tenant: TenantId) -> None:
-        # Called with the lock held.
-        if tenant in self._pending or self._closed:
-            return
-        self._pending.add(tenant)
-        if not self._threads:
-            for index in range(self._thread_count):
-                thread = threading.Thread(
-                    target=self._refresh_loop, name=f"boost-tier-refresh-{index}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
-        self._work.put(tenant)
+        return self.get(tenant)
 
     def close(self) -> None:
         """End the refresh threads and close the store; tier_of answers from the cache after."""
-        with self._lock:
-            threads, self._threads = list(self._threads), []
-            self._closed = True
-        for _ in threads:
-            self._work.put(None)
-        for thread in threads:
-            thread.join(timeout=5.0)
+        super().close()
         self._store.close()
-
-    def _refresh_loop(self) -> None:
-        while True:
-            tenant = self._work.get()
-            if tenant is None:
-                return
-            try:
-                self._refresh(tenant)
-            finally:
-                with self._lock:
-                    self._pending.discard(tenant)
-
-    def _refresh(self, tenant: TenantId) -> None:
-        try:
-            found = self._store.get(tenant)
-        except Exception as exc:  # any store failure keeps the previous tier, whatever its type
-            with self._lock:
-                cached = self._cache.get(tenant)
-                tier = self._default if cached is None else cached.tier
-                retry_s = min(self._ttl_s, _ERROR_RETRY_S)
-                self._cache[tenant] = _Cached(tier=tier, expires_at=self._clock() + retry_s)
-            log.warning(
-                "tier_lookup_failed",
-                tenant=tenant.value,
-                tier=tier.value,
-                error_type=type(exc).__name__,
-                error=str(exc),
-            )
-            return
-        tier = self._default if found is None else Tier(found)
-        with self._lock:
-            self._cache[tenant] = _Cached(tier=tier, expires_at=self._clock() + self._ttl_s)
 
 
 __all__ = [

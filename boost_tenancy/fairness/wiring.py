@@ -1,6 +1,6 @@
 """What an entry point adds to a runner for fairness: the gate (on unless BOOST_FAIRNESS=off),
-the accounting observer and the metrics server, built from AppSettings (config.py) and closed
-together."""
+the accounting observer, the metrics server and the operators' run-time policies, built from
+AppSettings (config.py) and closed together."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
+from boost_tenancy.quotas.policy import PolicyResolver
+from boost_tenancy.quotas.policy_store import open_policy_store
 from boost_tenancy.tenancy import TenantId
 
 
@@ -24,6 +26,8 @@ class FairnessWiring:
     accounting: Accounting
     server: AccountingServer | None
     gate: FairnessGate | None = None
+    policies: PolicyResolver | None = None
+    """The tenants' run-time policies (BOOST_POLICY_STORE), read by the publishing guard."""
 
     @classmethod
     def build(
@@ -33,8 +37,10 @@ class FairnessWiring:
         workers: int,
         metrics_port: int = 0,
         metrics_tenant_label: bool = False,
+        policy_store_url: str = "",
     ) -> FairnessWiring:
-        """The gate when fairness is given, accounting always, a metrics server on a port."""
+        """The gate when fairness is given, accounting always, a metrics server on a port, the
+        policy resolver when a policy store is named."""
         accounting = Accounting()
         gate: FairnessGate | None = None
         if fairness is not None:
@@ -49,7 +55,14 @@ class FairnessWiring:
             if metrics_port
             else None
         )
-        return cls(observers=(accounting,), accounting=accounting, server=server, gate=gate)
+        policies = open_policies(policy_store_url)
+        return cls(
+            observers=(accounting,),
+            accounting=accounting,
+            server=server,
+            gate=gate,
+            policies=policies,
+        )
 
     def publish_guard(self, limits: PublishLimits) -> PublishGuard:
         """A PublishGuard with limits as every tenant's default, its refusals counted in the
@@ -58,11 +71,20 @@ class FairnessWiring:
         def on_refused(tenant: TenantId, queue: str, reason: str) -> None:
             self.accounting.record(tenant, cast(Event, f"publish_refused_{reason}"))
 
-        return PublishGuard(limits, on_refused=on_refused)
+        policy_of = None if self.policies is None else self.policies.policy_of
+        return PublishGuard(limits, on_refused=on_refused, policy_of=policy_of)
 
     def close(self) -> None:
-        """Stop the metrics server and close what the gate holds (tier store, Redis)."""
+        """Stop the metrics server and close what the gate holds (tier store, Redis) and the
+        policy store."""
         if self.server is not None:
             self.server.stop()
         if self.gate is not None:
             self.gate.close()
+        if self.policies is not None:
+            self.policies.close()
+
+
+def open_policies(url: str) -> PolicyResolver | None:
+    """A PolicyResolver over the policy store url names, or None for an empty url."""
+    return PolicyResolver(open_policy_store(url)) if url else None

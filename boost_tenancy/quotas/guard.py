@@ -22,6 +22,7 @@ from boost_tenancy.errors import ConfigError, MessageTooLargeError, PublishRateE
 from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
+from boost_tenancy.quotas.policy import TenantPolicy
 from boost_tenancy.tenancy import TenantId
 
 PUBLISH_REFUSAL_REASONS: Final = ("rate", "size")
@@ -68,12 +69,16 @@ class _Bucket:
 
 
 class _Lane:
-    """What applies to one tenant, or to one tenant's queue: the size cap and the buckets."""
+    """What applies to one tenant, or to one tenant's queue: the size cap and the buckets, and
+    the run-time policy they were built with (a changed policy rebuilds the lane)."""
 
-    __slots__ = ("buckets", "cap", "limits", "used_at")
+    __slots__ = ("buckets", "cap", "limits", "policy", "used_at")
 
-    def __init__(self, limits: PublishLimits, cap: int, now: float) -> None:
+    def __init__(
+        self, limits: PublishLimits, cap: int, now: float, policy: TenantPolicy | None = None
+    ) -> None:
         self.limits = limits
+        self.policy = policy
         self.cap = cap
         # (bucket, counts bytes): the messages/s and the bytes/s bucket, each only when limited.
         self.buckets: tuple[tuple[_Bucket, bool], ...] = tuple(
@@ -93,6 +98,10 @@ class PublishGuard:
     wins over the queue's) add buckets for that queue alone, taken besides the tenant-wide ones.
     Size caps add up the same way: the smaller of the tenant-wide cap and the queue's applies
     (0 is no cap).
+
+    With policy_of (a PolicyResolver's, quotas/policy.py), an operator's run-time policy of the
+    tenant wins over both for the fields it sets; a changed policy is seen by the tenant's next
+    publish, and restarts only that tenant's buckets.
     """
 
     def __init__(
@@ -102,10 +111,12 @@ class PublishGuard:
         on_refused: OnRefused | None = None,
         clock: Callable[[], float] = time.monotonic,
         idle_s: float = 600.0,
+        policy_of: Callable[[TenantId], TenantPolicy] | None = None,
     ) -> None:
         if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
             raise ConfigError(f"PublishGuard idle_s must be a positive number, got {idle_s!r}")
         self._on_refused = on_refused
+        self._policy_of = policy_of
         self._clock = clock
         self._idle_s = float(idle_s)
         self._lock = threading.Lock()
@@ -132,7 +143,7 @@ class PublishGuard:
         key = (None if tenant is None else TenantId.parse(tenant), _queue(queue))
         with self._lock:
             self._limits[key] = limits
-            self._changed()
+            self._changed(key[0])
 
     def clear_limits(self, *, tenant: TenantId | str | None, queue: str | None = None) -> None:
         """Drop an override (the default cannot be dropped, only set)."""
@@ -141,17 +152,22 @@ class PublishGuard:
             raise ValueError("the default limits can be replaced, not cleared")
         with self._lock:
             if self._limits.pop(key, None) is not None:
-                self._changed()
+                self._changed(key[0])
 
     def limits_for(self, tenant: TenantId, queue: str | None = None) -> PublishLimits:
         """The limits set for tenant's queue when queue is given and has any, else the
-        tenant's own (its override, else the default)."""
+        tenant's own: its override, else the default, with its run-time policy applied."""
         limits = self._limits
         if queue is not None:
             found = limits.get((tenant, queue)) or limits.get((None, queue))
             if found is not None:
                 return found
-        return limits.get((tenant, None)) or limits[(None, None)]
+        policy = None if self._policy_of is None else self._policy_of(tenant)
+        return self._own_limits(tenant, policy)
+
+    def _own_limits(self, tenant: TenantId, policy: TenantPolicy | None) -> PublishLimits:
+        own = self._limits.get((tenant, None)) or self._limits[(None, None)]
+        return own if policy is None else policy.applied_to(own)
 
     def bucket_count(self) -> int:
         """Buckets held now (tests, benchmarks)."""
@@ -159,11 +175,20 @@ class PublishGuard:
             lanes = [*self._lanes.values(), *self._queue_lanes.values()]
         return sum(len(lane.buckets) for lane in lanes)
 
-    def _changed(self) -> None:
-        # Called with the lock held. Balances start over (full) under the new limits.
-        self._lanes, self._queue_lanes = {}, {}
+    def _changed(self, tenant: TenantId | None) -> None:
+        # Called with the lock held. Balances start over (full) under the new limits: the
+        # tenant's alone when only its limits changed.
+        if tenant is None:
+            self._lanes, self._queue_lanes = {}, {}
+        else:
+            self._lanes.pop(tenant.value, None)
+            for key in [k for k in self._queue_lanes if k[0] == tenant.value]:
+                del self._queue_lanes[key]
         self._queues_limited = frozenset(q for _, q in self._limits if q is not None)
-        self._active = any(not lim.unlimited for lim in self._limits.values())
+        # With run-time policies any tenant may be limited at any time.
+        self._active = self._policy_of is not None or any(
+            not lim.unlimited for lim in self._limits.values()
+        )
 
     # -- enforcing -------------------------------------------------------------------------------
     def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None:
@@ -212,9 +237,11 @@ class PublishGuard:
         if now - self._last_sweep >= self._idle_s / 2:
             self._sweep(now)
         lane = self._lanes.get(tenant.value)
-        if lane is None:
-            limits = self.limits_for(tenant)
-            lane = self._lanes[tenant.value] = _Lane(limits, limits.max_message_bytes, now)
+        policy = None if self._policy_of is None else self._policy_of(tenant)
+        if lane is None or lane.policy is not policy:
+            limits = self._own_limits(tenant, policy)
+            lane = _Lane(limits, limits.max_message_bytes, now, policy)
+            self._lanes[tenant.value] = lane
         lane.used_at = now
         if queue not in self._queues_limited:
             return (lane,)

@@ -25,6 +25,7 @@ from boost_tenancy import BoostTenancyError, ConfigError, PublishGuard, TenantPr
 from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
 from boost_tenancy.envvars import env_int
+from boost_tenancy.fairness.wiring import open_policies
 from boost_tenancy.observability import configure_logging
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
@@ -147,6 +148,7 @@ def _open_storage(settings: IntegrationsSettings) -> tuple[LocalBlobStore, Docum
 def _serve(settings: IntegrationsSettings) -> int:
     blobs, documents = _open_storage(settings)
     transport = open_broker(settings.app, os.environ)
+    policies = open_policies(settings.app.policy_store_url)
     try:
         transport.connect()
         app = create_app(
@@ -156,7 +158,10 @@ def _serve(settings: IntegrationsSettings) -> int:
             producer=TenantProducer(
                 transport,
                 routing=settings.app.routing,
-                guard=PublishGuard(settings.app.publish),
+                guard=PublishGuard(
+                    settings.app.publish,
+                    policy_of=None if policies is None else policies.policy_of,
+                ),
             ),
             max_upload_bytes=settings.max_upload_bytes,
         )
@@ -198,6 +203,8 @@ def _serve(settings: IntegrationsSettings) -> int:
     finally:
         transport.close()
         documents.close()
+        if policies is not None:
+            policies.close()
 
 
 def main() -> int:

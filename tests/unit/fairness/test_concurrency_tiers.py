@@ -3,7 +3,6 @@ answering at once (FREE for an unknown tenant) and the stored tier after a backg
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
@@ -25,7 +24,7 @@ from boost_tenancy.fairness import (
     TierStoreError,
     open_tier_store,
 )
-from tests.conftest import unavailable, wait_until
+from tests.conftest import reachable_postgres_dsn, wait_until
 
 A = TenantId("org-A")
 B = TenantId("org-B")
@@ -254,11 +253,7 @@ def test_resolver_settings_are_checked() -> None:
 @pytest.mark.postgres
 def test_postgres_tier_store_round_trip() -> None:
     psycopg = pytest.importorskip("psycopg")
-    dsn = os.environ.get("BOOST_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        psycopg.connect(dsn, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        unavailable(f"PostgreSQL unreachable at BOOST_TEST_POSTGRES_DSN: {exc}")
+    dsn = reachable_postgres_dsn()
     table = f"tiers_{uuid.uuid4().hex[:12]}"
     store = open_tier_store(dsn, table=table)
     try:
