@@ -31,6 +31,7 @@ from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store
 from services.integrations.app import DEFAULT_MAX_UPLOAD_BYTES, create_app
+from services.integrations.budget import RequestBudget, RequestBudgets
 
 logger = structlog.get_logger("services.integrations")
 
@@ -49,11 +50,14 @@ class IntegrationsSettings:
     blob_dir: Path
     document_store_url: str
     max_upload_bytes: int
+    budgets: RequestBudgets
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> IntegrationsSettings:
         """BOOST_JWT_* (see JwtSettings), BOOST_HTTP_HOST, BOOST_HTTP_PORT,
-        BOOST_HTTP_MAX_UPLOAD_BYTES, BOOST_BLOB_DIR, BOOST_DOCUMENT_STORE and the toolkit's own."""
+        BOOST_HTTP_MAX_UPLOAD_BYTES, BOOST_HTTP_TENANT_IN_FLIGHT,
+        BOOST_HTTP_TENANT_REQUESTS_PER_MIN, BOOST_BLOB_DIR, BOOST_DOCUMENT_STORE and the
+        toolkit's own."""
         port = env_int(env, "BOOST_HTTP_PORT", 8080, minimum=1)
         if port > MAX_PORT:
             raise ConfigError(f"BOOST_HTTP_PORT must be 1-{MAX_PORT}, got {port}")
@@ -67,6 +71,7 @@ class IntegrationsSettings:
             max_upload_bytes=env_int(
                 env, "BOOST_HTTP_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES, minimum=1
             ),
+            budgets=RequestBudgets.from_env(env),
         )
 
 
@@ -149,21 +154,19 @@ def _serve(settings: IntegrationsSettings) -> int:
     blobs, documents = _open_storage(settings)
     transport = open_broker(settings.app, os.environ)
     policies = open_policies(settings.app.policy_store_url)
+    guard = PublishGuard(
+        settings.app.publish, policy_of=None if policies is None else policies.policy_of
+    )
     try:
         transport.connect()
         app = create_app(
             authenticator=TenantAuthenticator(settings.jwt),
             documents=documents,
             blobs=blobs,
-            producer=TenantProducer(
-                transport,
-                routing=settings.app.routing,
-                guard=PublishGuard(
-                    settings.app.publish,
-                    policy_of=None if policies is None else policies.policy_of,
-                ),
-            ),
+            producer=TenantProducer(transport, routing=settings.app.routing, guard=guard),
             max_upload_bytes=settings.max_upload_bytes,
+            guard=guard,
+            budget=RequestBudget(settings.budgets),
         )
         in_flight = InFlight()
         server = make_server(

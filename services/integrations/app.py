@@ -1,6 +1,8 @@
 """The IntegrationsServer (the seed's Secretary): uploads documents and reports their processing.
 
 The tenant of every request is the verified bearer token's; another tenant's document is unknown.
+Each tenant's requests are budgeted (in flight, per minute: budget.py) and its publishing is
+limited (the producer's PublishGuard); GET /v1/fairness shows a tenant both.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from boost_tenancy import (
     BoostTenancyError,
     MessageTooLargeError,
+    PublishGuard,
     PublishRefusedError,
     TenantId,
     TenantProducer,
     TransientError,
     TransportError,
 )
+from boost_tenancy.quotas.policy import POLICY_FIELDS
 from services.common.auth import AuthenticationError, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import (
@@ -36,6 +40,7 @@ from services.common.contract import (
     document_id,
 )
 from services.common.documents import Document, DocumentStore, NewDocument
+from services.integrations.budget import RequestBudget, RequestBudgets
 from services.integrations.openapi import openapi_document
 
 log = structlog.get_logger("services.integrations")
@@ -109,6 +114,11 @@ def _error_body(error: str, reason: str | None = None) -> dict[str, str]:
     return {"error": error} if reason is None else {"error": error, "reason": reason}
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def _snake(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
@@ -175,10 +185,14 @@ class _Routes:
         blobs: LocalBlobStore,
         producer: TenantProducer,
         max_upload_bytes: int,
+        guard: PublishGuard | None,
+        budget: RequestBudget,
     ) -> None:
         self._documents = documents
         self._blobs = blobs
         self._producer = producer
+        self._guard = guard
+        self._budget = budget
         self._max_upload_bytes = max_upload_bytes
         self._openapi = openapi_document(max_upload_bytes=max_upload_bytes)
 
@@ -368,6 +382,31 @@ class _Routes:
         log.info("document_retry_requested", tenant=tenant.value, document=doc.document_id)
         return jsonify({"documentUUID": doc.document_id, "state": doc.state.value}), 202
 
+    def fairness(self) -> Response:
+        """The caller's own view (seed 004's GET /v1/fairness): the limits that apply to its
+        tenant here, whether they are enforced, and what this server counted for it."""
+        tenant = _tenant()
+        guard = self._guard
+        limits = guard.limits_for(tenant) if guard is not None else None
+        refused = guard.refused() if guard is not None else {}
+        budgets = self._budget.budgets
+        return jsonify(
+            {
+                "tenant": tenant.value,
+                "enforcing": budgets.enforcing or (limits is not None and not limits.unlimited),
+                "publishing": None
+                if limits is None
+                else {_camel(name): getattr(limits, name) for name in POLICY_FIELDS},
+                "requests": {"inFlight": budgets.in_flight, "perMinute": budgets.per_minute},
+                "accounting": {
+                    "requests": self._budget.usage(tenant),
+                    "publishRefused": {
+                        reason: refused.get((tenant, reason), 0) for reason in ("rate", "size")
+                    },
+                },
+            }
+        )
+
     def openapi(self) -> Response:
         return jsonify(self._openapi)
 
@@ -433,24 +472,50 @@ def create_app(
     blobs: LocalBlobStore,
     producer: TenantProducer,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    guard: PublishGuard | None = None,
+    budget: RequestBudget | None = None,
 ) -> Flask:
-    """The IntegrationsServer as a Flask app; the caller owns the stores and the transport."""
+    """The IntegrationsServer as a Flask app; the caller owns the stores and the transport.
+
+    guard is the producer's PublishGuard (GET /v1/fairness reports its limits); budget limits
+    each tenant's requests in flight and per minute (default: RequestBudgets' defaults)."""
     if max_upload_bytes < 1:
         raise ValueError(f"max_upload_bytes must be positive, got {max_upload_bytes}")
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = max_upload_bytes + _MULTIPART_OVERHEAD
     app.json.sort_keys = False  # type: ignore[attr-defined]  # DefaultJSONProvider has it
 
+    request_budget = budget if budget is not None else RequestBudget(RequestBudgets())
+
     @app.before_request
-    def _authenticate() -> None:
+    def _authenticate() -> tuple[Response, int, dict[str, str]] | None:
         if request.endpoint in _PUBLIC_ENDPOINTS:
-            return
+            return None
         # The tenant comes from the verified token only; nothing else in the request is read
         # for it, so a tenantUUID or organizationId in a body, query or header has no effect.
-        g.tenant = authenticator.authenticate(_bearer_token())
+        tenant = authenticator.authenticate(_bearer_token())
+        g.tenant = tenant
+        refused = request_budget.enter(tenant)
+        if refused is not None:
+            log.info("request_refused", tenant=tenant.value, reason=refused.reason)
+            what = "requests in flight" if refused.reason == "in_flight" else "requests a minute"
+            body = _error_body("rate_limited", f"over the tenant's budget of {what}")
+            return jsonify(body), 429, {"Retry-After": refused.retry_after_header}
+        g.budget_entered = True
+        return None
+
+    @app.teardown_request
+    def _leave(_exc: BaseException | None) -> None:
+        if g.pop("budget_entered", False):
+            request_budget.leave(g.tenant)
 
     routes = _Routes(
-        documents=documents, blobs=blobs, producer=producer, max_upload_bytes=max_upload_bytes
+        documents=documents,
+        blobs=blobs,
+        producer=producer,
+        max_upload_bytes=max_upload_bytes,
+        guard=guard,
+        budget=request_budget,
     )
     rule = app.add_url_rule
     rule("/documents", "upload", routes.upload, methods=["POST"])
@@ -465,6 +530,8 @@ def create_app(
     )
     rule("/documents/<document_id>/thumbnail", "thumbnail", routes.thumbnail, methods=["GET"])
     rule("/documents/<document_id>/retry", "retry", routes.retry, methods=["POST"])
+    # The path of seed 004's tenant view; the document routes predate versioned paths.
+    rule("/v1/fairness", "fairness", routes.fairness, methods=["GET"])
     rule("/openapi.json", "openapi", routes.openapi, methods=["GET"])
     rule("/healthz", "healthz", routes.healthz, methods=["GET"])
     _register_errors(app)

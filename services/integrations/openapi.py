@@ -30,7 +30,12 @@ _DOCUMENT_ID: Final = {
     "schema": {"type": "string", "format": "uuid"},
 }
 
-_AUTH_ERRORS: Final = {"401": _error("Unauthorized"), "500": _error("InternalError")}
+# Every authenticated request counts against its tenant's request budgets (429 when over).
+_AUTH_ERRORS: Final = {
+    "401": _error("Unauthorized"),
+    "429": _error("RateLimited"),
+    "500": _error("InternalError"),
+}
 _DOCUMENT_ERRORS: Final = {**_AUTH_ERRORS, "404": _error("NotFound")}
 
 _SCHEMAS: Final[dict[str, Any]] = {
@@ -115,6 +120,59 @@ _SCHEMAS: Final[dict[str, Any]] = {
             "state": _ref("DocumentState"),
         },
     },
+    "Fairness": {
+        "type": "object",
+        "required": ["tenant", "enforcing", "publishing", "requests", "accounting"],
+        "properties": {
+            "tenant": {"type": "string", "description": "The caller's tenant (its token's)."},
+            "enforcing": {
+                "type": "boolean",
+                "description": "Whether any limit below applies (all 0 or null: none does).",
+            },
+            "publishing": {
+                "type": ["object", "null"],
+                "description": "The tenant's publishing limits here, its run-time policy "
+                "applied; every 0 means unlimited. Null when this server publishes unlimited.",
+                "properties": {
+                    "messagesPerS": {"type": "number", "minimum": 0},
+                    "bytesPerS": {"type": "number", "minimum": 0},
+                    "burstS": {"type": "number", "minimum": 0},
+                    "maxMessageBytes": {"type": "integer", "minimum": 0},
+                },
+            },
+            "requests": {
+                "type": "object",
+                "description": "The tenant's request budgets; 0 means unlimited.",
+                "properties": {
+                    "inFlight": {"type": "integer", "minimum": 0},
+                    "perMinute": {"type": "integer", "minimum": 0},
+                },
+            },
+            "accounting": {
+                "type": "object",
+                "description": "What this server process counted for the tenant since it "
+                "started (not summed over replicas).",
+                "properties": {
+                    "requests": {
+                        "type": "object",
+                        "properties": {
+                            "inFlight": {"type": "integer", "minimum": 0},
+                            "admitted": {"type": "integer", "minimum": 0},
+                            "refusedInFlight": {"type": "integer", "minimum": 0},
+                            "refusedPerMinute": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                    "publishRefused": {
+                        "type": "object",
+                        "properties": {
+                            "rate": {"type": "integer", "minimum": 0},
+                            "size": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                },
+            },
+        },
+    },
     "Health": {
         "type": "object",
         "required": ["status"],
@@ -144,7 +202,8 @@ _RESPONSES: Final[dict[str, Any]] = {
     "RateLimited": {
         **_json(
             _ref("Error"),
-            "Over the tenant's publishing rate (messages/s or bytes/s); nothing was stored.",
+            "Over the tenant's publishing rate (messages/s or bytes/s), or its budget of "
+            "requests in flight or a minute; nothing was done.",
         ),
         "headers": {
             "Retry-After": {
@@ -289,6 +348,16 @@ def _paths(max_upload_bytes: int) -> dict[str, Any]:
                     "429": _error("RateLimited"),
                     "503": _error("Unavailable"),
                     **_DOCUMENT_ERRORS,
+                },
+            }
+        },
+        "/v1/fairness": {
+            "get": {
+                "operationId": "getFairness",
+                "summary": "The caller's limits, whether they are enforced, and its accounting.",
+                "responses": {
+                    "200": _json(_ref("Fairness"), "The caller's own view."),
+                    **_AUTH_ERRORS,
                 },
             }
         },

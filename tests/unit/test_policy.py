@@ -16,7 +16,14 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from boost_tenancy import ConfigError, MessageTooLargeError, PublishGuard, PublishLimits, TenantId
+from boost_tenancy import (
+    ConfigError,
+    MessageTooLargeError,
+    PublishGuard,
+    PublishLimits,
+    PublishRateExceededError,
+    TenantId,
+)
 from boost_tenancy.cli import main
 from boost_tenancy.config import AppSettings
 from boost_tenancy.fairness.wiring import FairnessWiring
@@ -224,7 +231,7 @@ def test_the_guard_applies_a_tenants_policy_and_restarts_only_its_buckets() -> N
     with lock:
         policies[A] = TenantPolicy(messages_per_s=100)
     guard.check(A, "q", [message] * 50)  # A's new policy: a fresh, larger bucket
-    with pytest.raises(Exception, match="over the publishing rate"):
+    with pytest.raises(PublishRateExceededError):
         guard.check(B, "q", [message])  # B's bucket was not restarted by A's change
 
 
@@ -234,7 +241,7 @@ def test_setting_one_tenants_limits_leaves_another_tenants_balance() -> None:
     message = WireMessage(body="x", properties={})
     guard.check(B, "q", [message])
     guard.set_limits(PublishLimits(messages_per_s=50), tenant=A)
-    with pytest.raises(Exception, match="over the publishing rate"):
+    with pytest.raises(PublishRateExceededError):
         guard.check(B, "q", [message])
 
 
