@@ -58,6 +58,7 @@ def run_processor(
             default_tenant=settings.default_tenant,
             gate=fairness.gate,
             observers=fairness.observers,
+            middleware=fairness.middleware,
             publish_guard=fairness.publish_guard(settings.publish),
         )
         if fairness.server is not None:

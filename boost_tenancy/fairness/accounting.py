@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final, Literal
@@ -252,19 +252,30 @@ _METRICS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _TENANT_PREFIX: Final = "/tenants/"
 
 
+MetricsSource = Callable[[bool], str]
+"""More Prometheus text for /metrics, given whether tenant labels are on (HandlingMetrics)."""
+
+
 class AccountingServer:
     """Serves /metrics (Prometheus text) and /tenants/<tenant> (JSON) on 127.0.0.1 only.
 
     There is no authentication: it binds the loopback interface so only the host (an agent,
     a sidecar, an operator) can read it. Port 0 picks a free port; see port after start().
+    sources add their families to /metrics after the accounting's.
     """
 
     def __init__(
-        self, accounting: Accounting, *, port: int = 0, tenant_label: bool = False
+        self,
+        accounting: Accounting,
+        *,
+        port: int = 0,
+        tenant_label: bool = False,
+        sources: Sequence[MetricsSource] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {port}")
         self._accounting = accounting
+        self._sources = tuple(sources)
         self._port = port
         self._tenant_label = tenant_label
         self._server: ThreadingHTTPServer | None = None
@@ -308,7 +319,9 @@ class AccountingServer:
     def _respond(self, path: str) -> tuple[HTTPStatus, str, bytes]:
         route = urlsplit(path).path
         if route == "/metrics":
-            body = self._accounting.prometheus(tenant_label=self._tenant_label)
+            label = self._tenant_label
+            body = self._accounting.prometheus(tenant_label=label)
+            body += "".join(source(label) for source in self._sources)
             return HTTPStatus.OK, _METRICS_TYPE, body.encode()
         if route.startswith(_TENANT_PREFIX):
             try:
@@ -355,5 +368,6 @@ __all__ = [
     "Accounting",
     "AccountingServer",
     "Event",
+    "MetricsSource",
     "escape_label_value",
 ]

@@ -9,7 +9,9 @@ from typing import cast
 
 from boost_tenancy.fairness.accounting import Accounting, AccountingServer, Event
 from boost_tenancy.fairness.gate import FairnessGate
+from boost_tenancy.fairness.handling_metrics import HandlingMetrics
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
+from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
@@ -28,6 +30,13 @@ class FairnessWiring:
     gate: FairnessGate | None = None
     policies: PolicyResolver | None = None
     """The tenants' run-time policies (BOOST_POLICY_STORE), read by the publishing guard."""
+    handling: HandlingMetrics | None = None
+    """Handling latency and in-flight per queue: the runner's outermost middleware."""
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """What ProcessorRunner(middleware=...) gets, outermost first."""
+        return () if self.handling is None else (self.handling,)
 
     @classmethod
     def build(
@@ -50,8 +59,14 @@ class FairnessWiring:
                 accounting.record(tenant, cast(Event, event))
 
             gate = build_fairness(fairness, workers=workers, on_event=on_event)
+        handling = HandlingMetrics()
         server = (
-            AccountingServer(accounting, port=metrics_port, tenant_label=metrics_tenant_label)
+            AccountingServer(
+                accounting,
+                port=metrics_port,
+                tenant_label=metrics_tenant_label,
+                sources=(lambda label: handling.prometheus(tenant_label=label),),
+            )
             if metrics_port
             else None
         )
@@ -62,6 +77,7 @@ class FairnessWiring:
             server=server,
             gate=gate,
             policies=policies,
+            handling=handling,
         )
 
     def publish_guard(self, limits: PublishLimits) -> PublishGuard:
