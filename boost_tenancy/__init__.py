@@ -27,7 +27,7 @@ from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner, RunnerSettings
 from boost_tenancy.producer import TenantProducer
-from boost_tenancy.quotas import PublishGuard, PublishLimits
+from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing
@@ -43,6 +43,7 @@ __all__ = [
     "InvalidTenantError",
     "Message",
     "MessageTooLargeError",
+    "MessageTtl",
     "Middleware",
     "PermanentError",
     "ProcessorRunner",

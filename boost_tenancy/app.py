@@ -35,7 +35,8 @@ def run_processor(
     """Run processor for tenants until SIGTERM/SIGINT; returns the runner's exit code.
 
     Opens the error store (unless one is given), the transport and the fairness wiring the
-    settings ask for, starts the metrics server, and closes every one of them on the way out.
+    settings ask for, starts the metrics server, and closes every one of them on the way out;
+    what handlers publish gets the settings' publishing limits and message time-to-live.
     """
     owned_store = store is None
     error_store = open_error_store(settings.error_store_url) if store is None else store
@@ -47,6 +48,8 @@ def run_processor(
             metrics_port=settings.metrics_port,
             metrics_tenant_label=settings.metrics_tenant_label,
             policy_store_url=settings.policy_store_url,
+            usage_store_url=settings.usage_store_url,
+            usage_flush_s=settings.usage_flush_s,
         )
         runner = ProcessorRunner(
             processor,
@@ -60,9 +63,9 @@ def run_processor(
             observers=fairness.observers,
             middleware=fairness.middleware,
             publish_guard=fairness.publish_guard(settings.publish),
+            message_ttl=settings.message_ttl if settings.message_ttl.applies else None,
         )
-        if fairness.server is not None:
-            fairness.server.start()
+        fairness.start()
         return runner.run()
     finally:
         if fairness is not None:

@@ -13,16 +13,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 from boost_tenancy.app import open_broker, run_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
+from boost_tenancy.fairness.usage import open_usage_store
 from boost_tenancy.observability.logging import configure_logging
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.ops.parking import ParkingSweeper
+from boost_tenancy.ops.stats import TenantStats, stats_table
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
 from boost_tenancy.quotas.policy import POLICY_FIELDS, PolicyChange, PolicyValue
@@ -69,7 +73,8 @@ def _cmd_publish(args: argparse.Namespace, settings: AppSettings) -> int:
     transport = open_broker(settings, os.environ)
     transport.connect()
     try:
-        producer = TenantProducer(transport, routing=settings.routing)
+        ttl = settings.message_ttl if settings.message_ttl.applies else None
+        producer = TenantProducer(transport, routing=settings.routing, ttl=ttl)
         with producer.batch() as batch:
             sent = [
                 batch.send(args.queue, tenant, body, correlation_id=args.correlation_id)
@@ -285,6 +290,45 @@ def _cmd_policy(args: argparse.Namespace, settings: AppSettings) -> int:
             tiers.close()
 
 
+def _cmd_stats(args: argparse.Namespace, settings: AppSettings) -> int:
+    tenant = TenantId.parse(args.tenant)
+    queues = [q for value in args.queue for q in value.split(",") if q != ""]
+    transport = open_broker(settings, os.environ)
+    transport.connect()
+    try:
+        rows = TenantStats(transport, routing=settings.routing).rows(tenant, queues)
+    finally:
+        transport.close()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row.as_json()))
+    else:
+        sys.stdout.write(stats_table(rows))
+    return 0
+
+
+def _cmd_usage(args: argparse.Namespace, settings: AppSettings) -> int:
+    if not settings.usage_store_url:
+        raise ConfigError("no usage store: set BOOST_USAGE_STORE (where runners write usage)")
+    tenant = UNKNOWN_TENANT if args.tenant == UNKNOWN_TENANT else _tenants([args.tenant])[0].value
+    try:
+        since = date.fromisoformat(args.since) if args.since else date.min
+        until = date.fromisoformat(args.until) if args.until else date.max
+    except ValueError as exc:
+        raise ConfigError(f"--since/--until must be dates like 2026-11-23: {exc}") from None
+    store = open_usage_store(settings.usage_store_url)
+    try:
+        days = store.days(tenant, since=since, until=until)
+    finally:
+        store.close()
+    totals: dict[str, int] = {}
+    for counts in days.values():
+        for counter, count in counts.items():
+            totals[counter] = totals.get(counter, 0) + count
+    print(json.dumps({"tenant": tenant, "days": days, "totals": totals}, indent=2))
+    return 0
+
+
 def _cmd_broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     queues = [q for value in args.queue for q in value.split(",") if q != ""]
     for queue in queues:
@@ -296,6 +340,41 @@ def _cmd_broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
             )
     sys.stdout.write(classic_destination_interceptors(queues, _tenants(args.tenant)))
     return 0
+
+
+def _add_policy_parsers(sub: Any) -> None:
+    policy = sub.add_parser(
+        "policy",
+        help="show or change a tenant's run-time policy (publishing limits, tier), audited",
+    )
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    show = policy_sub.add_parser("show", help="the tenant's policy, effective limits and audit")
+    show.add_argument("--tenant", required=True)
+    show.add_argument("--history", type=int, default=20, help="audit entries shown (newest)")
+    change = policy_sub.add_parser(
+        "set", help="change fields of a tenant's policy; running processes see it within a minute"
+    )
+    change.add_argument("--tenant", required=True)
+    change.add_argument("--messages-per-s", dest="messages_per_s", type=float)
+    change.add_argument("--bytes-per-s", dest="bytes_per_s", type=float)
+    change.add_argument("--burst-s", dest="burst_s", type=float)
+    change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
+    change.add_argument(
+        "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
+    )
+    change.add_argument("--tier", choices=[t.value for t in Tier])
+    change.add_argument(
+        "--actor", help="who makes the change (default: BOOST_ACTOR, else the user)"
+    )
+
+
+def _add_usage_parser(sub: Any) -> None:
+    usage = sub.add_parser(
+        "usage", help="a tenant's counts per day from the usage store (BOOST_USAGE_STORE), as JSON"
+    )
+    usage.add_argument("--tenant", required=True, help=f"a tenant, or {UNKNOWN_TENANT}")
+    usage.add_argument("--since", help="first day, YYYY-MM-DD (UTC)")
+    usage.add_argument("--until", help="last day, YYYY-MM-DD (UTC)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -336,30 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "redrive":
             cmd.add_argument("--message-id", action="append", help="only these (repeatable)")
 
-    policy = sub.add_parser(
-        "policy",
-        help="show or change a tenant's run-time policy (publishing limits, tier), audited",
-    )
-    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
-    show = policy_sub.add_parser("show", help="the tenant's policy, effective limits and audit")
-    show.add_argument("--tenant", required=True)
-    show.add_argument("--history", type=int, default=20, help="audit entries shown (newest)")
-    change = policy_sub.add_parser(
-        "set", help="change fields of a tenant's policy; running processes see it within a minute"
-    )
-    change.add_argument("--tenant", required=True)
-    change.add_argument("--messages-per-s", dest="messages_per_s", type=float)
-    change.add_argument("--bytes-per-s", dest="bytes_per_s", type=float)
-    change.add_argument("--burst-s", dest="burst_s", type=float)
-    change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
-    change.add_argument(
-        "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
-    )
-    change.add_argument("--tier", choices=[t.value for t in Tier])
-    change.add_argument(
-        "--actor", help="who makes the change (default: BOOST_ACTOR, else the user)"
-    )
-
+    _add_policy_parsers(sub)
+    _add_usage_parser(sub)
     routes = sub.add_parser(
         "broker-routes",
         help="print the ActiveMQ Classic <destinationInterceptors> element that stores each "
@@ -367,6 +424,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     routes.add_argument("--queue", action="append", required=True, help="repeat or comma-separate")
     routes.add_argument("--tenant", action="append", required=True, help="repeat or comma-separate")
+
+    stats = sub.add_parser(
+        "stats",
+        help="a tenant's queue counts from the broker: waiting, in flight, scheduled, "
+        "dead-lettered, quarantined, parked",
+    )
+    stats.add_argument("--tenant", required=True)
+    stats.add_argument("--queue", action="append", required=True, help="repeat or comma-separate")
+    stats.add_argument("--json", action="store_true", help="one JSON object per queue")
 
     errors = sub.add_parser("errors", help="list a tenant's recorded failures")
     errors.add_argument("--tenant", required=True)
@@ -391,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "errors": _cmd_errors,
             "broker-routes": _cmd_broker_routes,
             "policy": _cmd_policy,
+            "usage": _cmd_usage,
+            "stats": _cmd_stats,
         }
         return handlers[args.command](args, settings)
     except BoostTenancyError as exc:

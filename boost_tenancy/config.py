@@ -18,6 +18,7 @@ from boost_tenancy.fairness.tiers import TierLimits
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
+from boost_tenancy.quotas.ttl import MessageTtl
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
 from boost_tenancy.tenancy import TenantId
@@ -48,6 +49,14 @@ class AppSettings:
     publish: PublishLimits = field(default_factory=PublishLimits)
     """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
     unless set."""
+    message_ttl: MessageTtl = field(default_factory=MessageTtl)
+    """Every tenant's message time-to-live (BOOST_MESSAGE_TTL_S); no expiry unless set.
+    Per-tenant overrides are set in code (MessageTtl.for_tenant)."""
+    usage_store_url: str = ""
+    """BOOST_USAGE_STORE: where the accounting's counts are added up per tenant and day, to
+    survive restarts (fairness/usage.py); empty means they live in memory only."""
+    usage_flush_s: float = 60.0
+    """BOOST_USAGE_FLUSH_S: how often counts are written to the usage store."""
     policy_store_url: str = ""
     """BOOST_POLICY_STORE, else BOOST_TIER_STORE: where operators' run-time policies per tenant
     live (quotas/policy_store.py); empty means none, the defaults apply to every tenant."""
@@ -104,11 +113,25 @@ class AppSettings:
             metrics_port=metrics_port,
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             publish=PublishLimits.from_env(env),
+            message_ttl=MessageTtl.from_env(env),
             policy_store_url=(
                 env.get("BOOST_POLICY_STORE", "").strip() or env.get("BOOST_TIER_STORE", "").strip()
             ),
+            usage_store_url=env.get("BOOST_USAGE_STORE", "").strip(),
+            usage_flush_s=_usage_flush_s(env),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
         )
+
+
+def _usage_flush_s(env: Mapping[str, str]) -> float:
+    flush_s = env_float(env, "BOOST_USAGE_FLUSH_S", 60.0)
+    if flush_s <= 0:
+        raise ConfigError(
+            f"BOOST_USAGE_FLUSH_S must be a positive number of seconds, got {flush_s}"
+        )
+    if env.get("BOOST_USAGE_FLUSH_S", "").strip() and not env.get("BOOST_USAGE_STORE", "").strip():
+        raise ConfigError("BOOST_USAGE_FLUSH_S set without BOOST_USAGE_STORE: nothing to flush to")
+    return flush_s
 
 
 def routing_from_env(env: Mapping[str, str]) -> Routing:

@@ -36,6 +36,11 @@ class NotConfirmedError(TransportError):
     """No receipt came within the deadline: the broker may or may not hold the message."""
 
 
+class QueueStatsUnavailableError(BoostTenancyError):
+    """The broker cannot report queue statistics: the transport has no such capability on it,
+    or the broker is not configured to answer (Classic without its statistics plugin)."""
+
+
 class MessageDecodeError(BoostTenancyError):
     """A delivered body cannot be decoded (invalid UTF-8 or JSON); the message is dead-lettered."""
 

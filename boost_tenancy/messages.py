@@ -18,6 +18,7 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     MessageEncodeError,
 )
+from boost_tenancy.expiry import check_expiry
 from boost_tenancy.selectors import TENANT_PROPERTY, check_property_name
 from boost_tenancy.tenancy import TenantId, check_body_tenant
 
@@ -191,6 +192,10 @@ class WireMessage:
     properties: Mapping[str, str]
     correlation_id: str | None = None
     persistent: bool = True
+    expires_at_ms: int | None = None
+    """When the broker expires the message (epoch milliseconds), or None: it never does. Each
+    transport sends it as its broker honours it; what a broker does with an expired message is
+    the broker's (docs/fairness.md, "Message time-to-live")."""
 
 
 class PublishCheck(Protocol):
@@ -211,6 +216,8 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     attempt: int = 1
     persistent: bool = True
+    expires_at_ms: int | None = None
+    """The absolute expiry (epoch milliseconds) the tenant's time-to-live gave it, or None."""
 
     def __post_init__(self) -> None:
         # Keep the parsed value: a str tenant is validated and stored as a TenantId.
@@ -224,6 +231,7 @@ class Message:
             raise ConfigError(f"message body must be str or bytes, got {type(self.body).__name__}")
         if self.attempt < 1:
             raise ConfigError(f"attempt must be at least 1, got {self.attempt}")
+        check_expiry(self.expires_at_ms)
 
     def to_wire(self) -> WireMessage:
         """Stamp the reserved properties; they always win over application properties."""
@@ -236,6 +244,7 @@ class Message:
             properties=props,
             correlation_id=self.correlation_id or self.message_id,
             persistent=self.persistent,
+            expires_at_ms=self.expires_at_ms,
         )
 
 
@@ -296,6 +305,7 @@ def build_message(
     message_id: str | None = None,
     correlation_id: str | None = None,
     properties: Mapping[str, str] | None = None,
+    expires_at_ms: int | None = None,
 ) -> Message:
     """A tenant's message; a mapping body becomes JSON text carrying tenantUUID too."""
     tenant_id = TenantId.parse(tenant)
@@ -314,5 +324,6 @@ def build_message(
         body=payload,
         correlation_id=correlation_id,
         properties=check_properties(properties or {}),
+        expires_at_ms=expires_at_ms,
         **extra,
     )

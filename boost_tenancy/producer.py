@@ -2,6 +2,7 @@
 
 Every message carries the tenantUUID property (and in JSON bodies the tenantUUID field), is
 persistent, and is confirmed by the broker before send returns; a batch is confirmed at once.
+With a time-to-live, every message carries its tenant's absolute expiry.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import Message, PublishCheck, WireMessage, build_message
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
@@ -71,7 +73,9 @@ class TenantProducer:
 
     queue names are logical: routing picks the broker queue (the shared queue, or the tenant's
     own tenant.<tenant>.<queue>). With a guard, every send is checked against its tenant's
-    publishing limits first: over one, PublishRefusedError is raised and nothing is sent.
+    publishing limits first: over one, PublishRefusedError is raised and nothing is sent. With
+    a ttl (quotas.MessageTtl), every message is stamped with the absolute expiry its tenant's
+    time-to-live gives it when it is built (admit, send, a batch's send).
     """
 
     def __init__(
@@ -80,10 +84,12 @@ class TenantProducer:
         *,
         routing: Routing = DEFAULT_ROUTING,
         guard: PublishCheck | None = None,
+        ttl: ExpiryPolicy | None = None,
     ) -> None:
         self._transport = transport
         self._routing = routing
         self._guard = guard
+        self._ttl = ttl
 
     @property
     def routing(self) -> Routing:
@@ -131,12 +137,14 @@ class TenantProducer:
         """Build a message and pass it through the publishing limits without sending it:
         PublishRefusedError now, before the caller stores anything that depends on the send (the
         IntegrationsServer admits before it accepts an upload); send_admitted sends it."""
+        tenant_id = TenantId.parse(tenant)
         message = build_message(
-            tenant,
+            tenant_id,
             body,
             message_id=message_id,
             correlation_id=correlation_id,
             properties=properties,
+            expires_at_ms=None if self._ttl is None else self._ttl.expiry_of(tenant_id),
         )
         physical = self._routing.physical(queue, message.tenant)
         wire = message.to_wire()

@@ -20,6 +20,13 @@ ACTIVEMQ_HOME: Final = Path("/usr/share/activemq")
 ACTIVEMQ_JAR: Final = ACTIVEMQ_HOME / "bin" / "activemq.jar"
 """The broker's launcher; its presence is what 'ActiveMQ is installed' means here."""
 
+STOMP_JSON_JARS: Final = (Path("/usr/share/java/xstream.jar"), Path("/usr/share/java/jettison.jar"))
+"""XStream and Jettison, which Classic's STOMP connector needs to send a MapMessage as JSON
+(subscription header ``transformation: jms-map-json``; the queue statistics read that way).
+Upstream's distribution has them in lib/optional; Debian installs them (libxstream-java and
+libjettison-java, dependencies of the package) but leaves them off the broker's class path, and
+the broker then drops the connection instead of converting the message."""
+
 _APT_TIMEOUT_S: Final = 1800.0
 
 
@@ -73,6 +80,10 @@ def install_activemq(jar: Path = ACTIVEMQ_JAR) -> None:
         )
     # A fresh machine (or container) has empty package lists, so install alone would not find it.
     _run_apt([*prefix, apt_get, "update"], env)
-    _run_apt([*prefix, apt_get, "install", "-y", "activemq"], env)
+    # The JSON jars are only Recommends of the package: named, so a system that skips
+    # recommended packages still gets them.
+    _run_apt(
+        [*prefix, apt_get, "install", "-y", "activemq", "libxstream-java", "libjettison-java"], env
+    )
     if not jar.is_file():
         raise LocalBrokerError(f"apt-get installed activemq but {jar} is still missing")

@@ -49,7 +49,12 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.activemq_install import ACTIVEMQ_HOME, ACTIVEMQ_JAR, install_activemq
+from devtools.activemq_install import (
+    ACTIVEMQ_HOME,
+    ACTIVEMQ_JAR,
+    STOMP_JSON_JARS,
+    install_activemq,
+)
 from devtools.broker_probes import port_in_use, stomp_handshake
 from devtools.broker_settings import (
     ENV_OPENWIRE_PORT,
@@ -234,6 +239,8 @@ class LocalBroker:
         """The java command line that runs this instance's broker."""
         java = self._java or shutil.which("java") or "java"
         heap = self.settings.heap_mb
+        # The launcher adds activemq.classpath to the broker's class path (os.pathsep-separated).
+        extra = [str(jar) for jar in STOMP_JSON_JARS if jar.is_file()]
         return [
             java,
             f"-Xms{min(128, heap)}M",
@@ -243,6 +250,7 @@ class LocalBroker:
             f"-Dactivemq.conf={self.conf_dir}",
             f"-Dactivemq.data={self.data_dir}",
             f"-Dlog4j.configuration={(self.conf_dir / 'log4j.properties').as_uri()}",
+            *([f"-Dactivemq.classpath={os.pathsep.join(extra)}"] if extra else []),
             "-jar",
             str(ACTIVEMQ_JAR),
             "start",

@@ -11,6 +11,7 @@ from boost_tenancy.fairness.accounting import Accounting, AccountingServer, Even
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
+from boost_tenancy.fairness.usage import DEFAULT_FLUSH_S, UsageRecorder, open_usage_store
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.quotas.guard import PublishGuard
@@ -32,6 +33,8 @@ class FairnessWiring:
     """The tenants' run-time policies (BOOST_POLICY_STORE), read by the publishing guard."""
     handling: HandlingMetrics | None = None
     """Handling latency and in-flight per queue: the runner's outermost middleware."""
+    usage: UsageRecorder | None = None
+    """Writes the accounting's counts to the usage store (BOOST_USAGE_STORE)."""
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
@@ -47,6 +50,8 @@ class FairnessWiring:
         metrics_port: int = 0,
         metrics_tenant_label: bool = False,
         policy_store_url: str = "",
+        usage_store_url: str = "",
+        usage_flush_s: float = DEFAULT_FLUSH_S,
     ) -> FairnessWiring:
         """The gate when fairness is given, accounting always, a metrics server on a port, the
         policy resolver when a policy store is named."""
@@ -71,6 +76,11 @@ class FairnessWiring:
             else None
         )
         policies = open_policies(policy_store_url)
+        usage = (
+            UsageRecorder(accounting, open_usage_store(usage_store_url), flush_s=usage_flush_s)
+            if usage_store_url
+            else None
+        )
         return cls(
             observers=(accounting,),
             accounting=accounting,
@@ -78,7 +88,15 @@ class FairnessWiring:
             gate=gate,
             policies=policies,
             handling=handling,
+            usage=usage,
         )
+
+    def start(self) -> None:
+        """Start serving metrics and writing usage (what build made of the settings)."""
+        if self.server is not None:
+            self.server.start()
+        if self.usage is not None:
+            self.usage.start()
 
     def publish_guard(self, limits: PublishLimits) -> PublishGuard:
         """A PublishGuard with limits as every tenant's default, its refusals counted in the
@@ -91,14 +109,16 @@ class FairnessWiring:
         return PublishGuard(limits, on_refused=on_refused, policy_of=policy_of)
 
     def close(self) -> None:
-        """Stop the metrics server and close what the gate holds (tier store, Redis) and the
-        policy store."""
+        """Stop the metrics server, close what the gate holds (tier store, Redis) and the
+        policy store, and write the last usage."""
         if self.server is not None:
             self.server.stop()
         if self.gate is not None:
             self.gate.close()
         if self.policies is not None:
             self.policies.close()
+        if self.usage is not None:
+            self.usage.close()  # after the runner stopped: its last counts are written
 
 
 def open_policies(url: str) -> PolicyResolver | None:

@@ -42,12 +42,14 @@ MOVE_BATCH = 200
 
 
 def copy_of(delivery: Delivery, properties: Mapping[str, str] | None = None) -> WireMessage:
-    """The message unchanged (tenant, ids, attempt and application properties kept), or with
+    """The message unchanged (tenant, ids, attempt, application properties and absolute expiry
+    kept: a move to a tenant's or a parked queue does not extend its time-to-live), or with
     properties instead of its own."""
     return WireMessage(
         body=delivery.body,
         properties=dict(delivery.properties if properties is None else properties),
         correlation_id=delivery.correlation_id,
+        expires_at_ms=delivery.expires_at_ms,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchError
+from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
 from boost_tenancy.processing.middleware import Middleware, chain
@@ -81,11 +82,13 @@ class Dispatcher:
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
         publish_guard: PublishCheck | None = None,
+        message_ttl: ExpiryPolicy | None = None,
     ) -> None:
         check_processor(processor)
         self._processor = processor
         self._routing = routing
         self._publish_guard = publish_guard
+        self._message_ttl = message_ttl
         self._transport = transport
         self._settings = settings or DispatchSettings()
         self._strategy = strategy or strategy_for(transport.capabilities)
@@ -222,6 +225,7 @@ class Dispatcher:
             log=_handler_log,
             routing=self._routing,
             guard=self._publish_guard,
+            ttl=self._message_ttl,
         )
         try:
             return self._handler(message, ctx)

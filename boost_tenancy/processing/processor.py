@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from boost_tenancy.errors import ConfigError
+from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import IncomingMessage, PublishCheck, build_message, derived_id
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
@@ -43,6 +44,8 @@ class HandlerContext:
     """Where publish sends: the logical queue maps to this tenant's broker queue."""
     guard: PublishCheck | None = None
     """The tenant's publishing limits, checked at publish (quotas/)."""
+    ttl: ExpiryPolicy | None = None
+    """The tenant's message time-to-live, stamped on what it publishes (quotas.MessageTtl)."""
     _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
 
     def publish(
@@ -55,6 +58,8 @@ class HandlerContext:
     ) -> str:
         """Queue a message of this tenant for sending on success; returns its (stable) id.
 
+        With a time-to-live it carries the absolute expiry the tenant's TTL gives it now (not
+        the handled message's: what a handler publishes is a new message).
         Over a publishing limit it raises PublishRateExceededError (a TransientError: the delivery
         is retried later) or MessageTooLargeError (a PermanentError: dead-lettered).
         """
@@ -67,6 +72,7 @@ class HandlerContext:
             message_id=derived_id(self.message_id, queue, index),
             correlation_id=self.correlation_id,
             properties=properties,
+            expires_at_ms=None if self.ttl is None else self.ttl.expiry_of(self.tenant),
         )
         wire = message.to_wire()
         if self.guard is not None:

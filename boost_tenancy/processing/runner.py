@@ -17,6 +17,7 @@ from types import MappingProxyType
 import structlog
 
 from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.fairness.gate import Admitted, FairnessGate
 from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.lifecycle import run_until_stopped
@@ -88,6 +89,7 @@ class ProcessorRunner:
         route_shared: bool = True,
         default_tenant: TenantId | str | None = None,
         publish_guard: PublishCheck | None = None,
+        message_ttl: ExpiryPolicy | None = None,
     ) -> None:
         """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
         parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
@@ -95,6 +97,9 @@ class ProcessorRunner:
         route_shared runs a TenantRouter for the processor's routed queues, whatever tenants
         this runner serves: every message sent to their shared queue goes to its tenant's queue,
         a message without a tenantUUID to default_tenant's when one is given (else quarantined).
+
+        publish_guard and message_ttl apply to what handlers publish (ctx.publish): their
+        tenant's publishing limits, and the expiry its time-to-live gives each message.
         """
         if not processor.queues:
             raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
@@ -144,6 +149,7 @@ class ProcessorRunner:
             observers=observers,
             routing=routing,
             publish_guard=publish_guard,
+            message_ttl=message_ttl,
         )
 
         # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.

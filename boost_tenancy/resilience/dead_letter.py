@@ -1,7 +1,9 @@
 """Dead letters: where a message that cannot be handled ends, with its error, never dropped.
 
 Each source queue has its own dead-letter queue (DLQ.<queue>) and quarantine queue for tenancy
-violations (DLQ.<queue>.quarantine); the tenant property is preserved on both.
+violations (DLQ.<queue>.quarantine); the tenant property is preserved on both. No copy made here
+carries an expiry (WireMessage.expires_at_ms stays None): a dead letter that expired on its queue
+would be evidence lost, and a re-driven one starts afresh.
 """
 
 from __future__ import annotations
@@ -76,8 +78,15 @@ def dead_letter_copy(
     properties[ORIGINAL_QUEUE_PROPERTY] = delivery.queue
     properties[DEAD_LETTER_REASON_PROPERTY] = reason.value
     properties[ATTEMPT_PROPERTY] = str(attempt)
+    # No expires_at_ms, whatever the original's: a dead letter is the record of a failure and
+    # must stay until an operator lists or re-drives it. Expired on DLQ.<queue>, it would be
+    # moved or dropped by the broker (Classic: to ActiveMQ.DLQ; Artemis: to its expiry address,
+    # or nowhere) and the evidence lost.
     return WireMessage(
-        body=delivery.body, properties=properties, correlation_id=delivery.correlation_id
+        body=delivery.body,
+        properties=properties,
+        correlation_id=delivery.correlation_id,
+        expires_at_ms=None,
     )
 
 
@@ -111,6 +120,7 @@ def raw_dead_letter_copy(
         body=body,
         properties=with_error(properties, error_type=error_type, error_text=error_text),
         correlation_id=None,
+        expires_at_ms=None,  # a dead letter never expires (dead_letter_copy says why)
     )
 
 
@@ -128,6 +138,11 @@ def redrive_copy(properties: Mapping[str, str], delivery: Delivery) -> WireMessa
         }
     }
     cleaned[ATTEMPT_PROPERTY] = "1"
+    # A dead letter carries no expiry, and an operator's re-drive sends it to be handled, not to
+    # expire again on the way.
     return WireMessage(
-        body=delivery.body, properties=cleaned, correlation_id=delivery.correlation_id
+        body=delivery.body,
+        properties=cleaned,
+        correlation_id=delivery.correlation_id,
+        expires_at_ms=None,
     )

@@ -50,8 +50,13 @@ def _copy_with_attempt(
     if error is not None:
         properties = with_error(properties, error_type=error.type, error_text=error.text)
     properties[ATTEMPT_PROPERTY] = str(attempt)
+    # The same message coming back later: it keeps the absolute expiry it was sent with, so no
+    # number of retries or deferrals stretches its time-to-live.
     return WireMessage(
-        body=delivery.body, properties=properties, correlation_id=delivery.correlation_id
+        body=delivery.body,
+        properties=properties,
+        correlation_id=delivery.correlation_id,
+        expires_at_ms=delivery.expires_at_ms,
     )
 
 

@@ -5,6 +5,12 @@ Artemis behaviour follows what a real Artemis 2.44.0 did (BROKERS.md, "Measured 
 Artemis 2.44.0") and, where nothing was measured, Artemis's source (named where used). RabbitMQ
 behaviour was measured on RabbitMQ 3.10.8 with python-qpid-proton 0.40: tests/unit/
 test_amqp_peer.py runs the same raw scenarios against this model and against that broker.
+
+Expiry: neither delivers a message past its expiry. Artemis reads properties.absolute-expiry-time,
+else header.ttl from arrival (AMQPMessage.scanMessageData), and moves an expired message to its
+expiry address when one is configured, else drops it; RabbitMQ 3.10 reads header.ttl only (its
+per-message TTL; an absolute-expiry-time alone was delivered after it passed, measured here) and
+drops an expired message (no dead-letter exchange is modelled).
 """
 
 from __future__ import annotations
@@ -235,6 +241,7 @@ class _Entry:
     encoded: bytes
     properties: Mapping[str, object]
     due: float
+    expires: float | None = None  # on the peer's clock; never delivered from then on
     delivery_count: int = 0  # counted failed deliveries (Artemis)
     acquired: bool = False  # delivered before: first-acquirer is false from then on
     holder: _Consumer | None = None  # in flight to this consumer
@@ -330,7 +337,12 @@ class _Engine:
     """The broker: proton's event handler on the peer's thread and sole owner of the state."""
 
     def __init__(
-        self, flavour: PeerFlavour, max_attempts: int, dla: str, clock: Callable[[], float]
+        self,
+        flavour: PeerFlavour,
+        max_attempts: int,
+        dla: str,
+        clock: Callable[[], float],
+        expiry_address: str | None = None,
     ) -> None:
         self.profile = _PROFILES[flavour]
         self.container_id = self.profile.container_id or str(uuid.uuid4())
@@ -344,6 +356,7 @@ class _Engine:
         self._artemis = flavour is PeerFlavour.ARTEMIS
         self._max_attempts = max_attempts
         self._dla = dla
+        self._expiry_address = expiry_address
         self._clock = clock
         self._queues: dict[str, _Queue] = {}
         self._addresses: dict[str, _Address] = {}
@@ -631,8 +644,17 @@ class _Engine:
         elif self._artemis and isinstance(delay, int):
             due = now + delay / 1000.0
         properties = cast(Mapping[str, object], message.properties or {})
-        queue.entries.append(_Entry(queue, encoded, dict(properties), due))
+        entry = _Entry(queue, encoded, dict(properties), due, self._expires(message, now))
+        queue.entries.append(entry)
         self._pump(queue)
+
+    def _expires(self, message: Message, now: float) -> float | None:
+        """When a stored message expires, on the peer's clock (proton gives both in seconds)."""
+        if self._artemis and message.expiry_time > 0:
+            return now + (message.expiry_time - time.time())
+        if message.ttl > 0:
+            return now + message.ttl
+        return None
 
     def _route(self, target: _Target, encoded: bytes, message: Message) -> None:
         name = target.address or message.address
@@ -664,6 +686,8 @@ class _Engine:
                 continue
             if entry.due > now:
                 earliest = entry.due if earliest is None else min(earliest, entry.due)
+            elif entry.expires is not None and entry.expires <= now:
+                self._expire(entry)
             elif (consumer := self._choose(queue, entry)) is not None:
                 self._deliver(consumer, entry)
                 if not _has_credit(queue):
@@ -779,6 +803,25 @@ class _Engine:
         message.annotations = cast(Any, annotations)
         self._declare(self._dla, "queue")
         self._store(self._queue(self._dla), message.encode(), message)
+
+    def _expire(self, entry: _Entry) -> None:
+        """Artemis (QueueImpl.expire, makeCopy): to the expiry address without an expiry, with
+        the x-opt-ORIG-* and x-opt-ACTUAL-EXPIRY annotations, or dropped without one; RabbitMQ:
+        dropped."""
+        self._remove(entry)
+        if not self._artemis or self._expiry_address is None:
+            return
+        message = Message()
+        message.decode(entry.encoded)
+        message.ttl = 0
+        message.expiry_time = 0
+        annotations = dict(cast(Mapping[object, object], message.annotations or {}))
+        annotations[symbol("x-opt-ORIG-QUEUE")] = entry.queue.name
+        annotations[symbol("x-opt-ORIG-ADDRESS")] = entry.queue.address
+        annotations[symbol("x-opt-ACTUAL-EXPIRY")] = int(time.time() * 1000)
+        message.annotations = cast(Any, annotations)
+        self._declare(self._expiry_address, "queue")
+        self._store(self._queue(self._expiry_address), message.encode(), message)
 
     # -- incoming transfers and transactions ------------------------------------------------------
     def _on_transfer(self, link: Link, delivery: Delivery) -> None:
@@ -900,7 +943,9 @@ class AmqpPeer:
 
     max_delivery_attempts and dead_letter_address are Artemis's address settings: a message
     that failed (modified{delivery-failed}, or its consumer's connection was lost) that many
-    times moves to the dead-letter address. clock: what scheduled deliveries are due by.
+    times moves to the dead-letter address. expiry_address, Artemis's too: where an expired
+    message goes (None: dropped, as without one). clock: what scheduled deliveries and expiries
+    are due by.
     """
 
     def __init__(
@@ -909,10 +954,13 @@ class AmqpPeer:
         *,
         max_delivery_attempts: int = 10,
         dead_letter_address: str = "DLA",
+        expiry_address: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.flavour = flavour
-        self._engine = _Engine(flavour, max_delivery_attempts, dead_letter_address, clock)
+        self._engine = _Engine(
+            flavour, max_delivery_attempts, dead_letter_address, clock, expiry_address
+        )
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.setblocking(False)
         self._port: int = self._listener.getsockname()[1]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
     FlowControl,
     MessageIds,
@@ -27,7 +28,7 @@ from boost_tenancy.testing.wire import (
     flow_control,
     message_headers,
 )
-from boost_tenancy.transports.base import Delivery, OnDelivery
+from boost_tenancy.transports.base import Delivery, OnDelivery, QueueStats
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import delivery_of
 
@@ -84,6 +85,10 @@ class InMemoryBroker:
     times with it unacknowledged (InMemoryTransport.drop_connection) is moved to
     dead_letter_address with _AMQ_ORIG_QUEUE, _AMQ_ORIG_ADDRESS, _AMQ_ORIG_MESSAGE_ID. None
     never moves one.
+    A message whose expiry (WireMessage.expires_at_ms, against wall_clock in epoch seconds)
+    has passed is never delivered: when it would be, Classic moves a persistent one to
+    ActiveMQ.DLQ and drops a non-persistent one; Artemis moves it to expiry_address, or drops
+    it when that is None (testing/expiry.py).
     """
 
     def __init__(
@@ -93,9 +98,13 @@ class InMemoryBroker:
         flavour: BrokerFlavour = BrokerFlavour.CLASSIC,
         max_delivery_attempts: int | None = None,
         dead_letter_address: str = "DLA",
+        wall_clock: Callable[[], float] = time.time,
+        expiry_address: str | None = None,
     ) -> None:
         self.flavour = check_modelled(flavour)
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._expiry_address = expiry_address if flavour is BrokerFlavour.ARTEMIS else None
         self._max_deliveries = max_delivery_attempts if flavour is BrokerFlavour.ARTEMIS else None
         self._dead_letter_address = dead_letter_address
         self._ids = MessageIds(flavour)
@@ -150,6 +159,25 @@ class InMemoryBroker:
         """How many messages queue holds, in flight included."""
         return len(self.messages(queue))
 
+    def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:
+        """What Classic's statistics plugin reports of each queue (InMemoryTransport.queue_stats):
+        None for a queue never sent to nor subscribed to; scheduled messages are in no count,
+        and their number is not told (Classic's scheduler serves the whole broker)."""
+        with self._cond:
+            now = self._clock()
+            stats: dict[str, QueueStats | None] = {}
+            for queue in queues:
+                stored = self._queues.get(queue)
+                if stored is None:
+                    stats[queue] = None
+                    continue
+                in_flight = sum(
+                    1 for c in self._consumers for s in c.in_flight.values() if s.queue == queue
+                )
+                waiting = sum(1 for s in stored if s.available_at <= now)
+                stats[queue] = QueueStats(waiting=waiting, in_flight=in_flight, scheduled=None)
+            return stats
+
     # -- consumer side (used by InMemoryTransport) ---------------------------------------------
     def subscribe(
         self,
@@ -171,6 +199,8 @@ class InMemoryBroker:
             generation,
         )
         with self._cond:
+            # A consumer creates its queue, as on both brokers.
+            self._queues.setdefault(queue, [])
             self._consumers.append(consumer)
             self._cond.notify_all()
         return consumer
@@ -201,6 +231,19 @@ class InMemoryBroker:
         sent = broker_dead_letter(stored.sent, queue=stored.queue, message_id=str(stored.seq))
         queue = self._dead_letter_address
         self._insert(_Stored(next(self._seq), queue, sent, self._clock()))
+
+    def _expire(self, stored: _Stored, wall_ms: int) -> None:
+        moved = expired_copy(
+            self.flavour,
+            stored.sent,
+            queue=stored.queue,
+            message_id=str(stored.seq),
+            now_ms=wall_ms,
+            expiry_address=self._expiry_address,
+        )
+        if moved is not None:
+            queue, sent = moved
+            self._insert(_Stored(next(self._seq), queue, sent, self._clock()))
 
     def ack(self, consumer: Consumer, seq: int) -> bool:
         """Forget an in-flight message; False when the consumer does not hold it."""
@@ -235,7 +278,9 @@ class InMemoryBroker:
         """Assign ready messages to consumers with room; return the next scheduled time."""
         handed: list[tuple[Consumer, Delivery]] = []
         next_due: float | None = None
-        for queue, stored_list in self._queues.items():
+        wall_ms = int(self._wall_clock() * 1000)
+        # A snapshot: an expired message moved elsewhere may create its queue.
+        for queue, stored_list in list(self._queues.items()):
             consumers = [c for c in self._consumers if c.queue == queue]
             if not consumers:
                 continue
@@ -245,6 +290,10 @@ class InMemoryBroker:
                     due = stored.available_at
                     next_due = due if next_due is None else min(next_due, due)
                     remaining.append(stored)
+                    continue
+                if has_expired(stored.sent, wall_ms):
+                    self._expire(stored, wall_ms)
+                    next_due = now  # its copy may be deliverable at once
                     continue
                 start = next(self._rr) % len(consumers)
                 ordered = consumers[start:] + consumers[:start]

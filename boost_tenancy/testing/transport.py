@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from boost_tenancy.errors import TransportError
+from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.testing.memory import Consumer, InMemoryBroker
@@ -18,6 +18,7 @@ from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
+    QueueStats,
     SubscribeRequest,
     TransportCapabilities,
 )
@@ -215,6 +216,17 @@ class InMemoryTransport:
         return (
             self._connected and generation == self._generation and self._broker.holds(consumer, seq)
         )
+
+    # -- statistics ------------------------------------------------------------------------------
+    def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:
+        """The counts Classic's statistics plugin reports (QueueStatsReader); refused on the
+        Artemis model, whose capabilities do not declare queue_statistics."""
+        self._require_connected()
+        if not self.capabilities.queue_statistics:
+            raise QueueStatsUnavailableError(
+                f"{self._broker.flavour.value} gives no queue statistics over STOMP"
+            )
+        return self._broker.queue_stats([check_queue_name(q) for q in queues])
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

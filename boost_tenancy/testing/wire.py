@@ -56,6 +56,7 @@ def as_sent(message: WireMessage, *, jms: bool = False) -> Sent:
         properties={header_value(k): header_value(v) for k, v in message.properties.items()},
         correlation_id=None if correlation is None else header_value(correlation),
         persistent=message.persistent,
+        expires_at_ms=message.expires_at_ms,
     )
     if jms:
         headers = {} if isinstance(message.body, str) else {"content-length": str(len(body))}
@@ -133,7 +134,8 @@ def message_headers(
 
     Both brokers turn custom SEND headers into properties and return them, and both return the
     SEND's content-type. Classic adds content-length only to a BytesMessage (a SEND that had
-    one); Artemis adds it to every MESSAGE, text or bytes.
+    one); Artemis adds it to every MESSAGE, text or bytes. Both send `expires` on every MESSAGE:
+    the absolute expiry, 0 for none (seen on Classic 5.17; Artemis's StompUtils).
     """
     headers = dict(sent.message.properties)
     headers.update(sent.body_headers)
@@ -148,11 +150,13 @@ def message_headers(
         headers["correlation-id"] = sent.message.correlation_id
     if redelivered:
         headers["redelivered"] = "true"
+    headers["expires"] = str(sent.message.expires_at_ms or 0)
     return headers
 
 
 def broker_dead_letter(sent: Sent, *, queue: str, message_id: str) -> Sent:
-    """The copy Artemis moves to its dead-letter address after max-delivery-attempts."""
+    """The copy Artemis moves to its dead-letter address after max-delivery-attempts; without
+    an expiry, as Artemis resets it on every copy it moves (QueueImpl.makeCopy)."""
     properties = {
         **sent.message.properties,
         "_AMQ_ORIG_QUEUE": queue,

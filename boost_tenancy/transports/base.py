@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from boost_tenancy.errors import QueueStatsUnavailableError
 from boost_tenancy.messages import Body, WireMessage
 from boost_tenancy.selectors import SelectorLike
 
@@ -47,6 +48,11 @@ class TransportCapabilities:
     prefetch times an expected message size, so smaller messages are more in flight and one
     larger than the window still comes alone. Read by the contract suite; the runner's work
     queue takes whatever arrives and never blocks the receiving thread."""
+    queue_statistics: bool = False
+    """The transport implements QueueStatsReader: the broker reports how many messages a named
+    queue holds and how many are in flight (Classic with its statistics plugin). Read by
+    ops.stats through queue_stats_reader; where the broker is configured without the means
+    (Classic without the plugin) queue_stats raises QueueStatsUnavailableError."""
 
     def guard_selector(self, selector: SelectorLike) -> SelectorLike | None:
         """selector where the broker applies it, else None: for reads kept apart by the tenant
@@ -55,6 +61,24 @@ class TransportCapabilities:
         selectors. A shared queue's consumers never use this: there the selector is what keeps
         tenants apart, and a broker without it is refused."""
         return selector if self.server_side_selectors else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    """How many messages one broker queue holds, as its broker reports them."""
+
+    waiting: int
+    """Stored and not delivered to any consumer yet; scheduled messages are not counted."""
+    in_flight: int
+    """Delivered to a consumer and not acknowledged yet."""
+    scheduled: int | None = None
+    """Held back by the broker for a delay (delayed retries) and bound for this queue; None
+    where the broker does not count them per queue (Classic's scheduler serves the whole broker)."""
+
+    @property
+    def stored(self) -> int:
+        """Every message the queue holds: waiting or in flight (scheduled ones aside)."""
+        return self.waiting + self.in_flight
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +95,9 @@ class Delivery:
     """Times delivered before, when the transport knows it (native_delivery_count)."""
     broker_message_id: str | None = None
     """The broker's own message id (changes when the toolkit re-sends a copy)."""
+    expires_at_ms: int | None = None
+    """When the broker would expire the message (epoch milliseconds), as it came with it; None
+    when it never expires. A retry or routing copy keeps it, a dead letter never does."""
     token: object = None
     """Transport-private handle used to acknowledge this delivery."""
 
@@ -179,3 +206,26 @@ class Transport(Protocol):
 
     def is_live(self, delivery: Delivery) -> bool:
         """False when the connection that delivered it is gone: the broker will redeliver it."""
+
+
+@runtime_checkable
+class QueueStatsReader(Protocol):
+    """The optional operation of a transport whose capabilities declare queue_statistics."""
+
+    def queue_stats(self, queues: Sequence[str]) -> Mapping[str, QueueStats | None]:
+        """The counts of each named broker queue; None for a queue the broker does not have.
+
+        Asking creates no queue. Raises QueueStatsUnavailableError when the broker cannot
+        answer (not configured for it), TransportError when the connection fails.
+        """
+        ...
+
+
+def queue_stats_reader(transport: Transport) -> QueueStatsReader:
+    """transport as a QueueStatsReader where its capabilities declare queue_statistics (read
+    them after connect()); QueueStatsUnavailableError otherwise."""
+    if transport.capabilities.queue_statistics and isinstance(transport, QueueStatsReader):
+        return transport
+    raise QueueStatsUnavailableError(
+        f"{type(transport).__name__} gives no queue statistics on this broker"
+    )

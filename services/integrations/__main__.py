@@ -163,7 +163,12 @@ def _serve(settings: IntegrationsSettings) -> int:
             authenticator=TenantAuthenticator(settings.jwt),
             documents=documents,
             blobs=blobs,
-            producer=TenantProducer(transport, routing=settings.app.routing, guard=guard),
+            producer=TenantProducer(
+                transport,
+                routing=settings.app.routing,
+                guard=guard,
+                ttl=settings.app.message_ttl if settings.app.message_ttl.applies else None,
+            ),
             max_upload_bytes=settings.max_upload_bytes,
             guard=guard,
             budget=RequestBudget(settings.budgets),

@@ -8,10 +8,11 @@ import time
 import pytest
 
 from boost_tenancy import TenantId
-from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.errors import BoostTenancyError, QueueStatsUnavailableError
+from boost_tenancy.expiry import now_ms
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import tenant_selector
-from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports.base import Outgoing, QueueStats, Transport, queue_stats_reader
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 from tests.contract.conftest import LoseConnection, lose_connection_now
@@ -201,6 +202,39 @@ def test_delayed_delivery_is_held_back(transport_factory: TransportFactory) -> N
     assert wait_until(lambda: len(inbox) == 2, timeout=10)
     assert time.monotonic() - started >= 1.4
     assert inbox.bodies()[1] == "later"
+
+
+def test_a_sent_expiry_is_honoured_and_kept_by_a_forwarded_copy(
+    transport_factory: TransportFactory,
+) -> None:
+    """A message past its expiry is never delivered (what the broker does with it instead
+    differs: tests/unit/test_memory_expiry.py); one before it comes with its expiry, which a
+    forwarded copy keeps."""
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    now = now_ms()
+    short, long = now + 400, now + 600_000
+    transport.send(queue, WireMessage(body="short", properties={}, expires_at_ms=short))
+    transport.send_batch(
+        [
+            (queue, WireMessage(body="long", properties={}, expires_at_ms=long)),
+            (queue, WireMessage(body="never", properties={})),
+        ],
+        atomic=transport.capabilities.atomic_batches,
+    )
+    time.sleep(1.0)
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) >= 2)
+    time.sleep(0.3)
+    assert [(d.body, d.expires_at_ms) for d in inbox.items] == [("long", long), ("never", None)]
+    copies = Inbox()
+    transport.subscribe(other, selector=None, prefetch=5, on_delivery=copies)
+    kept = inbox.items[0]
+    copy = WireMessage(body=kept.body, properties={}, expires_at_ms=kept.expires_at_ms)
+    transport.send_then_ack(kept, [Outgoing(other, copy)])
+    assert wait_until(lambda: len(copies) == 1)
+    assert copies.items[0].expires_at_ms == long
 
 
 def test_send_batch_delivers_every_message_in_order(transport_factory: TransportFactory) -> None:
@@ -425,3 +459,37 @@ def test_without_transactions_an_atomic_batch_is_refused(
         transport.send_batch([(queue, wire("t1", "x"))])
     with pytest.raises(BoostTenancyError, match="atomic"):
         transport.open_batch(atomic=True)
+
+
+def test_queue_statistics_count_waiting_and_in_flight_apart_and_create_no_queue(
+    transport_factory: TransportFactory,
+) -> None:
+    sender, receiver = transport_factory(), transport_factory()
+    reader = queue_stats_reader(sender) if sender.capabilities.queue_statistics else None
+    if reader is None:
+        pytest.skip("the broker reports no queue statistics (its refusal is tested instead)")
+    queue, missing = unique_queue(), unique_queue()
+    for index in range(5):
+        sender.send(queue, wire("t1", f"m{index}"))
+    inbox = Inbox()
+    receiver.subscribe(queue, selector=None, prefetch=2, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) == 2)
+    assert wait_until(
+        lambda: (
+            reader.queue_stats([queue, missing]).get(queue)
+            == QueueStats(waiting=3, in_flight=2, scheduled=None)
+        )
+    ), reader.queue_stats([queue])
+    assert reader.queue_stats([missing]) == {missing: None}
+    receiver.ack(inbox.items[0])
+    assert wait_until(
+        lambda: reader.queue_stats([queue])[queue] == QueueStats(waiting=2, in_flight=2)
+    )
+
+
+def test_without_queue_statistics_asking_is_refused(transport_factory: TransportFactory) -> None:
+    transport = transport_factory()
+    if transport.capabilities.queue_statistics:
+        pytest.skip("the broker reports queue statistics (tested above)")
+    with pytest.raises(QueueStatsUnavailableError):
+        queue_stats_reader(transport)

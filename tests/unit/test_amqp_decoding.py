@@ -37,6 +37,8 @@ def what_the_transport_makes(received: Received) -> tuple[object, ...]:
         message_id_text(received.message_id),
         received.delivery_count,
         received.first_acquirer,
+        received.absolute_expiry_time,
+        received.ttl,
     )
 
 
@@ -115,6 +117,12 @@ def messages(draw: st.DrawFn) -> Message:
         message.annotations = annotations
     if draw(st.booleans()):
         message.instructions = {symbol("x-opt-d"): draw(st.integers(0, 100))}
+    if draw(st.booleans()):
+        message.ttl = draw(st.integers(min_value=0, max_value=2**32 - 1)) / 1000
+    if draw(st.booleans()):
+        # Any timestamp: beyond expiry.LATEST_EXPIRY_MS or not positive reads as none.
+        expiry = draw(st.integers(min_value=-(2**62), max_value=2**62))
+        message.expiry_time = (expiry + 0.5) / 1000  # proton truncates seconds * 1000
     return message
 
 
@@ -158,8 +166,12 @@ def toolkit_message(**changes: Any) -> bytes:
         toolkit_message(body=b"\x00\xff" * 600),
         toolkit_message(id=uuid.uuid4(), first_acquirer=True, delivery_count=3),
         toolkit_message(annotations={symbol("x-opt-jms-dest"): 0, "x-opt-to": "q"}),
+        to_amqp(
+            WireMessage(body="x", properties={"tenantUUID": "org-a"}, expires_at_ms=2_000_000),
+            now=1_000_000,
+        ).encode(),
     ],
-    ids=["text", "bytes", "ids-and-header", "artemis-annotations"],
+    ids=["text", "bytes", "ids-and-header", "artemis-annotations", "expiry"],
 )
 def test_the_messages_the_toolkit_sends_take_the_fast_reader(data: bytes) -> None:
     """The fast reader is what makes consuming cheap: a message a producer of the toolkit (or

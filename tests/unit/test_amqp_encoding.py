@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from proton import Message
 
 from boost_tenancy.errors import MessageEncodeError
+from boost_tenancy.expiry import LATEST_EXPIRY_MS
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.amqp.codec import body_of, properties_of, to_amqp
 from boost_tenancy.transports.amqp.encoding import encode_message
@@ -30,14 +31,20 @@ wire_messages = st.builds(
     properties=st.dictionaries(texts, texts, max_size=6),
     correlation_id=st.none() | texts,
     persistent=st.booleans(),
+    expires_at_ms=st.none() | st.integers(min_value=1, max_value=LATEST_EXPIRY_MS),
 )
 delays = st.one_of(st.just(0), st.integers(min_value=1, max_value=2**63 - 1))
+sending_times = st.integers(min_value=1, max_value=LATEST_EXPIRY_MS)
+"""When a message is encoded (epoch ms): the header.ttl is what is left of its expiry then."""
 
 
 @settings(max_examples=500, deadline=None)
-@given(wire_messages, delays)
-def test_the_encoder_writes_the_bytes_proton_writes(message: WireMessage, delay_ms: int) -> None:
-    assert encode_message(message, delay_ms).data == bytes(to_amqp(message, delay_ms).encode())
+@given(wire_messages, delays, sending_times)
+def test_the_encoder_writes_the_bytes_proton_writes(
+    message: WireMessage, delay_ms: int, now: int
+) -> None:
+    encoded = encode_message(message, delay_ms, now).data
+    assert encoded == bytes(to_amqp(message, delay_ms, now).encode())
 
 
 def test_a_large_message_keeps_its_body_and_properties() -> None:

@@ -401,6 +401,63 @@ def test_a_delay_ends_by_the_real_clock(client: Client, queue: str) -> None:
     assert 0.25 <= time.monotonic() - started < 2
 
 
+# -- Artemis: expiry ----------------------------------------------------------------------------
+def expiring(body: str, *, ttl_s: float = 0, in_s: float = 0) -> Message:
+    """A message with a header ttl and/or an absolute expiry in_s from now (wall clock)."""
+    message = Message(body=body, durable=True)
+    if ttl_s:
+        message.ttl = ttl_s
+    if in_s:
+        message.expiry_time = time.time() + in_s
+    return message
+
+
+@pytest.mark.parametrize("kind", ["absolute", "ttl", "absolute before ttl"])
+def test_artemis_never_delivers_an_expired_message_and_drops_it(queue: str, kind: str) -> None:
+    clock = FakeClock()
+    with AmqpPeer(clock=clock) as peer:
+        client = Client(peer.url)
+        sender = client.sender(queue, "queue")
+        if kind == "absolute":
+            sender.send(expiring("expires", in_s=60))
+        elif kind == "ttl":
+            sender.send(expiring("expires", ttl_s=60))
+        else:  # the absolute time wins over a longer ttl (AMQPMessage.scanMessageData)
+            sender.send(expiring("expires", ttl_s=3_600, in_s=60))
+        sender.send(expiring("kept", ttl_s=3_600))
+        clock.now += 61
+        receiver = client.receiver(queue, "queue")
+        first = receive(receiver)
+        receiver.settle(Delivery.ACCEPTED)
+        second = receive(receiver, timeout=0.3)
+        depth = peer.depth(queue)
+        client.close()
+    assert first is not None
+    assert first.body == "kept"
+    assert second is None
+    assert depth == 0
+
+
+def test_artemis_moves_an_expired_message_to_its_expiry_address_without_an_expiry(
+    queue: str,
+) -> None:
+    clock = FakeClock()
+    with AmqpPeer(clock=clock, expiry_address="ExpiryQueue") as peer:
+        client = Client(peer.url)
+        client.sender(queue, "queue").send(expiring("expired", ttl_s=5, in_s=5))
+        clock.now += 6
+        assert receive(client.receiver(queue, "queue"), timeout=0.3) is None
+        expired = receive(client.receiver("ExpiryQueue", "queue"))
+        client.close()
+    assert expired is not None
+    assert expired.body == "expired"
+    assert (expired.ttl, expired.expiry_time) == (0, 0)
+    annotations = expired.annotations or {}
+    assert annotations[symbol("x-opt-ORIG-QUEUE")] == queue
+    assert annotations[symbol("x-opt-ORIG-ADDRESS")] == queue
+    assert symbol("x-opt-ACTUAL-EXPIRY") in annotations
+
+
 # -- Artemis: transactions ----------------------------------------------------------------------
 class TxnEvents(TransactionHandler):
     def __init__(self) -> None:
@@ -676,6 +733,28 @@ def test_rabbitmq_ignores_a_delivery_delay(rabbit: Client, address: str) -> None
     message = receive(receiver, timeout=1)
     receiver.settle(Delivery.ACCEPTED)
     assert message is not None
+
+
+def test_rabbitmq_honours_the_header_ttl_and_ignores_an_absolute_expiry(
+    rabbit: Client, address: str
+) -> None:
+    """Measured on 3.10.8: header.ttl is its per-message TTL (expired, never delivered);
+    properties.absolute-expiry-time alone is not read, but comes back with the message."""
+    sender = rabbit.sender(address)
+    sender.send(expiring("ttl", ttl_s=0.3))
+    sender.send(expiring("absolute", in_s=0.3))
+    sender.send(expiring("both", ttl_s=0.3, in_s=0.3))
+    sender.send(expiring("long", ttl_s=600, in_s=600))
+    time.sleep(0.8)
+    receiver = rabbit.receiver(address)
+    got = []
+    while (message := receive(receiver, timeout=0.5)) is not None:
+        receiver.settle(Delivery.ACCEPTED)
+        got.append(message)
+    assert [m.body for m in got] == ["absolute", "long"]
+    absolute, long = got
+    assert 0 < absolute.expiry_time < time.time(), "delivered after its absolute expiry"
+    assert long.ttl == 600.0, "the ttl comes back as it was sent"
 
 
 def test_rabbitmq_refuses_a_transaction_coordinator(rabbit: Client) -> None:

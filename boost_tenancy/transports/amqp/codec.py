@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from proton import Message, symbol
 
+from boost_tenancy.expiry import now_ms, read_expiry
 from boost_tenancy.messages import Body, WireMessage, wire_body
 from boost_tenancy.transports.stomp.frames import (
     BYTES_MARKER_VALUE,
@@ -28,11 +29,44 @@ STOMP_ARTEFACTS: Final = frozenset({"content-length", "destination"})
 """Properties Artemis adds to a message sent over STOMP when an AMQP client reads it (measured
 on 2.44): frame headers, not the sender's properties."""
 _TEXT_TYPES: Final = ("text/",)
+HEADER_TTL_LIMIT_MS: Final = 2**32 - 1
+"""header.ttl is a uint of milliseconds (about 49.7 days)."""
 
 
-def to_amqp(message: WireMessage, delay_ms: int = 0) -> Message:
+def header_ttl(expires_at_ms: int | None, now: int | None = None) -> int | None:
+    """The header.ttl a message with this absolute expiry is sent with: what is left of it at
+    now (epoch ms, the wall clock by default), at least 1 ms. RabbitMQ 3.10 honours only the
+    ttl (as its per-message TTL; it ignores absolute-expiry-time), Artemis the absolute time
+    first. None without an expiry, or when what is left does not fit a uint: the message then
+    expires by its absolute-expiry-time alone, where the broker reads it (not on RabbitMQ)."""
+    if expires_at_ms is None:
+        return None
+    left = expires_at_ms - (now_ms() if now is None else now)
+    return None if left > HEADER_TTL_LIMIT_MS else max(1, left)
+
+
+def delivered_expiry(
+    absolute_expiry_time: int | None, ttl: int | None, now: int | None = None
+) -> int | None:
+    """A delivered message's expiry (epoch ms): its absolute-expiry-time; for a sender that set
+    only a ttl, now plus that ttl (brokers hand the ttl on as it was sent)."""
+    if absolute_expiry_time is not None or ttl is None:
+        return absolute_expiry_time
+    return read_expiry((now_ms() if now is None else now) + ttl)
+
+
+def _proton_seconds(milliseconds: int) -> float:
+    # proton takes seconds and truncates seconds * 1000 to an integer: half a millisecond more
+    # makes it land on the exact millisecond whatever the float rounding.
+    return (milliseconds + 0.5) / 1000.0
+
+
+def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> Message:
     """The proton Message a WireMessage goes out as; MessageEncodeError for a body the wire
     cannot carry.
+
+    An expiry goes out twice: as properties.absolute-expiry-time, and as what is left of it in
+    header.ttl (header_ttl; now: the wall clock in epoch ms, by default read here).
 
     A str that is not valid UTF-8 (text that arrived as invalid bytes, decoded with
     surrogateescape) has no amqp-value string form: it goes out as the very same bytes, marked
@@ -60,6 +94,11 @@ def to_amqp(message: WireMessage, delay_ms: int = 0) -> Message:
     out.inferred = isinstance(body, bytes)
     if delay_ms > 0:
         out.annotations = {DELIVERY_DELAY: int(delay_ms)}
+    if message.expires_at_ms is not None:
+        out.expiry_time = _proton_seconds(message.expires_at_ms)
+        ttl = header_ttl(message.expires_at_ms, now)
+        if ttl is not None:
+            out.ttl = _proton_seconds(ttl)
     return out
 
 

@@ -19,6 +19,8 @@ from typing import Any, Final, NamedTuple
 
 from proton import Message
 
+from boost_tenancy.expiry import read_expiry
+
 _U32: Final = struct.Struct(">I").unpack_from
 
 # Section descriptors (small ulong codes), in the order a message carries them.
@@ -139,6 +141,11 @@ class Received(NamedTuple):
     message_id: object
     delivery_count: int
     first_acquirer: bool
+    absolute_expiry_time: int | None = None
+    """properties.absolute-expiry-time in epoch ms (expiry.read_expiry: None when unset, 0 or
+    out of range)."""
+    ttl: int | None = None
+    """header.ttl in ms; None when unset or 0."""
 
 
 class _NotCommonError(Exception):
@@ -178,6 +185,9 @@ def received_from(message: Message) -> Received:
         message_id=_owned(message.id),
         delivery_count=int(message.delivery_count or 0),
         first_acquirer=bool(message.first_acquirer),
+        # proton hands both over as float seconds, 0 when unset.
+        absolute_expiry_time=read_expiry(round(message.expiry_time * 1000)),
+        ttl=round(message.ttl * 1000) or None,
     )
 
 
@@ -214,8 +224,8 @@ def _read_common(data: Buffer) -> Received:
     if pos != end:
         raise _NotCommonError
     header += [None] * (5 - len(header))
-    properties += [None] * (7 - len(properties))
-    content_type, count = properties[6], header[4]
+    properties += [None] * (9 - len(properties))
+    content_type, count, ttl = properties[6], header[4], header[2]
     return Received(
         body=body[0],
         properties=application,
@@ -224,6 +234,8 @@ def _read_common(data: Buffer) -> Received:
         message_id=properties[0],
         delivery_count=count if isinstance(count, int) else 0,
         first_acquirer=bool(header[3]),
+        absolute_expiry_time=read_expiry(properties[8]),
+        ttl=ttl if isinstance(ttl, int) and ttl > 0 else None,
     )
 
 

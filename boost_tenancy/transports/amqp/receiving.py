@@ -21,6 +21,7 @@ from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import base
 from boost_tenancy.transports.amqp.codec import (
     delivered_body,
+    delivered_expiry,
     message_id_text,
     text_or_none,
     text_properties,
@@ -252,6 +253,7 @@ class Receiving:
                     subscription_id=spec.id,
                     delivery_count=count if engine.capabilities.native_delivery_count else None,
                     broker_message_id=message_id_text(message.message_id),
+                    expires_at_ms=delivered_expiry(message.absolute_expiry_time, message.ttl),
                     token=DeliveryToken(engine.generation, number, spec.id),
                 ),
             )

@@ -47,6 +47,19 @@ class BrokerFlavour(enum.Enum):
         its presence does not mean bytes."""
         return self is BrokerFlavour.ARTEMIS
 
+    def scheduled_send_headers(self, delay_ms: int, expires_at_ms: int | None) -> dict[str, str]:
+        """What a delayed SEND of an expiring message needs to keep its absolute expiry.
+
+        When Classic's scheduler fires it re-stamps the message: expiration becomes the firing
+        time plus (expiration - JMSTimestamp) (SchedulerBroker.scheduledJob), so a retry copy
+        delayed 300 ms came back 688 ms later to expire (seen on 5.17 here). It leaves a message
+        stamped with timestamp 0 (JMS: no timestamp) as it is. Artemis's scheduled delivery
+        puts the message back without touching its expiration (ScheduledDeliveryHandlerImpl).
+        """
+        if self is BrokerFlavour.CLASSIC and delay_ms > 0 and expires_at_ms is not None:
+            return {"timestamp": "0"}
+        return {}
+
     def prefetch_headers(self, prefetch: int, bytes_per_message: int) -> dict[str, str]:
         """The SUBSCRIBE headers that let about prefetch messages be unacknowledged at once.
 
@@ -70,6 +83,10 @@ _CAPABILITIES: Final = {
         atomic_batches=True,  # BEGIN/COMMIT cover SEND on both
         # Artemis counts its consumer window in bytes; an unknown broker promises nothing.
         prefetch_counts_messages=flavour is BrokerFlavour.CLASSIC,
+        # Classic's statistics plugin, asked over STOMP (stomp/statistics.py); whether the broker
+        # enables it shows only when asked. Artemis would answer through its management address,
+        # which no test here could check against a real Artemis: not claimed.
+        queue_statistics=flavour is BrokerFlavour.CLASSIC,
     )
     for flavour in BrokerFlavour
 }

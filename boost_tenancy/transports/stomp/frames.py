@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
+from boost_tenancy.expiry import read_expiry
 from boost_tenancy.messages import Body, WireMessage, check_queue_name
 from boost_tenancy.transports.base import Delivery, Outgoing
 
@@ -161,6 +162,12 @@ def send_frame(queue: str, message: WireMessage, delay_ms: int, extra: Mapping[s
         headers["correlation-id"] = message.correlation_id
     if delay_ms > 0:
         headers["AMQ_SCHEDULED_DELAY"] = str(int(delay_ms))
+    # Both brokers read `expires` as the absolute expiry (epoch ms): it comes from the message's
+    # own field only, so an application property of that name cannot make a message expire.
+    if message.expires_at_ms is not None:
+        headers["expires"] = str(message.expires_at_ms)
+    else:
+        headers.pop("expires", None)
     headers.update(extra)
     body = message.body
     if isinstance(body, str):
@@ -259,5 +266,7 @@ def delivery_of(
         redelivered=headers.get("redelivered") == "true",
         subscription_id=subscription_id,
         broker_message_id=headers.get("message-id"),
+        # expires:0 on every MESSAGE without one (Classic 5.17 and Artemis alike).
+        expires_at_ms=read_expiry(headers.get("expires")),
         token=token,
     )

@@ -10,13 +10,14 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
+    QueueStats,
     SubscribeRequest,
     TransportCapabilities,
 )
@@ -34,6 +35,7 @@ from boost_tenancy.transports.stomp.frames import (
 from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
+from boost_tenancy.transports.stomp.statistics import ClassicStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +118,18 @@ class StompTransport:
         receipt = new_receipt()
         last = len(items) - 1
         frames = [
-            send_frame(q, m, delay_ms, {"receipt": receipt} if i == last else {})
+            self._send_frame(q, m, delay_ms, {"receipt": receipt} if i == last else {})
             for i, (q, m, delay_ms) in enumerate(items)
         ]
         link = self._connection.current()
         self._connection.confirm(link, frames, receipt, what)
+
+    def _send_frame(
+        self, queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]
+    ) -> bytes:
+        """send_frame, with what this broker needs to keep a delayed message's expiry."""
+        kept = self.flavour.scheduled_send_headers(delay_ms, message.expires_at_ms)
+        return send_frame(queue, message, delay_ms, {**kept, **extra} if kept else extra)
 
     def _transaction(
         self, items: Sequence[Outgoing], acks: tuple[Link, Sequence[str]] | None
@@ -132,7 +141,7 @@ class StompTransport:
         in_tx = {"transaction": tx}
         # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
         # alone (MessageEncodeError), not as half a transaction on a healthy connection.
-        sends = [send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
+        sends = [self._send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
         link = self._connection.current()
         if acks is not None and acks[0].generation != link.generation:
             raise TransportError("delivery belongs to a lost connection")
@@ -335,6 +344,16 @@ class StompTransport:
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._ack_target(delivery) is not None
+
+    # -- statistics ------------------------------------------------------------------------------
+    def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:
+        """Counts of the named queues (QueueStatsReader), where capabilities.queue_statistics;
+        asked on a connection of their own (stomp/statistics.py)."""
+        if not self.capabilities.queue_statistics:
+            raise QueueStatsUnavailableError(
+                f"{self.flavour.value} gives no queue statistics over STOMP"
+            )
+        return ClassicStatistics(self._settings).queue_stats(queues)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:

@@ -1,0 +1,99 @@
+"""MessageTtl: how long a tenant's messages may wait on the broker before it expires them.
+
+Every tenant's default (BOOST_MESSAGE_TTL_S, 0 = no expiry) and per-tenant overrides set in
+code; the TenantProducer and ctx.publish stamp each message they send with the absolute expiry
+it gives (expiry.ExpiryPolicy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Final
+
+from boost_tenancy.envvars import env_float
+from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.expiry import now_ms
+from boost_tenancy.tenancy import TenantId
+
+TTL_VARIABLE: Final = "BOOST_MESSAGE_TTL_S"
+MAX_TTL_S: Final = 10 * 365 * 86_400
+"""Ten years: a longer time-to-live is no time-to-live, and a bound keeps every expiry a valid
+one (expiry.LATEST_EXPIRY_MS)."""
+
+
+def _checked_seconds(what: str, seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigError(f"{what} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_TTL_S:
+        raise ConfigError(
+            f"{what} must be between 0 (no expiry) and {MAX_TTL_S} seconds, got {seconds!r}"
+        )
+    return float(seconds)
+
+
+def _milliseconds(seconds: float) -> int | None:
+    # A time-to-live shorter than a millisecond still expires: it is never rounded to none.
+    return None if seconds == 0 else max(1, round(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageTtl:
+    """Seconds a message lives after it is sent: default_s for every tenant, per_tenant for
+    those that differ (0 = never expires, for the default as for a tenant). Immutable: change
+    it with for_tenant (a new value)."""
+
+    default_s: float = 0.0
+    per_tenant: Mapping[TenantId, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "default_s", _checked_seconds("MessageTtl.default_s", self.default_s)
+        )
+        checked: dict[TenantId, float] = {}
+        for raw, seconds in dict(self.per_tenant).items():
+            try:
+                tenant = TenantId.parse(raw)
+            except InvalidTenantError as exc:
+                raise ConfigError(f"MessageTtl.per_tenant: {exc}") from None
+            checked[tenant] = _checked_seconds(f"MessageTtl.per_tenant[{tenant.value!r}]", seconds)
+        # A read-only copy: the caller's dict changing later must not change a frozen value.
+        object.__setattr__(self, "per_tenant", MappingProxyType(checked))
+
+    @property
+    def applies(self) -> bool:
+        """Whether any tenant's messages expire."""
+        return self.default_s > 0 or any(s > 0 for s in self.per_tenant.values())
+
+    def ttl_ms_of(self, tenant: TenantId | str) -> int | None:
+        """tenant's time-to-live in milliseconds, or None: its messages never expire."""
+        return _milliseconds(self.per_tenant.get(TenantId.parse(tenant), self.default_s))
+
+    def expiry_of(self, tenant: TenantId, now: int | None = None) -> int | None:
+        """The absolute expiry (epoch milliseconds) of a message tenant sends at now (epoch
+        milliseconds, the wall clock by default), or None."""
+        ttl_ms = self.ttl_ms_of(tenant)
+        if ttl_ms is None:
+            return None
+        return (now_ms() if now is None else now) + ttl_ms
+
+    def for_tenant(self, tenant: TenantId | str, seconds: float) -> MessageTtl:
+        """This value with tenant's time-to-live set to seconds (0: its messages never expire,
+        whatever the default)."""
+        return replace(self, per_tenant={**self.per_tenant, TenantId.parse(tenant): seconds})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MessageTtl:
+        """BOOST_MESSAGE_TTL_S, every tenant's default; a negative, non-numeric, non-finite or
+        too large value stops start-up naming the variable."""
+        seconds = env_float(env, TTL_VARIABLE, 0.0)
+        if seconds > MAX_TTL_S:
+            raise ConfigError(f"{TTL_VARIABLE} must be at most {MAX_TTL_S} seconds, got {seconds}")
+        return cls(default_s=seconds)
+
+
+NO_EXPIRY: Final = MessageTtl()
+
+__all__ = ["MAX_TTL_S", "NO_EXPIRY", "TTL_VARIABLE", "MessageTtl"]

@@ -1,0 +1,121 @@
+"""Per-tenant queue statistics from the real ActiveMQ Classic (its statistics plugin, which the
+project's broker enables): a runner's backlog counted exactly, asking about a queue that does not
+exist creates none, and the command prints what the broker said."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import TenantId, TenantProducer
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.ops.stats import NOT_REPORTED, TenantStats
+from boost_tenancy.ops.stats_metrics import queue_gauges
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.transports.base import QueueStats
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from tests.broker_target import stomp_env
+from tests.conftest import unique_queue, wait_until
+from tests.stats_scenario import HELD, WAITING, backlog
+
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.classic_only("reads ActiveMQ Classic's statistics plugin"),
+]
+
+CLI = Path(sys.executable).parent / "boost-tenancy"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def new_tenant() -> TenantId:
+    """A tenant no other run uses: the broker is shared, its queues outlive the tests."""
+    return TenantId(f"stats-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def transport(stomp_settings: StompSettings) -> Iterator[StompTransport]:
+    transport = StompTransport(stomp_settings)
+    transport.connect()
+    yield transport
+    transport.close()
+
+
+def test_a_runners_backlog_is_counted_exactly(
+    stomp_settings: StompSettings, transport: StompTransport, tmp_path: Path
+) -> None:
+    tenant, other = new_tenant(), new_tenant()
+    queue = unique_queue("cmd.stats")
+    TenantProducer(transport).send(queue, other, {"kind": "plain"})
+    with backlog(StompTransport(stomp_settings), transport, queue, tenant, tmp_path):
+        # The runner's acknowledgements of the dead letter and the quarantined message are
+        # written by its ack thread: counted once the broker has them.
+        stats = TenantStats(transport)
+        assert wait_until(lambda: stats.rows(tenant, [queue])[0].in_flight == HELD, timeout=10)
+        row, other_row = stats.rows_for([tenant, other], [queue])
+        gauges = queue_gauges([row, other_row], tenant_label=True)
+    assert row.exists
+    assert row.counts() == {
+        "depth": WAITING,
+        "in_flight": HELD,
+        "scheduled": None,
+        "dead_lettered": 1,
+        "quarantined": 1,
+        "parked": 0,
+    }
+    assert row.unavailable == {"scheduled": NOT_REPORTED}
+    assert (other_row.depth, other_row.in_flight, other_row.dead_lettered) == (1, 0, 0)
+    assert f'boost_tenancy_queue_depth{{tenant="{tenant.value}",queue="{queue}"}} {WAITING}' in (
+        gauges.splitlines()
+    )
+
+
+def test_asking_about_queues_the_broker_does_not_have_creates_none(
+    transport: StompTransport,
+) -> None:
+    missing = [unique_queue("stats.missing"), dead_letter_queue(unique_queue("stats.missing"))]
+    assert transport.queue_stats(missing) == dict.fromkeys(missing)
+    # Asked again: still none. Had the first request created them, they would answer now.
+    assert transport.queue_stats(missing) == dict.fromkeys(missing)
+
+
+def test_many_queues_are_answered_in_one_call(transport: StompTransport) -> None:
+    queues = [unique_queue("stats.many") for _ in range(300)]
+    sent = queues[::50]
+    for queue in sent:
+        transport.send(queue, WireMessage(body="x", properties={}))
+    stats = transport.queue_stats(queues)
+    assert {q for q, s in stats.items() if s is not None} == set(sent)
+    assert all(stats[q] == QueueStats(waiting=1, in_flight=0) for q in sent)
+
+
+def test_the_command_prints_the_brokers_counts(
+    stomp_settings: StompSettings, transport: StompTransport
+) -> None:
+    tenant = new_tenant()
+    queue = unique_queue("cmd.stats")
+    producer = TenantProducer(transport)
+    for n in range(2):
+        producer.send(queue, tenant, {"n": n})
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BOOST_")}
+    env.update(stomp_env(stomp_settings))
+    done = subprocess.run(
+        [str(CLI), "stats", "--tenant", tenant.value, "--queue", queue, "--json"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    shown = json.loads(line)
+    assert (shown["broker_queue"], shown["exists"]) == (f"tenant.{tenant.value}.{queue}", True)
+    assert (shown["depth"], shown["in_flight"], shown["dead_lettered"]) == (2, 0, 0)
