@@ -10,6 +10,7 @@ boost_tenancy.quotas.
 """
 
 from boost_tenancy.errors import (
+    BacklogQuotaExceededError,
     BoostTenancyError,
     ConfigError,
     InvalidTenantError,
@@ -35,6 +36,7 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.registry import open_transport
 
 __all__ = [
+    "BacklogQuotaExceededError",
     "BoostTenancyError",
     "ConfigError",
     "DispatchSettings",

@@ -12,6 +12,7 @@ from boost_tenancy.config import AppSettings
 from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner
+from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.resilience.error_store import ErrorStore, open_error_store
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Transport
@@ -41,6 +42,7 @@ def run_processor(
     owned_store = store is None
     error_store = open_error_store(settings.error_store_url) if store is None else store
     fairness: FairnessWiring | None = None
+    backlog: BrokerBacklog | None = None
     try:
         fairness = FairnessWiring.build(
             settings.fairness,
@@ -51,9 +53,13 @@ def run_processor(
             usage_store_url=settings.usage_store_url,
             usage_flush_s=settings.usage_flush_s,
         )
+        transport = open_broker(settings, env)
+        # The backlog quota may come from the settings or, at run time, from a tenant's policy.
+        if settings.publish.max_queued_messages or settings.policy_store_url:
+            backlog = BrokerBacklog(transport, settings.routing)
         runner = ProcessorRunner(
             processor,
-            open_broker(settings, env),
+            transport,
             tenants,
             error_store=error_store,
             settings=settings.runner,
@@ -62,12 +68,16 @@ def run_processor(
             gate=fairness.gate,
             observers=fairness.observers,
             middleware=fairness.middleware,
-            publish_guard=fairness.publish_guard(settings.publish),
+            publish_guard=fairness.publish_guard(settings.publish, backlog=backlog),
             message_ttl=settings.message_ttl if settings.message_ttl.applies else None,
         )
         fairness.start()
+        if backlog is not None:
+            backlog.start()
         return runner.run()
     finally:
+        if backlog is not None:
+            backlog.close()
         if fairness is not None:
             fairness.close()
         if owned_store:

@@ -359,6 +359,7 @@ def _add_policy_parsers(sub: Any) -> None:
     change.add_argument("--bytes-per-s", dest="bytes_per_s", type=float)
     change.add_argument("--burst-s", dest="burst_s", type=float)
     change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
+    change.add_argument("--max-queued-messages", dest="max_queued_messages", type=int)
     change.add_argument(
         "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
     )

@@ -95,6 +95,13 @@ class PublishRateExceededError(PublishRefusedError, TransientError):
     reason = "rate"
 
 
+class BacklogQuotaExceededError(PublishRateExceededError):
+    """The tenant's queue holds its maximum of queued messages: deferred and answered like a
+    rate refusal (once its consumers catch up, the publish is admitted)."""
+
+    reason = "backlog"
+
+
 class MessageTooLargeError(PublishRefusedError, PermanentError):
     """Larger than the tenant's maximum message size: retrying cannot help."""
 

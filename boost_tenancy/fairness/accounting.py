@@ -37,7 +37,7 @@ OUTCOMES: Final = (
 HOLD_REASONS: Final = ("rate", "concurrency")
 """Why the fairness gate held a tenant's next delivery."""
 
-PUBLISH_REFUSALS: Final = ("rate", "size")
+PUBLISH_REFUSALS: Final = ("rate", "size", "backlog")
 """Why a tenant's publish was refused (quotas.PublishGuard)."""
 
 Event = Literal[
@@ -47,6 +47,7 @@ Event = Literal[
     "expired",
     "publish_refused_rate",
     "publish_refused_size",
+    "publish_refused_backlog",
 ]
 """What the fairness gate and the publishing limits (quotas/) record; the dispatcher does not
 see these."""
@@ -58,6 +59,7 @@ EVENTS: Final[tuple[Event, ...]] = (
     "expired",
     "publish_refused_rate",
     "publish_refused_size",
+    "publish_refused_backlog",
 )
 
 # One slot per counter, in this order, in each tenant's list.
@@ -188,7 +190,8 @@ class Accounting:
             lines,
             "boost_tenancy_publish_refused_total",
             "Publishes refused by a tenant's publishing limits, by the limit: rate (messages/s or "
-            "bytes/s) or size (maximum message size); nothing of them was sent.",
+            "bytes/s), size (maximum message size) or backlog (the tenant's queue at its quota); "
+            "nothing of them was sent.",
             (
                 (_labels(tenant, reason=reason), counts[_INDEX[f"publish_refused_{reason}"]])
                 for reason in PUBLISH_REFUSALS
@@ -221,6 +224,7 @@ def _view(counts: list[int]) -> dict[str, int]:
         "unsettled": get("unsettled"),
         "publish_refused_rate": get("publish_refused_rate"),
         "publish_refused_size": get("publish_refused_size"),
+        "publish_refused_backlog": get("publish_refused_backlog"),
     }
 
 

@@ -14,6 +14,7 @@ from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.fairness.usage import DEFAULT_FLUSH_S, UsageRecorder, open_usage_store
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.settle import DispatchObserver
+from boost_tenancy.quotas.backlog import BacklogSource
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.quotas.policy import PolicyResolver
@@ -98,7 +99,9 @@ class FairnessWiring:
         if self.usage is not None:
             self.usage.start()
 
-    def publish_guard(self, limits: PublishLimits) -> PublishGuard:
+    def publish_guard(
+        self, limits: PublishLimits, *, backlog: BacklogSource | None = None
+    ) -> PublishGuard:
         """A PublishGuard with limits as every tenant's default, its refusals counted in the
         accounting (publish_refused_rate, publish_refused_size)."""
 
@@ -106,7 +109,7 @@ class FairnessWiring:
             self.accounting.record(tenant, cast(Event, f"publish_refused_{reason}"))
 
         policy_of = None if self.policies is None else self.policies.policy_of
-        return PublishGuard(limits, on_refused=on_refused, policy_of=policy_of)
+        return PublishGuard(limits, on_refused=on_refused, policy_of=policy_of, backlog=backlog)
 
     def close(self) -> None:
         """Stop the metrics server, close what the gate holds (tier store, Redis) and the

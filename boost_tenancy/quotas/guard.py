@@ -18,14 +18,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from boost_tenancy.errors import ConfigError, MessageTooLargeError, PublishRateExceededError
+from boost_tenancy.errors import (
+    BacklogQuotaExceededError,
+    ConfigError,
+    MessageTooLargeError,
+    PublishRateExceededError,
+)
 from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step
 from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.quotas.backlog import BacklogSource
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
 from boost_tenancy.quotas.policy import TenantPolicy
 from boost_tenancy.tenancy import TenantId
 
-PUBLISH_REFUSAL_REASONS: Final = ("rate", "size")
+PUBLISH_REFUSAL_REASONS: Final = ("rate", "size", "backlog")
 
 OnRefused = Callable[[TenantId, str, str], None]
 """(tenant, queue, reason) of each refused publish; must not raise."""
@@ -112,11 +118,13 @@ class PublishGuard:
         clock: Callable[[], float] = time.monotonic,
         idle_s: float = 600.0,
         policy_of: Callable[[TenantId], TenantPolicy] | None = None,
+        backlog: BacklogSource | None = None,
     ) -> None:
         if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
             raise ConfigError(f"PublishGuard idle_s must be a positive number, got {idle_s!r}")
         self._on_refused = on_refused
         self._policy_of = policy_of
+        self._backlog = backlog
         self._clock = clock
         self._idle_s = float(idle_s)
         self._lock = threading.Lock()
@@ -192,8 +200,9 @@ class PublishGuard:
 
     # -- enforcing -------------------------------------------------------------------------------
     def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None:
-        """Admit messages of tenant to queue, or raise MessageTooLargeError or
-        PublishRateExceededError (nothing taken from any bucket then)."""
+        """Admit messages of tenant to queue, or raise MessageTooLargeError,
+        BacklogQuotaExceededError or PublishRateExceededError (nothing taken from any bucket
+        then)."""
         if not self._active or not messages:
             return
         if len(messages) == 1:
@@ -210,8 +219,14 @@ class PublishGuard:
                 if len(lanes) == 1
                 else min((c for c in (lanes[0].cap, lanes[1].cap) if c), default=0)
             )
+            quota = lanes[0].limits.max_queued_messages
+            queued = (
+                self._backlog.queued(tenant, queue) if quota and self._backlog is not None else None
+            )
             if cap and largest > cap:
                 refusal: str | None = "size"
+            elif queued is not None and queued + count > quota:
+                refusal = "backlog"
             else:
                 refusal, wait = self._take(lanes, count, max(1, total), now)
         if refusal is None:
@@ -223,6 +238,13 @@ class PublishGuard:
                 queue,
                 f"a message of {largest} bytes is over the limit of {cap} bytes "
                 "(body and properties)",
+            )
+        if refusal == "backlog" and self._backlog is not None:
+            raise BacklogQuotaExceededError(
+                tenant.value,
+                queue,
+                f"the tenant's queue holds {queued} message(s); its quota is {quota}",
+                retry_after_s=self._backlog.refresh_s,
             )
         raise PublishRateExceededError(
             tenant.value,

@@ -15,6 +15,7 @@ PUBLISH_VARIABLES: Final = (
     "BOOST_PUBLISH_BYTES_PER_S",
     "BOOST_PUBLISH_BURST_S",
     "BOOST_MAX_MESSAGE_BYTES",
+    "BOOST_MAX_QUEUED_MESSAGES",
 )
 
 
@@ -25,21 +26,25 @@ class PublishLimits:
     messages_per_s and bytes_per_s refill buckets holding burst_s seconds' worth (deficit
     buckets: a batch larger than the bucket passes while any token remains, then the tenant
     repays). max_message_bytes caps one message's body and properties (wire_size).
+    max_queued_messages caps what the tenant's queue of the publish holds, as the broker reports
+    it (quotas/backlog.py; per-tenant queues only).
     """
 
     messages_per_s: float = 0.0
     bytes_per_s: float = 0.0
     burst_s: float = DEFAULT_BURST_S
     max_message_bytes: int = 0
+    max_queued_messages: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("messages_per_s", "bytes_per_s", "burst_s", "max_message_bytes"):
+        names = ("messages_per_s", "bytes_per_s", "burst_s", "max_message_bytes")
+        for name in (*names, "max_queued_messages"):
             check_limit(self, name, "the default of 10" if name == "burst_s" else "unlimited")
-        if not isinstance(self.max_message_bytes, int):
-            raise ConfigError(
-                "PublishLimits.max_message_bytes must be an integer, "
-                f"got {self.max_message_bytes!r}"
-            )
+        for name in ("max_message_bytes", "max_queued_messages"):
+            if not isinstance(getattr(self, name), int):
+                raise ConfigError(
+                    f"PublishLimits.{name} must be an integer, got {getattr(self, name)!r}"
+                )
 
     @property
     def messages(self) -> RatePolicy:
@@ -55,17 +60,19 @@ class PublishLimits:
 
     @property
     def unlimited(self) -> bool:
-        return not self.limits_rate and self.max_message_bytes == 0
+        return not self.limits_rate and self.max_message_bytes == 0 and not self.max_queued_messages
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PublishLimits:
-        """BOOST_PUBLISH_RATE_PER_S, _BYTES_PER_S, _BURST_S and BOOST_MAX_MESSAGE_BYTES: every
+        """BOOST_PUBLISH_RATE_PER_S, _BYTES_PER_S, _BURST_S, BOOST_MAX_MESSAGE_BYTES and
+        BOOST_MAX_QUEUED_MESSAGES: every
         tenant's default; a negative or non-numeric value stops start-up naming the variable."""
         return cls(
             messages_per_s=env_float(env, "BOOST_PUBLISH_RATE_PER_S", 0.0),
             bytes_per_s=env_float(env, "BOOST_PUBLISH_BYTES_PER_S", 0.0),
             burst_s=env_float(env, "BOOST_PUBLISH_BURST_S", DEFAULT_BURST_S),
             max_message_bytes=env_int(env, "BOOST_MAX_MESSAGE_BYTES", 0),
+            max_queued_messages=env_int(env, "BOOST_MAX_QUEUED_MESSAGES", 0),
         )
 
 

@@ -22,7 +22,13 @@ from boost_tenancy.fairness.cache import TenantCache
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.tenancy import TenantId
 
-POLICY_FIELDS: Final = ("messages_per_s", "bytes_per_s", "burst_s", "max_message_bytes")
+POLICY_FIELDS: Final = (
+    "messages_per_s",
+    "bytes_per_s",
+    "burst_s",
+    "max_message_bytes",
+    "max_queued_messages",
+)
 """The PublishLimits fields a tenant's policy may override, as stored and as named by the CLI."""
 
 PolicyValue = float | int | None
@@ -36,6 +42,7 @@ class TenantPolicy:
     bytes_per_s: float | None = None
     burst_s: float | None = None
     max_message_bytes: int | None = None
+    max_queued_messages: int | None = None
 
     def __post_init__(self) -> None:
         # The same rules as the limits themselves: checked here so a bad value never reaches

@@ -27,7 +27,7 @@ MAX_ACTOR_CHARS: Final = 200
 _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {POLICY_TABLE} ("
     "tenant TEXT PRIMARY KEY, messages_per_s DOUBLE PRECISION, bytes_per_s DOUBLE PRECISION, "
-    "burst_s DOUBLE PRECISION, max_message_bytes BIGINT, "
+    "burst_s DOUBLE PRECISION, max_message_bytes BIGINT, max_queued_messages BIGINT, "
     "updated_at TEXT NOT NULL, updated_by TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ("
     "tenant TEXT NOT NULL, at_us BIGINT NOT NULL, actor TEXT NOT NULL, field TEXT NOT NULL, "
@@ -88,8 +88,9 @@ class SqlPolicyStore:
         if not rows:
             return TenantPolicy()
         values = dict(zip(POLICY_FIELDS, rows[0], strict=True))
-        if values["max_message_bytes"] is not None:
-            values["max_message_bytes"] = int(values["max_message_bytes"])
+        for name in ("max_message_bytes", "max_queued_messages"):
+            if values[name] is not None:
+                values[name] = int(values[name])
         try:
             return TenantPolicy(**values)
         except ConfigError as exc:
@@ -165,7 +166,7 @@ def _normalised(name: str, value: PolicyValue) -> PolicyValue:
     """Numbers as the fields hold them: floats for rates, an int for the size cap."""
     if value is None or isinstance(value, bool):
         return value
-    if name == "max_message_bytes":
+    if name in ("max_message_bytes", "max_queued_messages"):
         return value
     return float(value) if isinstance(value, int) else value
 
@@ -180,7 +181,12 @@ def open_policy_store(url: str) -> SqlPolicyStore:
             error=PolicyStoreError,
             what=what,
             needed_by="the policy store",
-            schema=_SCHEMA,
+            # A table from before the backlog quota gains its column (PostgreSQL only has
+            # ADD COLUMN IF NOT EXISTS; SQLite files are single-host and created with it).
+            schema=(
+                *_SCHEMA,
+                f"ALTER TABLE {POLICY_TABLE} ADD COLUMN IF NOT EXISTS max_queued_messages BIGINT",
+            ),
         )
     else:
         backend = SQLiteBackend(

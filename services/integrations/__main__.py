@@ -27,6 +27,7 @@ from boost_tenancy.config import AppSettings
 from boost_tenancy.envvars import env_int
 from boost_tenancy.fairness.wiring import open_policies
 from boost_tenancy.observability import configure_logging
+from boost_tenancy.quotas.backlog import BrokerBacklog
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store
@@ -154,11 +155,20 @@ def _serve(settings: IntegrationsSettings) -> int:
     blobs, documents = _open_storage(settings)
     transport = open_broker(settings.app, os.environ)
     policies = open_policies(settings.app.policy_store_url)
+    backlog = (
+        BrokerBacklog(transport, settings.app.routing)
+        if settings.app.publish.max_queued_messages or policies is not None
+        else None
+    )
     guard = PublishGuard(
-        settings.app.publish, policy_of=None if policies is None else policies.policy_of
+        settings.app.publish,
+        policy_of=None if policies is None else policies.policy_of,
+        backlog=backlog,
     )
     try:
         transport.connect()
+        if backlog is not None:
+            backlog.start()
         app = create_app(
             authenticator=TenantAuthenticator(settings.jwt),
             documents=documents,
@@ -213,6 +223,8 @@ def _serve(settings: IntegrationsSettings) -> int:
         documents.close()
         if policies is not None:
             policies.close()
+        if backlog is not None:
+            backlog.close()
 
 
 def main() -> int:

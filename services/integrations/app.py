@@ -29,6 +29,7 @@ from boost_tenancy import (
     TransientError,
     TransportError,
 )
+from boost_tenancy.quotas.guard import PUBLISH_REFUSAL_REASONS
 from boost_tenancy.quotas.policy import POLICY_FIELDS
 from services.common.auth import AuthenticationError, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
@@ -401,7 +402,8 @@ class _Routes:
                 "accounting": {
                     "requests": self._budget.usage(tenant),
                     "publishRefused": {
-                        reason: refused.get((tenant, reason), 0) for reason in ("rate", "size")
+                        reason: refused.get((tenant, reason), 0)
+                        for reason in PUBLISH_REFUSAL_REASONS
                     },
                 },
             }

@@ -138,6 +138,7 @@ _SCHEMAS: Final[dict[str, Any]] = {
                     "bytesPerS": {"type": "number", "minimum": 0},
                     "burstS": {"type": "number", "minimum": 0},
                     "maxMessageBytes": {"type": "integer", "minimum": 0},
+                    "maxQueuedMessages": {"type": "integer", "minimum": 0},
                 },
             },
             "requests": {
@@ -167,6 +168,7 @@ _SCHEMAS: Final[dict[str, Any]] = {
                         "properties": {
                             "rate": {"type": "integer", "minimum": 0},
                             "size": {"type": "integer", "minimum": 0},
+                            "backlog": {"type": "integer", "minimum": 0},
                         },
                     },
                 },

@@ -61,6 +61,7 @@ ZERO = {
     "unsettled": 0,
     "publish_refused_rate": 0,
     "publish_refused_size": 0,
+    "publish_refused_backlog": 0,
 }
 
 
@@ -236,7 +237,7 @@ def test_prometheus_tenant_label_is_opt_in() -> None:
 
 def test_an_empty_accounting_still_exposes_every_series() -> None:
     samples = parse_exposition(Accounting().prometheus())
-    assert len(samples) == 7 + 1 + 2 + 2  # outcomes, admitted, held, publish refusals
+    assert len(samples) == 7 + 1 + 2 + 3  # outcomes, admitted, held, publish refusals
     assert all(value == 0 for _, _, value in samples)
     assert parse_exposition(Accounting().prometheus(tenant_label=True)) == []
 

@@ -189,6 +189,7 @@ def test_fairness_shows_the_callers_limits_and_accounting_only(make: Any) -> Non
             "bytesPerS": 0.0,
             "burstS": 1,
             "maxMessageBytes": 64,
+            "maxQueuedMessages": 0,
         },
         "requests": {"inFlight": 4, "perMinute": 100},
         "accounting": {
@@ -198,13 +199,13 @@ def test_fairness_shows_the_callers_limits_and_accounting_only(make: Any) -> Non
                 "refusedInFlight": 0,
                 "refusedPerMinute": 0,
             },
-            "publishRefused": {"rate": 0, "size": 1},
+            "publishRefused": {"rate": 0, "size": 1, "backlog": 0},
         },
     }
     other = server.get("/v1/fairness", "org-b").get_json()
     assert other["tenant"] == "org-b"
     assert other["publishing"]["maxMessageBytes"] == 1_000
-    assert other["accounting"]["publishRefused"] == {"rate": 0, "size": 0}
+    assert other["accounting"]["publishRefused"] == {"rate": 0, "size": 0, "backlog": 0}
     assert other["accounting"]["requests"]["admitted"] == 1
     assert server.get("/v1/fairness", None).status_code == 401
 
