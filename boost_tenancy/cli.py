@@ -253,8 +253,8 @@ def _cmd_policy(args: argparse.Namespace, settings: AppSettings) -> int:
             actor = check_actor(args.actor or os.environ.get("BOOST_ACTOR") or getpass.getuser())
             if args.tier is not None and tiers is None:
                 raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
-            # Checked before anything is written: a bad value leaves the tier untouched too.
-            store.get(tenant).changed(changes)
+            # set checks every value before it writes, and the tier is written after it: a bad
+            # value leaves the tier untouched too.
             done = store.set(tenant, changes, actor=actor)
             if args.tier is not None and tiers is not None:
                 old_tier = tiers.get(tenant)

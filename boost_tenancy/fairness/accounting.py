@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 from urllib.parse import unquote, urlsplit
 
 import structlog
@@ -52,15 +52,7 @@ Event = Literal[
 """What the fairness gate and the publishing limits (quotas/) record; the dispatcher does not
 see these."""
 
-EVENTS: Final[tuple[Event, ...]] = (
-    "admitted",
-    "held_rate",
-    "held_concurrency",
-    "expired",
-    "publish_refused_rate",
-    "publish_refused_size",
-    "publish_refused_backlog",
-)
+EVENTS: Final[tuple[Event, ...]] = get_args(Event)
 
 # One slot per counter, in this order, in each tenant's list.
 _SLOTS: Final = (*OUTCOMES, *EVENTS)

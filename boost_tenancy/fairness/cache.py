@@ -41,6 +41,7 @@ class TenantCache(Generic[V]):
     refresh_threads daemon threads started on first use. A failed lookup keeps the previous
     value (or the default), is logged as a warning (failure_event, with describe(kept)) and is
     tried again after at most five seconds. Subclasses name the value (TierResolver.tier_of).
+    A lookup that finds a value equal to the cached one keeps the cached object.
     """
 
     def __init__(
@@ -152,6 +153,9 @@ class TenantCache(Generic[V]):
             )
             return
         with self._lock:
+            entry = self._cache.get(tenant)
+            if entry is not None and entry.value == value:
+                value = entry.value  # unchanged: the same object, so callers can tell by identity
             self._cache[tenant] = _Entry(value, self._clock() + self._ttl_s)
 
 

@@ -157,12 +157,7 @@ class UsageRecorder:
         (the counts stay for the next flush)."""
         with self._lock:
             day = self._today().isoformat()
-            current = {
-                (tenant, counter): count
-                for tenant, view in self._accounting.snapshot_all().items()
-                for counter, count in view.items()
-                if counter not in _DERIVED
-            }
+            current = self._counts()
             changed = sorted(
                 (key, count) for key, count in current.items() if count != self._written.get(key, 0)
             )
@@ -195,12 +190,20 @@ class UsageRecorder:
             log.error("usage_lost_at_close", unwritten=self._unwritten())
         self._store.close()
 
+    def _counts(self) -> dict[tuple[str, str], int]:
+        """(tenant, counter) -> the accounting's cumulative count, derived counters aside."""
+        return {
+            (tenant, counter): count
+            for tenant, view in self._accounting.snapshot_all().items()
+            for counter, count in view.items()
+            if counter not in _DERIVED
+        }
+
     def _unwritten(self) -> dict[str, int]:
         return {
             f"{tenant}/{counter}": count - self._written.get((tenant, counter), 0)
-            for tenant, view in self._accounting.snapshot_all().items()
-            for counter, count in view.items()
-            if counter not in _DERIVED and count - self._written.get((tenant, counter), 0)
+            for (tenant, counter), count in self._counts().items()
+            if count != self._written.get((tenant, counter), 0)
         }
 
 

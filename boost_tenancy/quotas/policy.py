@@ -112,8 +112,8 @@ class PolicyResolver(TenantCache[TenantPolicy]):
     refreshed in the background; a failed lookup keeps the last policy read and logs
     policy_lookup_failed.
 
-    policy_of returns the same object while the policy is unchanged, so a caller can tell a
-    change by identity.
+    policy_of returns the same object while the policy is unchanged (TenantCache keeps an equal
+    value's object), so a caller can tell a change by identity.
     """
 
     def __init__(
@@ -125,9 +125,8 @@ class PolicyResolver(TenantCache[TenantPolicy]):
         refresh_threads: int = 1,
     ) -> None:
         self._store = store
-        self._last: dict[TenantId, TenantPolicy] = {}
         super().__init__(
-            self._lookup,
+            store.get,
             default=NO_POLICY,
             ttl_s=ttl_s,
             clock=clock,
@@ -137,14 +136,6 @@ class PolicyResolver(TenantCache[TenantPolicy]):
             describe=TenantPolicy.overrides,
             what="PolicyResolver",
         )
-
-    def _lookup(self, tenant: TenantId) -> TenantPolicy:
-        found = self._store.get(tenant)
-        last = self._last.get(tenant)
-        if last is not None and last == found:
-            return last  # unchanged: the same object, so its lanes are kept
-        self._last[tenant] = found
-        return found
 
     def policy_of(self, tenant: TenantId) -> TenantPolicy:
         """The tenant's policy as known now; never waits for the store."""
