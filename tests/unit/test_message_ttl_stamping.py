@@ -14,6 +14,7 @@ import structlog
 
 import boost_tenancy.app as app_module
 import boost_tenancy.cli as cli_module
+import boost_tenancy.cli.common as cli_common
 from boost_tenancy import (
     HandlerContext,
     IncomingMessage,
@@ -228,7 +229,7 @@ def test_the_cli_publish_stamps_boost_message_ttl_s(
     def open_memory(settings: AppSettings, env: Any = None) -> Transport:
         return InMemoryTransport(broker)
 
-    monkeypatch.setattr(cli_module, "open_broker", open_memory)
+    monkeypatch.setattr(cli_common, "open_broker", open_memory)
     monkeypatch.setenv("BOOST_MESSAGE_TTL_S", "45")
     monkeypatch.setenv("BOOST_ROUTING", "shared")
     queue = unique_queue("cmd")

@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from boost_tenancy import TenantId, TenantProducer
-from boost_tenancy import cli as cli_module
+from boost_tenancy.cli import common as cli_common
 from boost_tenancy.cli import main
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage
@@ -295,7 +295,7 @@ def restore_logging() -> Iterator[None]:
 def _cli_on(broker: InMemoryBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in os.environ if n.startswith("BOOST_")]:
         monkeypatch.delenv(name)
-    monkeypatch.setattr(cli_module, "open_broker", lambda settings, env: InMemoryTransport(broker))
+    monkeypatch.setattr(cli_common, "open_broker", lambda settings, env: InMemoryTransport(broker))
 
 
 def test_stats_command_prints_a_table_and_json_lines(

@@ -1,0 +1,38 @@
+"""What every command shares: the broker it talks to, lists given as flags, the registry type."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from boost_tenancy.app import open_broker
+from boost_tenancy.config import AppSettings
+from boost_tenancy.tenancy import TenantId, parse_tenants
+from boost_tenancy.transports.base import Transport
+
+Handler = Callable[[argparse.Namespace, AppSettings], int]
+"""A command: its parsed flags and the settings in, the exit code out."""
+
+Subparsers = Any
+"""argparse's sub-parser action (its class is private)."""
+
+LIST_HELP = "repeat or comma-separate"
+
+
+def values(given: Sequence[str]) -> list[str]:
+    """A flag given repeatedly and/or comma-separated, as one list without empty parts."""
+    return [part for value in given for part in value.split(",") if part != ""]
+
+
+def tenants(given: Sequence[str]) -> tuple[TenantId, ...]:
+    """Tenants given repeatedly and/or comma-separated, each validated."""
+    return parse_tenants(values(given))
+
+
+def connected(settings: AppSettings) -> Transport:
+    """The broker of the settings, connected; the caller closes it."""
+    transport = open_broker(settings, os.environ)
+    transport.connect()
+    return transport

@@ -1,0 +1,113 @@
+"""What concerns the broker's queues: park, stats and broker-routes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from boost_tenancy.app import open_broker
+from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
+from boost_tenancy.config import AppSettings
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.ops.broker_routes import classic_destination_interceptors
+from boost_tenancy.ops.parking import ParkingSweeper
+from boost_tenancy.ops.stats import TenantStats, stats_table
+from boost_tenancy.resilience.error_store import open_error_store
+from boost_tenancy.routing import Topology
+from boost_tenancy.tenancy import TenantId
+
+
+def park(args: argparse.Namespace, settings: AppSettings) -> int:
+    queues = values(args.queue)
+    for queue in queues:
+        topology = settings.routing.topology(queue)
+        if topology is not Topology.SHARED:
+            # Nothing of another tenant can wait ahead on a per-tenant queue: nothing to park.
+            raise ConfigError(
+                f"--queue {queue!r} is {topology.value}, stored per tenant; only shared queues "
+                "park (BOOST_ROUTING, BOOST_ROUTING_OVERRIDES)"
+            )
+    store = open_error_store(settings.error_store_url)
+    try:
+        sweeper = ParkingSweeper(
+            open_broker(settings, os.environ),
+            queues,
+            tenants(args.active_tenant),
+            error_store=store,
+        )
+        code = sweeper.run()
+        print(
+            json.dumps(
+                {
+                    "parked": {t.value: n for t, n in sweeper.parked.items()},
+                    "quarantined": sweeper.quarantined,
+                }
+            )
+        )
+        return code
+    finally:
+        store.close()
+
+
+def stats(args: argparse.Namespace, settings: AppSettings) -> int:
+    tenant = TenantId.parse(args.tenant)
+    transport = connected(settings)
+    try:
+        rows = TenantStats(transport, routing=settings.routing).rows(tenant, values(args.queue))
+    finally:
+        transport.close()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row.as_json()))
+    else:
+        sys.stdout.write(stats_table(rows))
+    return 0
+
+
+def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
+    queues = values(args.queue)
+    for queue in queues:
+        if settings.routing.topology(queue) is Topology.SHARED:
+            # Its runners read the shared queue itself: forwarding would hide every message.
+            raise ConfigError(
+                f"queue {queue!r} is shared (BOOST_ROUTING): broker routes serve routed queues, "
+                "whose runners read tenant.<tenant>.<queue>"
+            )
+    sys.stdout.write(classic_destination_interceptors(queues, tenants(args.tenant)))
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    cmd = sub.add_parser(
+        "park",
+        help="move messages of tenants without a processor off shared queues until SIGTERM",
+    )
+    cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument(
+        "--active-tenant",
+        action="append",
+        required=True,
+        help=f"a tenant whose processor runs (its messages stay); {LIST_HELP}",
+    )
+    cmd.set_defaults(handler=park)
+
+    cmd = sub.add_parser(
+        "broker-routes",
+        help="print the ActiveMQ Classic <destinationInterceptors> element that stores each "
+        "tenant's messages of shared queues in its own queue at send time",
+    )
+    cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument("--tenant", action="append", required=True, help=LIST_HELP)
+    cmd.set_defaults(handler=broker_routes)
+
+    cmd = sub.add_parser(
+        "stats",
+        help="a tenant's queue counts from the broker: waiting, in flight, scheduled, "
+        "dead-lettered, quarantined, parked",
+    )
+    cmd.add_argument("--tenant", required=True)
+    cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument("--json", action="store_true", help="one JSON object per queue")
+    cmd.set_defaults(handler=stats)
