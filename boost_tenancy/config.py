@@ -7,10 +7,11 @@ environment at import time, and a bad value raises ConfigError naming the variab
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from boost_tenancy.envvars import env_flag, env_float, env_int
+from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy
 from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
@@ -24,7 +25,27 @@ from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.stomp import StompSettings
 
-DEFAULT_ERROR_STORE = "sqlite:///var/boost-errors.sqlite3"
+ERROR_STORE_FILE = "boost-tenancy/errors.sqlite3"
+"""The default error store's file, under the user's state folder (default_error_store)."""
+
+
+def default_error_store(env: Mapping[str, str]) -> str:
+    """The error store when BOOST_ERROR_STORE is unset: one SQLite file per user, wherever the
+    command runs, $XDG_STATE_HOME/boost-tenancy/errors.sqlite3, else under ~/.local/state.
+
+    Absolute on purpose: a runner and an operator's `errors` started in different folders read
+    the same store. A relative XDG_STATE_HOME is ignored, as the XDG specification says.
+    """
+    state = env.get("XDG_STATE_HOME", "").strip()
+    if not (state and os.path.isabs(state)):
+        home = env.get("HOME", "").strip() or os.path.expanduser("~")
+        if not os.path.isabs(home):
+            raise ConfigError(
+                "no absolute home folder for the default error store (HOME is "
+                f"{env.get('HOME')!r}); set BOOST_ERROR_STORE"
+            )
+        state = os.path.join(home, ".local", "state")
+    return "sqlite:///" + os.path.join(state, ERROR_STORE_FILE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +106,7 @@ class AppSettings:
         runner = RunnerSettings(
             workers=env_int(env, "BOOST_WORKERS", 4, minimum=1),
             prefetch=env_int(env, "BOOST_PREFETCH", 10, minimum=1),
-            shutdown_grace_s=env_float(env, "BOOST_SHUTDOWN_GRACE_S", 30.0),
+            shutdown_grace_s=env_seconds(env, "BOOST_SHUTDOWN_GRACE_S", 30.0),
             dispatch=DispatchSettings(retry=retry),
         )
         log_format = env.get("BOOST_LOG_FORMAT", "console")
@@ -104,7 +125,7 @@ class AppSettings:
         return cls(
             stomp=StompSettings.from_env(env),
             runner=runner,
-            error_store_url=env.get("BOOST_ERROR_STORE", DEFAULT_ERROR_STORE),
+            error_store_url=(env.get("BOOST_ERROR_STORE", "").strip() or default_error_store(env)),
             log_format=log_format,
             log_level=log_level,
             routing=routing_from_env(env),
@@ -124,7 +145,7 @@ class AppSettings:
 
 
 def _usage_flush_s(env: Mapping[str, str]) -> float:
-    flush_s = env_float(env, "BOOST_USAGE_FLUSH_S", 60.0)
+    flush_s = env_seconds(env, "BOOST_USAGE_FLUSH_S", 60.0)
     if flush_s <= 0:
         raise ConfigError(
             f"BOOST_USAGE_FLUSH_S must be a positive number of seconds, got {flush_s}"
@@ -236,7 +257,7 @@ def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
     settings = FairnessSettings(
         rate=RatePolicy(
             rate_per_s=env_float(env, "BOOST_RATE_PER_S", DEFAULT_RATE_PER_S),
-            burst_s=env_float(env, "BOOST_RATE_BURST_S", DEFAULT_BURST_S),
+            burst_s=env_seconds(env, "BOOST_RATE_BURST_S", DEFAULT_BURST_S),
         ),
         concurrency=env_int(env, "BOOST_TENANT_CONCURRENCY", 0),
         tier_limits=tier_limits_from_env(env),
@@ -244,7 +265,7 @@ def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
         redis_url=env.get("BOOST_REDIS_URL", "").strip(),
         exempt_tenants=exempt_tenants,
         exempt_queues=frozenset(exempt_queues),
-        hold_s=env_float(env, "BOOST_FAIRNESS_HOLD_S", 300.0, minimum=0.001),
+        hold_s=env_seconds(env, "BOOST_FAIRNESS_HOLD_S", 300.0, minimum=0.001),
         defer_ms=env_int(env, "BOOST_DEFER_MS", 1000),
         jitter_ms=env_int(env, "BOOST_DEFER_JITTER_MS", 1000),
     )
@@ -271,9 +292,10 @@ def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
 
 
 __all__ = [
-    "DEFAULT_ERROR_STORE",
+    "ERROR_STORE_FILE",
     "FAIRNESS_VARIABLES",
     "AppSettings",
+    "default_error_store",
     "default_tenant_from_env",
     "fairness_from_env",
     "routing_from_env",

@@ -52,6 +52,25 @@ def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: flo
 _TRUE, _FALSE = frozenset({"1", "true", "on", "yes"}), frozenset({"", "0", "false", "off", "no"})
 
 
+MAX_DURATION_S = 86_400.0
+"""The longest duration a setting in seconds may take: a day. Beyond it a value is a typo, and
+one large enough overflows the timeouts it becomes (threading refuses waits past ~292 years,
+and only when the wait starts, say at SIGTERM)."""
+
+
+def env_seconds(
+    env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0
+) -> float:
+    """A duration in seconds: a finite number from minimum to MAX_DURATION_S; anything else
+    names the variable."""
+    value = env_float(env, name, default, minimum=minimum)
+    if value > MAX_DURATION_S:
+        raise ConfigError(
+            f"{name} must be at most {MAX_DURATION_S:g} seconds (a day), got {env.get(name)!r}"
+        )
+    return value
+
+
 def env_flag(env: Mapping[str, str], name: str) -> bool:
     """An on/off variable; anything else names the variable."""
     raw = env.get(name, "").strip().lower()

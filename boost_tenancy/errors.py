@@ -62,7 +62,38 @@ class PermanentError(HandlerError):
 
 
 class TransientError(HandlerError):
-    """Retrying may help (network, storage unavailable): retry with backoff up to the cap."""
+    """Retrying may help (network, storage unavailable): retry with backoff up to the cap.
+
+    retry_after_ms, when given, is the delay of that retry instead of the backoff (a service
+    said when to come back, say), bounded by the retry policy's max_delay_ms; the attempt is
+    counted all the same.
+    """
+
+    def __init__(self, *args: object, retry_after_ms: float | None = None) -> None:
+        if retry_after_ms is not None and (
+            isinstance(retry_after_ms, bool)
+            or not isinstance(retry_after_ms, int | float)
+            or not 0 <= retry_after_ms < float("inf")
+        ):
+            raise ValueError(
+                f"retry_after_ms must be a finite number of milliseconds >= 0, got "
+                f"{retry_after_ms!r}"
+            )
+        self.retry_after_ms = retry_after_ms
+        super().__init__(*args)
+
+
+class DeadLettersNotFoundError(BoostTenancyError):
+    """A re-drive named message ids its tenant's dead-letter queue does not hold; nothing was
+    re-driven. missing lists them."""
+
+    def __init__(self, queue: str, missing: list[str], read: int) -> None:
+        self.queue = queue
+        self.missing = missing
+        super().__init__(
+            f"no dead letter {', '.join(map(repr, missing))} among the {read} read from "
+            f"{queue}; nothing was re-driven"
+        )
 
 
 class ErrorStoreError(BoostTenancyError):

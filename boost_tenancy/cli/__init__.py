@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from boost_tenancy.cli import dead_letters, messaging, policy, queues
 from boost_tenancy.cli.messaging import load_processor
@@ -21,14 +22,23 @@ from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.observability.logging import configure_logging
 
-__all__ = ["build_parser", "load_processor", "main"]
+__all__ = ["build_parser", "installed_version", "load_processor", "main"]
 
 _GROUPS = (messaging, queues, dead_letters, policy)
 _DESCRIPTION = "The boost-tenancy command: publish, run, park, dead letters and errors."
 
 
+def installed_version() -> str:
+    """The version of the installed distribution (what pip installed, not the checkout's)."""
+    try:
+        return version("boost-tenancy")
+    except PackageNotFoundError:
+        return "unknown (not installed: run from a checkout without pip install)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="boost-tenancy", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in _GROUPS:
         group.register(sub)

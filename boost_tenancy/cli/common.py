@@ -36,3 +36,14 @@ def connected(settings: AppSettings) -> Transport:
     transport = open_broker(settings, os.environ)
     transport.connect()
     return transport
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1, so a count of 0 is refused, never a no-op."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

@@ -3,38 +3,73 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
+from typing import Any
 
-from boost_tenancy.cli.common import Subparsers, connected
+from boost_tenancy.cli.common import Subparsers, connected, positive_int
 from boost_tenancy.config import AppSettings
+from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin, DeadLetterView
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
+from boost_tenancy.storage import redact_url
 from boost_tenancy.tenancy import TenantId
 
+BODY_PREVIEW_CHARS = 2_000
+"""The most of a body `dlq list --show-body` prints: characters of a text body, or the base64
+of a binary one, so a huge or hostile message cannot flood the terminal."""
 
-def _view_json(view: DeadLetterView) -> str:
-    return json.dumps(
-        {
-            "message_id": view.message_id,
-            "tenant": view.tenant.value,
-            "original_queue": view.original_queue,
-            "reason": view.reason,
-            "attempts": view.attempts,
-            "error_type": view.error_type,
-            "error": view.error,
-            "recorded_failures": [
-                {
-                    "attempt": f.attempt,
-                    "outcome": f.outcome.value,
-                    "error_type": f.error_type,
-                    "error": f.error_text,
-                    "at": f.occurred_at.isoformat(),
-                }
-                for f in view.failures
-            ],
+
+def body_json(body: str | bytes, limit: int = BODY_PREVIEW_CHARS) -> dict[str, Any]:
+    """A body for JSON output, bounded: text as is (json escapes control characters, so no
+    terminal escape sequence reaches the screen), bytes as base64; body_truncated says whether
+    it was cut, body_length is its full length in characters or bytes."""
+    if isinstance(body, bytes):
+        shown = body[: limit // 4 * 3]  # base64 makes 4 characters of every 3 bytes
+        return {
+            "body_encoding": "base64",
+            "body": base64.b64encode(shown).decode("ascii"),
+            "body_length": len(body),
+            "body_truncated": len(shown) < len(body),
         }
-    )
+    return {
+        "body_encoding": "text",
+        "body": body[:limit],
+        "body_length": len(body),
+        "body_truncated": len(body) > limit,
+    }
+
+
+def view_json(view: DeadLetterView, *, show_body: bool = False) -> str:
+    """One dead letter as one line of JSON (ASCII only); its body only with show_body."""
+    shown: dict[str, Any] = {
+        "message_id": view.message_id,
+        "tenant": view.tenant.value,
+        "original_queue": view.original_queue,
+        "reason": view.reason,
+        "attempts": view.attempts,
+        "error_type": view.error_type,
+        "error": view.error,
+        "recorded_failures": [
+            {
+                "attempt": f.attempt,
+                "outcome": f.outcome.value,
+                "error_type": f.error_type,
+                "error": f.error_text,
+                "at": f.occurred_at.isoformat(),
+            }
+            for f in view.failures
+        ],
+    }
+    if show_body:
+        shown.update(body_json(view.body))
+    return json.dumps(shown)
+
+
+def _store_note(settings: AppSettings) -> str:
+    return f"the error store {redact_url(settings.error_store_url)} (BOOST_ERROR_STORE)"
 
 
 def dlq(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -45,10 +80,23 @@ def dlq(args: argparse.Namespace, settings: AppSettings) -> int:
         try:
             admin = DeadLetterAdmin(transport, store, routing=settings.routing)
             if args.dlq_command == "list":
-                for view in admin.list(tenant, args.queue):
-                    print(_view_json(view))
+                views = admin.list(tenant, args.queue, limit=args.limit)
+                for view in views:
+                    print(view_json(view, show_body=args.show_body))
+                if not views:
+                    queue = dead_letter_queue(settings.routing.physical(args.queue, tenant))
+                    print(
+                        f"boost-tenancy: no dead letters of tenant {tenant.value} in {queue} "
+                        f"at {redact_url(settings.transport_url())}; their failures are read from "
+                        f"{_store_note(settings)}",
+                        file=sys.stderr,
+                    )
                 return 0
-            ids = admin.redrive(tenant, args.queue, message_ids=args.message_id or None)
+            try:
+                ids = admin.redrive(tenant, args.queue, message_ids=args.message_id or None)
+            except DeadLettersNotFoundError as exc:
+                print(f"boost-tenancy: error: {exc}", file=sys.stderr)
+                return 1
             # A re-drive moves at most one batch; say what is left so nobody assumes it was all.
             remaining = admin.count(tenant, args.queue)
         finally:
@@ -68,13 +116,14 @@ def errors(args: argparse.Namespace, settings: AppSettings) -> int:
     store = open_error_store(settings.error_store_url)
     try:
         outcome = FailureOutcome(args.outcome) if args.outcome else None
-        for record in store.failures(
+        records = store.failures(
             tenant=TenantId.parse(args.tenant),
             queue=args.queue,
             message_id=args.message_id,
             outcome=outcome,
             limit=args.limit,
-        ):
+        )
+        for record in records:
             print(
                 json.dumps(
                     {
@@ -90,6 +139,9 @@ def errors(args: argparse.Namespace, settings: AppSettings) -> int:
                     }
                 )
             )
+        if not records:
+            # A store other than the runners' (another BOOST_ERROR_STORE) reports nothing too.
+            print(f"boost-tenancy: no failures found in {_store_note(settings)}", file=sys.stderr)
         return 0
     finally:
         store.close()
@@ -103,13 +155,27 @@ def register(sub: Subparsers) -> None:
         action = dlq_sub.add_parser(name)
         action.add_argument("--tenant", required=True)
         action.add_argument("--queue", required=True, help="the source queue (not DLQ.<queue>)")
+        if name == "list":
+            action.add_argument(
+                "--limit", type=positive_int, default=100, help="dead letters shown (oldest first)"
+            )
+            action.add_argument(
+                "--show-body",
+                action="store_true",
+                help=f"add each body (its first {BODY_PREVIEW_CHARS} characters; base64 for "
+                "binary ones); hidden by default, bodies may hold personal data",
+            )
         if name == "redrive":
-            action.add_argument("--message-id", action="append", help="only these (repeatable)")
+            action.add_argument(
+                "--message-id",
+                action="append",
+                help="only these (repeatable); an id not found moves nothing and exits 1",
+            )
 
     cmd = sub.add_parser("errors", help="list a tenant's recorded failures")
     cmd.add_argument("--tenant", required=True)
     cmd.add_argument("--queue")
     cmd.add_argument("--message-id")
     cmd.add_argument("--outcome", choices=[o.value for o in FailureOutcome])
-    cmd.add_argument("--limit", type=int, default=100)
+    cmd.add_argument("--limit", type=positive_int, default=100)
     cmd.set_defaults(handler=errors)

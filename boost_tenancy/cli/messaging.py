@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import sys
 from typing import Any
 
 from boost_tenancy.app import run_processor
-from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants
+from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, positive_int, tenants
 from boost_tenancy.config import AppSettings
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
+from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.tenancy import TenantId
 
 
-def load_processor(spec: str) -> TenantProcessor:
-    """Import 'package.module:ClassName' and instantiate it without arguments."""
-    module_name, _, class_name = spec.partition(":")
-    if not module_name or not class_name:
-        raise ConfigError(f"processor must be given as module:ClassName, got {spec!r}")
+def _import_target(spec: str) -> object:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(
+            f"processor must be given as module:ClassName or module:factory, got {spec!r}"
+        )
     if os.getcwd() not in sys.path:
         # A console script's sys.path starts at its bin folder; services live in the project.
         sys.path.insert(0, os.getcwd())
@@ -30,10 +33,55 @@ def load_processor(spec: str) -> TenantProcessor:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import processor module {module_name!r}: {exc}") from exc
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, TenantProcessor)):
-        raise ConfigError(f"{spec!r} is not a TenantProcessor subclass")
-    return cls()
+    target = getattr(module, attribute, None)
+    if target is None:
+        raise ConfigError(f"module {module_name!r} has no {attribute!r}")
+    return target
+
+
+def _check_buildable(spec: str, target: object) -> None:
+    """Refuse, before calling it, what cannot build a processor without arguments."""
+    if isinstance(target, type):
+        if not issubclass(target, TenantProcessor):
+            raise ConfigError(f"{spec!r} is a class but not a TenantProcessor subclass")
+        abstract = sorted(getattr(target, "__abstractmethods__", ()))
+        if abstract:
+            raise ConfigError(
+                f"{spec!r} cannot be instantiated: it does not implement {', '.join(abstract)}"
+            )
+    elif not callable(target):
+        raise ConfigError(
+            f"{spec!r} is a {type(target).__name__}, not a TenantProcessor subclass or a factory"
+        )
+    try:
+        inspect.signature(target).bind()
+    except TypeError as exc:
+        raise ConfigError(
+            f"{spec!r} must be callable without arguments ({exc}); give a factory that builds "
+            "the processor with its settings, module:factory"
+        ) from None
+    except ValueError:
+        pass  # no signature to read (a builtin): calling it tells
+
+
+def load_processor(spec: str) -> TenantProcessor:
+    """The processor 'package.module:name' names: a TenantProcessor subclass, instantiated
+    without arguments, or a factory, called without arguments, that returns a TenantProcessor
+    (one that reads its own settings, say). Anything else is a ConfigError saying what it got.
+    """
+    target = _import_target(spec)
+    _check_buildable(spec, target)
+    try:
+        processor = target()  # type: ignore[operator]  # _check_buildable: callable
+    except BoostTenancyError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"{spec!r} failed to build the processor: {ErrorInfo.of(exc).text}"
+        ) from exc
+    if not isinstance(processor, TenantProcessor):
+        raise ConfigError(f"{spec!r} returned {type(processor).__name__}, not a TenantProcessor")
+    return processor
 
 
 def publish(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -87,10 +135,14 @@ def register(sub: Subparsers) -> None:
     body.add_argument("--json", help="a JSON object; tenantUUID is added to it")
     body.add_argument("--text", help="a text body sent as is")
     cmd.add_argument("--correlation-id")
-    cmd.add_argument("--count", type=int, default=1)
+    cmd.add_argument("--count", type=positive_int, default=1, help="messages sent (at least 1)")
     cmd.set_defaults(handler=publish)
 
     cmd = sub.add_parser("run", help="run a TenantProcessor for a list of tenants until SIGTERM")
-    cmd.add_argument("processor", help="module:ClassName of a TenantProcessor subclass")
+    cmd.add_argument(
+        "processor",
+        help="module:ClassName of a TenantProcessor subclass (built without arguments), or "
+        "module:factory, a callable without arguments returning a TenantProcessor",
+    )
     cmd.add_argument("--tenant", action="append", required=True, help=LIST_HELP)
     cmd.set_defaults(handler=run)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import (
     DEAD_LETTER_REASON_PROPERTY,
@@ -175,8 +176,9 @@ class DeadLetterAdmin:
     ) -> builtins.list[str]:
         """Send a tenant's dead letters back to their original queue with attempts reset.
 
-        Only message_ids when given; every re-drive is recorded in the error store. Returns the
-        ids re-driven.
+        Only message_ids when given, and then all of them or none: an id not among the dead
+        letters read raises DeadLettersNotFoundError before anything moves. Every re-drive is
+        recorded in the error store. Returns the ids re-driven.
         """
         tenant_id = TenantId.parse(tenant)
         wanted = set(message_ids) if message_ids is not None else None
@@ -189,8 +191,13 @@ class DeadLetterAdmin:
         )
         redriven: builtins.list[str] = []
         try:
-            for delivery in deliveries:
-                adopted = adopt(delivery, dead_letter=True)
+            adopted_all = [(delivery, adopt(delivery, dead_letter=True)) for delivery in deliveries]
+            if wanted is not None:
+                # All or nothing: an id not found is a mistake to report before anything moves.
+                missing = sorted(wanted - {adopted.message_id for _, adopted in adopted_all})
+                if missing:
+                    raise DeadLettersNotFoundError(dead_letters, missing, len(deliveries))
+            for delivery, adopted in adopted_all:
                 props = adopted.delivery.properties
                 if wanted is not None and adopted.message_id not in wanted:
                     continue  # left unacknowledged: returns to the dead-letter queue

@@ -25,7 +25,7 @@ from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
-from boost_tenancy.resilience.retry import RetryMiddleware, RetryPolicy
+from boost_tenancy.resilience.retry import RetryMiddleware, RetryPolicy, policy_for
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId
@@ -92,7 +92,8 @@ class Dispatcher:
         self._transport = transport
         self._settings = settings or DispatchSettings()
         self._strategy = strategy or strategy_for(transport.capabilities)
-        self._retry = RetryMiddleware(self._settings.retry)
+        # The processor's own retry policy, when it declares one, over the settings'.
+        self._retry = RetryMiddleware(policy_for(processor, self._settings.retry))
         self._handler = chain([*middleware, self._retry], self._call_handler)
         self._settler = Settler(
             transport,

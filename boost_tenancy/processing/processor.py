@@ -10,7 +10,7 @@ import abc
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import ExpiryPolicy
@@ -18,6 +18,9 @@ from boost_tenancy.messages import IncomingMessage, PublishCheck, build_message,
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
+
+if TYPE_CHECKING:  # resilience.retry imports this module
+    from boost_tenancy.resilience.retry import RetryPolicy
 
 
 @dataclass(slots=True)
@@ -96,6 +99,9 @@ class TenantProcessor(abc.ABC):
     queues: ClassVar[tuple[str, ...]] = ()
     json_body: ClassVar[bool] = True
     """Decode bodies as JSON into message.data; an undecodable body is dead-lettered at once."""
+    retry_policy: ClassVar[RetryPolicy | None] = None
+    """This processor's attempts, backoff and which exceptions it retries
+    (resilience.retry.RetryPolicy); None uses the settings' (BOOST_MAX_ATTEMPTS, BOOST_RETRY_*)."""
 
     @abc.abstractmethod
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:

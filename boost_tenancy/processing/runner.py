@@ -7,7 +7,6 @@ Stopping lets in-flight handlers finish within a deadline and leaves the rest un
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from types import MappingProxyType
 
 import structlog
 
+from boost_tenancy.envvars import MAX_DURATION_S
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.fairness.gate import Admitted, FairnessGate
@@ -64,9 +64,10 @@ class RunnerSettings:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
         if self.prefetch < 1:
             raise ConfigError(f"prefetch must be at least 1, got {self.prefetch}")
-        if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
+        if not 0 <= self.shutdown_grace_s <= MAX_DURATION_S:  # False for nan too
             raise ConfigError(
-                f"shutdown_grace_s must be a finite number >= 0, got {self.shutdown_grace_s}"
+                f"shutdown_grace_s must be a number of seconds from 0 to {MAX_DURATION_S:g}, "
+                f"got {self.shutdown_grace_s}"
             )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from boost_tenancy.messages import build_message
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -292,3 +293,50 @@ def test_park_moves_inactive_tenants_until_sigterm_and_reports_counts(
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary == {"parked": {idle: 3}, "quarantined": 0}
     assert len(take(consumer, queue, active, 2)) == 2  # the active tenant's stayed
+
+
+def test_dlq_redrive_of_an_unknown_id_names_it_exits_1_and_moves_nothing(
+    cli: Cli, consumer: StompTransport
+) -> None:
+    tenant = new_tenant("nope")
+    queue = f"test.cli.nope.{uuid.uuid4().hex[:10]}"
+    dlq = f"DLQ.tenant.{tenant}.{queue}"
+    dead = build_message(tenant, "\x1b[2Jpayload", message_id=f"dead-{uuid.uuid4().hex}")
+    consumer.send(dlq, dead.to_wire())
+
+    done = cli("dlq", "redrive", "--tenant", tenant, "--queue", queue,
+               "--message-id", dead.message_id, "--message-id", "nope")  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "no dead letter 'nope'" in done.stderr
+    assert "nothing was re-driven" in done.stderr
+    assert done.stdout == ""
+
+    # Still there, the named one included; its body shown only on request, escaped.
+    (hidden,) = cli.ok("dlq", "list", "--tenant", tenant, "--queue", queue)
+    assert hidden["message_id"] == dead.message_id
+    assert "body" not in hidden
+    shown = cli("dlq", "list", "--tenant", tenant, "--queue", queue, "--show-body", "--limit", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout
+    assert json.loads(shown.stdout)["body"] == "\x1b[2Jpayload"
+
+    assert cli.ok("dlq", "redrive", "--tenant", tenant, "--queue", queue,
+                  "--message-id", dead.message_id) == [
+        {"redriven": [dead.message_id], "count": 1, "remaining": 0}
+    ]  # fmt: skip
+    (back,) = take(consumer, f"tenant.{tenant}.{queue}", tenant, 1)
+    assert back.properties["boostMessageId"] == dead.message_id
+
+
+def test_dlq_list_and_errors_finding_nothing_name_what_they_read(cli: Cli) -> None:
+    tenant = new_tenant("empty")
+    listed = cli("dlq", "list", "--tenant", tenant, "--queue", "test.cli.empty")
+    assert listed.returncode == 0
+    assert listed.stdout == ""
+    assert f"no dead letters of tenant {tenant} in DLQ.tenant.{tenant}.test.cli.empty" in (
+        listed.stderr
+    )
+    assert f"sqlite:///{cli.error_store}" in listed.stderr
+    errors = cli("errors", "--tenant", tenant)
+    assert errors.returncode == 0
+    assert f"no failures found in the error store sqlite:///{cli.error_store}" in errors.stderr

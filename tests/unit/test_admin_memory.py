@@ -21,7 +21,7 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, DeadLettersNotFoundError
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
@@ -197,7 +197,10 @@ def test_redrive_with_message_ids_moves_only_those(dead: DeadLetters) -> None:
 
 
 def test_redrive_of_another_tenants_message_id_moves_nothing(dead: DeadLetters) -> None:
-    assert dead.admin.redrive(ORG_A, dead.queue, message_ids=dead.b_ids, idle_s=IDLE) == []
+    """To org-A, org-B's dead letter does not exist: reported as not found, nothing moved."""
+    with pytest.raises(DeadLettersNotFoundError) as caught:
+        dead.admin.redrive(ORG_A, dead.queue, message_ids=dead.b_ids, idle_s=IDLE)
+    assert caught.value.missing == sorted(dead.b_ids)
     assert dead.broker.messages(dead.queue) == []
     assert len(dead.dlq_ids()) == 3
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from boost_tenancy.config import DEFAULT_ERROR_STORE, AppSettings
+from boost_tenancy.config import AppSettings, default_error_store
 from boost_tenancy.errors import ConfigError
+from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.transports.stomp import StompSettings
 
 
 def test_defaults_apply_when_nothing_is_set() -> None:
-    settings = AppSettings.from_env({})
+    settings = AppSettings.from_env({"HOME": "/home/ops"})
     assert (settings.stomp.host, settings.stomp.port) == ("127.0.0.1", 61613)
     assert (settings.stomp.username, settings.stomp.password, settings.stomp.vhost) == (
         None,
@@ -22,7 +25,9 @@ def test_defaults_apply_when_nothing_is_set() -> None:
     assert settings.runner.shutdown_grace_s == 30.0
     retry = settings.runner.dispatch.retry
     assert (retry.max_attempts, retry.base_delay_ms, retry.max_delay_ms) == (5, 1_000, 60_000)
-    assert settings.error_store_url == DEFAULT_ERROR_STORE
+    assert (
+        settings.error_store_url == "sqlite:////home/ops/.local/state/boost-tenancy/errors.sqlite3"
+    )
     assert settings.log_format == "console"
     assert settings.log_level == "INFO"
 
@@ -146,3 +151,62 @@ def test_stomp_settings_refuse_non_positive_timeouts(fields: dict[str, float]) -
 def test_unknown_log_level_is_refused_naming_the_variable() -> None:
     with pytest.raises(ConfigError, match="BOOST_LOG_LEVEL"):
         AppSettings.from_env({"BOOST_LOG_LEVEL": "verbose"})
+
+
+# -- the default error store -----------------------------------------------------------------------
+def test_the_default_error_store_is_under_xdg_state_home_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"XDG_STATE_HOME": "/srv/state", "HOME": "/home/ops"}
+    first = AppSettings.from_env(env).error_store_url
+    monkeypatch.chdir(tmp_path)
+    assert AppSettings.from_env(env).error_store_url == first
+    assert first == "sqlite:////srv/state/boost-tenancy/errors.sqlite3"
+
+
+def test_the_default_error_store_falls_back_to_local_state_in_home() -> None:
+    # A relative XDG_STATE_HOME is ignored (XDG base directory specification).
+    for env in ({"HOME": "/home/ops"}, {"HOME": "/home/ops", "XDG_STATE_HOME": "state"}):
+        assert default_error_store(env) == (
+            "sqlite:////home/ops/.local/state/boost-tenancy/errors.sqlite3"
+        )
+
+
+def test_boost_error_store_overrides_the_default() -> None:
+    env = {"HOME": "/home/ops", "BOOST_ERROR_STORE": "postgresql://db/errors"}
+    assert AppSettings.from_env(env).error_store_url == "postgresql://db/errors"
+
+
+def test_a_relative_home_without_xdg_state_home_is_refused_naming_the_fix() -> None:
+    with pytest.raises(ConfigError, match="set BOOST_ERROR_STORE"):
+        default_error_store({"HOME": "relative"})
+
+
+# -- durations ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "variable",
+    ["BOOST_SHUTDOWN_GRACE_S", "BOOST_RATE_BURST_S", "BOOST_FAIRNESS_HOLD_S"],
+)
+@pytest.mark.parametrize("raw", ["inf", "nan", "-1", "1e300", "86401"])
+def test_a_duration_beyond_a_day_infinite_nan_or_negative_is_refused_naming_it(
+    variable: str, raw: str
+) -> None:
+    """1e300 passes a finiteness check but overflows the wait it becomes (at SIGTERM, for the
+    grace period): every duration in seconds stops at a day."""
+    with pytest.raises(ConfigError, match=variable):
+        AppSettings.from_env({variable: raw})
+
+
+def test_a_usage_flush_beyond_a_day_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match="BOOST_USAGE_FLUSH_S must be at most 86400"):
+        AppSettings.from_env({"BOOST_USAGE_FLUSH_S": "1e300", "BOOST_USAGE_STORE": "sqlite:///u"})
+
+
+def test_a_day_is_still_a_valid_grace_period() -> None:
+    settings = AppSettings.from_env({"BOOST_SHUTDOWN_GRACE_S": "86400"})
+    assert settings.runner.shutdown_grace_s == 86400.0
+
+
+def test_runner_settings_refuse_a_grace_period_that_would_overflow_the_wait() -> None:
+    with pytest.raises(ConfigError, match="shutdown_grace_s"):
+        RunnerSettings(shutdown_grace_s=1e300)

@@ -6,8 +6,8 @@ site-packages, and `import boost_tenancy` must not load what only the services n
 
 from __future__ import annotations
 
+import email
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.packaging_support import copy_source
 
 # The services' web, token and store clients; the toolkit imports them lazily or not at all.
 SERVICE_ONLY_MODULES = frozenset({"jwt", "flask", "redis", "psycopg"})
@@ -43,14 +43,7 @@ def test_importing_the_toolkit_loads_no_jwt_flask_redis_or_psycopg(tmp_path: Pat
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_toolkit_alone(tmp_path: Path) -> None:
-    # Built from a copy, so the build leaves nothing in the checkout; services/ and devtools/ are
-    # copied too, so the wheel is built from a tree where they are present and could leak in.
-    source = tmp_path / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in ("boost_tenancy", "services", "devtools"):
-        shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO_ROOT / name, source / name)
+    source = copy_source(tmp_path / "source")
     out = tmp_path / "wheel"
 
     subprocess.run(
@@ -69,3 +62,16 @@ def test_the_wheel_holds_the_toolkit_alone(tmp_path: Path) -> None:
     assert "boost_tenancy/py.typed" in names
     assert not [name for name in names if "local_broker" in name or "activemq" in name]
     assert not [name for name in names if name.startswith("boost_tenancy/auth")]
+    # The pytest fixtures users enable ship with the toolkit.
+    assert "boost_tenancy/testing/pytest_plugin.py" in names
+
+    metadata = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py')[0]}.dist-info/METADATA")
+    headers = email.message_from_bytes(metadata)
+    assert set(headers.get_all("Provides-Extra") or []) >= {"postgres", "redis", "testing"}
+    # Installing the toolkit alone pulls in its transports and logging, nothing else.
+    required = [r for r in headers.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    assert sorted(r.split(">")[0].split("<")[0].strip() for r in required) == [
+        "python-qpid-proton",
+        "stomp.py",
+        "structlog",
+    ]
