@@ -65,6 +65,11 @@ class TransientError(HandlerError):
     """Retrying may help (network, storage unavailable): retry with backoff up to the cap."""
 
 
+class HandlerCancelledError(TransientError):
+    """An async handler's task was cancelled before it finished (the runner stopping past its
+    grace period): retried like any transient failure, its attempt counted."""
+
+
 class ErrorStoreError(BoostTenancyError):
     """The error store could not record or read a failure."""
 
