@@ -1,17 +1,21 @@
-"""Async processors and middleware the async tests share, on the in-memory and the real broker."""
+"""Async processors and middleware the async tests share, on the in-memory and the real broker,
+and a transport whose confirmations the test holds back."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from boost_tenancy import HandlerContext, IncomingMessage, TenantProcessor
-from boost_tenancy.errors import PermanentError
+from boost_tenancy.errors import PermanentError, TransportError
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.aio import AsyncHandler, AsyncMiddleware
 from boost_tenancy.processing.middleware import Handler
 from boost_tenancy.processing.outcomes import Outcome
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.base import BatchSink
 
 
 def on_loop() -> bool:
@@ -140,3 +144,44 @@ class TrailedSync(TenantProcessor):
     def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
         self.trail.add("handler")
         ctx.publish(f"{message.queue}.out", {"ok": True})
+
+
+HOLD_S = 10.0
+"""The longest a held confirmation waits before failing the send: a producer that blocks the
+loop then fails its test instead of hanging it."""
+
+
+class HeldConfirmations(InMemoryTransport):
+    """Confirms a send, or a batch's commit, only once release is set."""
+
+    def __init__(self, broker: InMemoryBroker) -> None:
+        super().__init__(broker)
+        self.waiting = threading.Event()
+        self.release = threading.Event()
+
+    def _hold(self) -> None:
+        self.waiting.set()
+        if not self.release.wait(HOLD_S):
+            raise TransportError("the confirmation was held back and never released")
+
+    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
+        self._hold()
+        super().send(queue, message, delay_ms=delay_ms)
+
+    def open_batch(self, *, atomic: bool = True) -> Any:
+        return _HeldBatch(super().open_batch(atomic=atomic), self._hold)
+
+
+class _HeldBatch:
+    def __init__(self, sink: BatchSink, hold: Any) -> None:
+        self._sink, self._hold = sink, hold
+
+    def add(self, queue: str, message: WireMessage) -> None:
+        self._sink.add(queue, message)
+
+    def commit(self) -> None:
+        self._hold()
+        self._sink.commit()
+
+    def abort(self) -> None:
+        self._sink.abort()

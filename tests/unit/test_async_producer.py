@@ -5,59 +5,17 @@ aborted batch stores nothing, and closing waits for the sends under way."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import pytest
 
 from boost_tenancy import AsyncTenantProducer, ConfigError, TenantProducer
 from boost_tenancy.errors import MessageTooLargeError, TransportError
-from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas import PublishGuard, PublishLimits
 from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.base import BatchSink
+from tests.async_processors import HOLD_S, HeldConfirmations
 from tests.conftest import unique_queue
-
-HOLD_S = 10.0
-"""The longest a held confirmation waits before failing the send: a producer that blocks the
-loop then fails its test instead of hanging it."""
-
-
-class HeldConfirmations(InMemoryTransport):
-    """Confirms a send, or a batch's commit, only once release is set."""
-
-    def __init__(self, broker: InMemoryBroker) -> None:
-        super().__init__(broker)
-        self.waiting = threading.Event()
-        self.release = threading.Event()
-
-    def _hold(self) -> None:
-        self.waiting.set()
-        if not self.release.wait(HOLD_S):
-            raise TransportError("the confirmation was held back and never released")
-
-    def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
-        self._hold()
-        super().send(queue, message, delay_ms=delay_ms)
-
-    def open_batch(self, *, atomic: bool = True) -> Any:
-        return _HeldBatch(super().open_batch(atomic=atomic), self._hold)
-
-
-class _HeldBatch:
-    def __init__(self, sink: BatchSink, hold: Any) -> None:
-        self._sink, self._hold = sink, hold
-
-    def add(self, queue: str, message: WireMessage) -> None:
-        self._sink.add(queue, message)
-
-    def commit(self) -> None:
-        self._hold()
-        self._sink.commit()
-
-    def abort(self) -> None:
-        self._sink.abort()
 
 
 @pytest.fixture
@@ -159,7 +117,7 @@ def test_a_refused_send_raises_in_the_awaiting_coroutine_and_sends_nothing(
 def test_a_failed_confirmation_raises_in_the_awaiting_coroutine(
     broker: InMemoryBroker, held: HeldConfirmations, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tests.unit.test_async_producer.HOLD_S", 0.01)
+    monkeypatch.setattr("tests.async_processors.HOLD_S", 0.01)
 
     async def scenario() -> None:
         async with AsyncTenantProducer(TenantProducer(held)) as producer:
