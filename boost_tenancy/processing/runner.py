@@ -311,7 +311,8 @@ class ProcessorRunner:
         """Stop taking messages, let in-flight handlers finish within grace_s, then disconnect.
 
         Returns False if some handler was still running at the deadline; its message stays
-        unacknowledged and the broker redelivers it.
+        unacknowledged and the broker redelivers it. An async handler running at the deadline is
+        cancelled instead, and its worker settles it as a retry with its attempt counted.
         """
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
         if self._redrive is not None:
