@@ -9,6 +9,7 @@ boost_tenancy.selectors, fairness in boost_tenancy.fairness, publishing limits i
 boost_tenancy.quotas.
 """
 
+from boost_tenancy.async_producer import AsyncTenantProducer
 from boost_tenancy.errors import (
     BacklogQuotaExceededError,
     BoostTenancyError,
@@ -23,6 +24,7 @@ from boost_tenancy.errors import (
     TransportError,
 )
 from boost_tenancy.messages import IncomingMessage, Message
+from boost_tenancy.processing.aio import AsyncMiddleware
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
@@ -36,6 +38,8 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.registry import open_transport
 
 __all__ = [
+    "AsyncMiddleware",
+    "AsyncTenantProducer",
     "BacklogQuotaExceededError",
     "BoostTenancyError",
     "ConfigError",

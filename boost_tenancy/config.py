@@ -16,6 +16,7 @@ from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy
 from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
 from boost_tenancy.fairness.tiers import TierLimits
+from boost_tenancy.processing.aio import EventLoopSettings
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
@@ -108,6 +109,9 @@ class AppSettings:
             prefetch=env_int(env, "BOOST_PREFETCH", 10, minimum=1),
             shutdown_grace_s=env_seconds(env, "BOOST_SHUTDOWN_GRACE_S", 30.0),
             dispatch=DispatchSettings(retry=retry),
+            event_loop=EventLoopSettings(
+                stall_s=env_float(env, "BOOST_LOOP_STALL_S", 10.0, minimum=0.1)
+            ),
         )
         log_format = env.get("BOOST_LOG_FORMAT", "console")
         if log_format not in ("console", "json"):

@@ -96,6 +96,11 @@ class DeadLettersNotFoundError(BoostTenancyError):
         )
 
 
+class HandlerCancelledError(TransientError):
+    """An async handler's task was cancelled before it finished (the runner stopping past its
+    grace period): retried like any transient failure, its attempt counted."""
+
+
 class ErrorStoreError(BoostTenancyError):
     """The error store could not record or read a failure."""
 

@@ -17,7 +17,7 @@ from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchErro
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
-from boost_tenancy.processing.middleware import Middleware, chain
+from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, check_processor
 from boost_tenancy.processing.settle import DispatchObserver, Settler
@@ -77,13 +77,15 @@ class Dispatcher:
         error_store: ErrorStore,
         *,
         settings: DispatchSettings | None = None,
-        middleware: Sequence[Middleware] = (),
+        middleware: Sequence[AnyMiddleware] = (),
         strategy: RedeliveryStrategy | None = None,
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
         publish_guard: PublishCheck | None = None,
         message_ttl: ExpiryPolicy | None = None,
+        event_loop: EventLoop | None = None,
     ) -> None:
+        """event_loop runs an async handle or AsyncMiddleware (the runner gives its own)."""
         check_processor(processor)
         self._processor = processor
         self._routing = routing
@@ -94,7 +96,9 @@ class Dispatcher:
         self._strategy = strategy or strategy_for(transport.capabilities)
         # The processor's own retry policy, when it declares one, over the settings'.
         self._retry = RetryMiddleware(policy_for(processor, self._settings.retry))
-        self._handler = chain([*middleware, self._retry], self._call_handler)
+        self._handler = build_chain(
+            [*middleware, self._retry], self._call_handler, processor, event_loop
+        )
         self._settler = Settler(
             transport,
             error_store,
@@ -108,13 +112,14 @@ class Dispatcher:
         result: object = self._processor.handle(message, ctx)
         if inspect.isawaitable(result):
             # A handler that hands back a coroutine did nothing yet: acknowledging would lose
-            # the message. (check_processor refuses async def; this catches wrapped ones.)
+            # the message. (An async def handle runs on the event loop; this catches a plain
+            # def that hands back a coroutine.)
             close = getattr(result, "close", None)
             if callable(close):
                 close()
             raise PermanentError(
                 f"{type(self._processor).__name__}.handle returned an awaitable; handlers must "
-                "do their work before returning (async handlers are not supported)"
+                "do their work before returning, or be declared async def"
             )
         return Ack(outputs=ctx.outputs)
 

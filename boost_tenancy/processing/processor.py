@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -104,11 +104,12 @@ class TenantProcessor(abc.ABC):
     (resilience.retry.RetryPolicy); None uses the settings' (BOOST_MAX_ATTEMPTS, BOOST_RETRY_*)."""
 
     @abc.abstractmethod
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> Awaitable[None] | None:
         """Handle one message. Raise PermanentError to dead-letter it, anything else to retry.
 
-        A plain def: it runs on a worker thread. An async def is refused when the processor is
-        loaded (check_processor), because nothing would ever await it.
+        A plain def runs on a worker thread. An async def runs on the runner's event loop while
+        a worker waits for it (processing/aio.py): it must never block the loop, so blocking
+        calls go through `await asyncio.to_thread(...)`.
         """
 
     def close(self) -> None:  # noqa: B027  # an optional hook, empty by default on purpose
@@ -121,11 +122,10 @@ def check_processor(processor: TenantProcessor) -> None:
     name = type(processor).__name__
     if not callable(handle):
         raise ConfigError(f"{name} has no handle(message, ctx) method")
-    if inspect.iscoroutinefunction(handle) or inspect.isasyncgenfunction(handle):
+    if inspect.isasyncgenfunction(handle):
         raise ConfigError(
-            f"{name}.handle is declared async def, but handlers run on worker threads and "
-            "nothing would await it (every message would be acknowledged unhandled). Declare "
-            "it as a plain def; to call async code, run it inside with asyncio.run(...)."
+            f"{name}.handle is an async generator (it yields), and nothing would iterate it. "
+            "Declare it as async def without yield, or as a plain def."
         )
 
 

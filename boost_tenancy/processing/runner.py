@@ -24,8 +24,9 @@ from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import PublishCheck, check_queue_name
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
+from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, EventLoopSettings
+from boost_tenancy.processing.aio import needs_event_loop as _needs_event_loop
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
-from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
@@ -40,6 +41,10 @@ EXIT_HANDLERS_ABANDONED = 3
 """run()'s exit code when the grace period ended with handlers still running: their messages
 were left unacknowledged (the broker redelivers them), which an operator should know of."""
 
+CANCELLED_SETTLE_S = 5.0
+"""How long stop() waits, after cancelling the async handlers still running at the end of the
+grace period, for their workers to settle them (retried, the attempt counted)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunnerSettings:
@@ -53,6 +58,8 @@ class RunnerSettings:
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     tenant_weights: Mapping[str, int] = field(default_factory=dict)
     """Deliveries a tenant may start per turn of the local work queue (default 1 each)."""
+    event_loop: EventLoopSettings = field(default_factory=EventLoopSettings)
+    """The event loop of async handlers and middleware (processing/aio.py)."""
 
     def __post_init__(self) -> None:
         # Imported on use: the fairness package imports config, and config imports this module.
@@ -82,7 +89,7 @@ class ProcessorRunner:
         *,
         error_store: ErrorStore,
         settings: RunnerSettings | None = None,
-        middleware: Sequence[Middleware] = (),
+        middleware: Sequence[AnyMiddleware] = (),
         gate: FairnessGate | None = None,
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
@@ -141,6 +148,10 @@ class ProcessorRunner:
         # Deliveries of a tenant over its limits wait at the gate, unacknowledged, in order.
         self._gate = gate
         self._settings = settings or RunnerSettings()
+        # Only for an async handler or middleware; a plain processor runs no loop at all.
+        self._event_loop: EventLoop | None = None
+        if _needs_event_loop(processor, middleware):
+            self._event_loop = EventLoop(self._settings.event_loop)
         self._dispatcher = Dispatcher(
             processor,
             transport,
@@ -151,6 +162,7 @@ class ProcessorRunner:
             routing=routing,
             publish_guard=publish_guard,
             message_ttl=message_ttl,
+            event_loop=self._event_loop,
         )
 
         # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.
@@ -193,6 +205,8 @@ class ProcessorRunner:
             return
         self._started = True
         self._transport.connect()
+        if self._event_loop is not None:
+            self._event_loop.start()
         for index in range(self._settings.workers):
             self._workers.append(self._start_worker(index))
         if self._gate is not None:
@@ -298,7 +312,8 @@ class ProcessorRunner:
         """Stop taking messages, let in-flight handlers finish within grace_s, then disconnect.
 
         Returns False if some handler was still running at the deadline; its message stays
-        unacknowledged and the broker redelivers it.
+        unacknowledged and the broker redelivers it. An async handler running at the deadline is
+        cancelled instead, and its worker settles it as a retry with its attempt counted.
         """
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
         if self._redrive is not None:
@@ -307,13 +322,22 @@ class ProcessorRunner:
             self._router.stop(timeout=min(grace, 10.0))
         self._stopping.set()
         self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
-        deadline = time.monotonic() + grace
-        for worker in self._workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
+        self._join_workers(time.monotonic() + grace)
+        if self._event_loop is not None:
+            # Past the grace period a coroutine is cancelled, and its worker settles it as a
+            # retry before the transport closes; a plain handler cannot be, and is left.
+            if cancelled := self._event_loop.cancel_running():
+                log.warning("async_handlers_cancelled", count=cancelled)
+                self._join_workers(time.monotonic() + CANCELLED_SETTLE_S)
+            self._event_loop.stop()
         finished = not any(worker.is_alive() for worker in self._workers)
         self._transport.close()
         log.info("runner_stopped", clean=finished)
         return finished
+
+    def _join_workers(self, deadline: float) -> None:
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     def request_stop(self) -> None:
         """Ask run() to stop; safe from a signal handler."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +21,27 @@ def restore_logging() -> Iterator[None]:
     structlog.configure(**saved)
 
 
-class AsyncHandle(TenantProcessor):
+class AsyncGeneratorHandle(TenantProcessor):
     queues = ("cmd.refused",)
 
     async def handle(  # type: ignore[override]  # the mistake under test
         self, message: IncomingMessage, ctx: HandlerContext
-    ) -> None:
-        raise AssertionError("never awaited, never called")
+    ) -> AsyncIterator[None]:
+        yield None
 
 
-def test_run_refuses_an_async_handle_with_exit_2_and_what_to_do(
+def test_run_refuses_an_async_generator_handle_with_exit_2_and_what_to_do(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An async def handle runs on the runner's event loop; one that yields would never run."""
     monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{tmp_path / 'errors.sqlite3'}")
     # A port nothing listens on: the refusal must come before any connection is tried.
     monkeypatch.setenv("BOOST_STOMP_PORT", "1")
-    code = main(["run", f"{__name__}:AsyncHandle", "--tenant", "org-a"])
+    code = main(["run", f"{__name__}:AsyncGeneratorHandle", "--tenant", "org-a"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "AsyncHandle.handle is declared async def" in err
-    assert "plain def" in err
+    assert "AsyncGeneratorHandle.handle is an async generator" in err
+    assert "async def without yield" in err
 
 
 def test_a_non_finite_grace_period_is_refused_at_start_up(

@@ -23,6 +23,7 @@ def test_defaults_apply_when_nothing_is_set() -> None:
     assert settings.runner.workers == 4
     assert settings.runner.prefetch == 10
     assert settings.runner.shutdown_grace_s == 30.0
+    assert settings.runner.event_loop.stall_s == 10.0
     retry = settings.runner.dispatch.retry
     assert (retry.max_attempts, retry.base_delay_ms, retry.max_delay_ms) == (5, 1_000, 60_000)
     assert (
@@ -52,6 +53,7 @@ def test_every_variable_is_read() -> None:
             "BOOST_WORKERS": "8",
             "BOOST_PREFETCH": "1",
             "BOOST_SHUTDOWN_GRACE_S": "2.5",
+            "BOOST_LOOP_STALL_S": "0.5",
             "BOOST_ERROR_STORE": "sqlite:////tmp/e.sqlite3",
             "BOOST_LOG_FORMAT": "json",
             "BOOST_LOG_LEVEL": "DEBUG",
@@ -69,6 +71,7 @@ def test_every_variable_is_read() -> None:
     assert (retry.max_attempts, retry.base_delay_ms, retry.max_delay_ms) == (2, 50, 400)
     assert (settings.runner.workers, settings.runner.prefetch) == (8, 1)
     assert settings.runner.shutdown_grace_s == 2.5
+    assert settings.runner.event_loop.stall_s == 0.5
     assert settings.error_store_url == "sqlite:////tmp/e.sqlite3"
     assert (settings.log_format, settings.log_level) == ("json", "DEBUG")
 
@@ -86,6 +89,8 @@ def test_every_variable_is_read() -> None:
         ({"BOOST_RETRY_MAX_MS": "soon"}, "BOOST_RETRY_MAX_MS must be an integer, got 'soon'"),
         ({"BOOST_SHUTDOWN_GRACE_S": "-1"}, "BOOST_SHUTDOWN_GRACE_S must be at least 0.0"),
         ({"BOOST_SHUTDOWN_GRACE_S": "soon"}, "BOOST_SHUTDOWN_GRACE_S must be a number"),
+        ({"BOOST_LOOP_STALL_S": "0"}, "BOOST_LOOP_STALL_S must be at least 0.1"),
+        ({"BOOST_LOOP_STALL_S": "inf"}, "BOOST_LOOP_STALL_S must be a finite number"),
         ({"BOOST_STOMP_PORT": "abc"}, "BOOST_STOMP_PORT must be a number, got 'abc'"),
         ({"BOOST_LOG_FORMAT": "xml"}, "BOOST_LOG_FORMAT must be 'console' or 'json', got 'xml'"),
         ({"BOOST_LOG_FORMAT": ""}, "BOOST_LOG_FORMAT must be 'console' or 'json', got ''"),

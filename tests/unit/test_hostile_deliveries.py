@@ -11,6 +11,7 @@ shared queue, and on a routed one, where the same deliveries go through the rout
 from __future__ import annotations
 
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -146,21 +147,26 @@ def quarantines(sources: set[str]) -> list[str]:
     return [quarantine_queue(q) for q in sources]
 
 
-class AsyncHandle(TenantProcessor):
+class AsyncGeneratorHandle(TenantProcessor):
     queues = ("cmd",)
 
-    async def handle(self, message: object, ctx: object) -> None:  # type: ignore[override]
-        raise AssertionError("never called")
+    async def handle(self, message: object, ctx: object) -> AsyncIterator[None]:  # type: ignore[override]
+        yield None
 
 
-def test_async_handle_is_refused_when_the_processor_is_loaded(tmp_path: Path) -> None:
+def test_an_async_generator_handle_is_refused_when_the_processor_is_loaded(
+    tmp_path: Path,
+) -> None:
+    """An async def handle runs on the event loop; one that yields would never be iterated."""
     broker = InMemoryBroker()
     store = SQLiteErrorStore(tmp_path / "e.sqlite3")
     try:
-        with pytest.raises(ConfigError, match=r"async def.*plain def"):
-            Dispatcher(AsyncHandle(), InMemoryTransport(broker), store)
-        with pytest.raises(ConfigError, match="async def"):
-            ProcessorRunner(AsyncHandle(), InMemoryTransport(broker), ["org-A"], error_store=store)
+        with pytest.raises(ConfigError, match=r"async generator.*async def without yield"):
+            Dispatcher(AsyncGeneratorHandle(), InMemoryTransport(broker), store)
+        with pytest.raises(ConfigError, match="async generator"):
+            ProcessorRunner(
+                AsyncGeneratorHandle(), InMemoryTransport(broker), ["org-A"], error_store=store
+            )
     finally:
         store.close()
         broker.close()

@@ -1,0 +1,547 @@
+"""Async handlers and async middleware: the runner's event loop, and the chain that crosses
+between it and the worker thread that owns each delivery.
+
+A worker thread still takes every delivery and waits while its coroutine runs on the loop, so
+the worker count and the fairness gate's slots bound async handlers exactly as plain ones, and
+settling stays on the worker. Sync middleware runs on the worker, async middleware on the loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import inspect
+import math
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from boost_tenancy.errors import ConfigError, HandlerCancelledError
+from boost_tenancy.messages import IncomingMessage
+from boost_tenancy.processing.middleware import Handler, Middleware, chain
+from boost_tenancy.processing.outcomes import Ack, Outcome
+from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
+
+log = structlog.get_logger("boost_tenancy.processing.aio")
+
+AsyncHandler = Callable[[IncomingMessage, HandlerContext], Awaitable[Outcome]]
+"""What an async middleware's call_next is: awaited, it gives the outcome of the rest."""
+
+_TEARDOWN_S: Final = 5.0
+"""How long a stopping loop waits for the tasks it cancels, and for its default executor."""
+
+_STACK_FRAMES: Final = 8
+"""Frames of the blocked loop thread's stack logged when the loop is replaced."""
+
+
+class AsyncMiddleware(abc.ABC):
+    """A middleware that awaits: subclass it and implement an async __call__.
+
+    It runs on the runner's event loop, in the same place in the chain as a plain middleware
+    would; `await call_next(message, ctx)` gives the outcome of the rest of the chain, wherever
+    those pieces run. Like a handler, it must never block the loop.
+    """
+
+    @abc.abstractmethod
+    async def __call__(
+        self, message: IncomingMessage, ctx: HandlerContext, call_next: AsyncHandler
+    ) -> Outcome: ...
+
+
+AnyMiddleware = Middleware | AsyncMiddleware
+"""What ProcessorRunner(middleware=...) takes: plain and async pieces, mixed in any order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventLoopSettings:
+    """The runner's event loop, which it starts only for an async handler or middleware."""
+
+    stall_s: float = 10.0
+    """How long the loop may go without running anything before it counts as blocked: the
+    stack that blocks it is logged at critical level and new async work goes to a fresh loop,
+    so one handler blocking the loop cannot stall every tenant for longer than this."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.stall_s) and self.stall_s > 0):
+            raise ConfigError(f"stall_s must be a finite number > 0, got {self.stall_s}")
+
+
+def is_async_handler(processor: TenantProcessor) -> bool:
+    """Whether the processor's handle is an async def, which runs on the runner's event loop."""
+    return inspect.iscoroutinefunction(processor.handle)
+
+
+def check_middleware(layer: object) -> None:
+    """Refuse an async def middleware that does not declare itself an AsyncMiddleware: its
+    coroutine would be taken for an outcome, never awaited."""
+    if isinstance(layer, AsyncMiddleware):
+        return
+    # A class with an async __call__: its instances are not coroutine functions themselves.
+    call = type(layer).__call__
+    if inspect.iscoroutinefunction(layer) or inspect.iscoroutinefunction(call):
+        name = getattr(layer, "__qualname__", type(layer).__qualname__)
+        raise ConfigError(
+            f"middleware {name} is an async def; subclass "
+            "boost_tenancy.processing.aio.AsyncMiddleware so the runner awaits it on its loop"
+        )
+
+
+def needs_event_loop(processor: TenantProcessor, middleware: Sequence[AnyMiddleware]) -> bool:
+    """Whether a runner of processor with this middleware must start an event loop."""
+    return is_async_handler(processor) or any(isinstance(m, AsyncMiddleware) for m in middleware)
+
+
+# -- the loop ---------------------------------------------------------------------------------
+class _Escaped(Exception):  # noqa: N818  # a carrier, not an error of its own
+    """SystemExit or KeyboardInterrupt from a task, carried to the worker: raised in a task they
+    would end the loop's run_forever, and with it every tenant's async handling."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+async def _guarded(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
+    try:
+        return await coro
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from exc
+
+
+_Start = tuple[Callable[[], Coroutine[Any, Any, Outcome]], contextvars.Context]
+_Queued = tuple[
+    concurrent.futures.Future[Outcome],
+    Callable[[], Coroutine[Any, Any, Outcome]],
+    contextvars.Context,
+]
+
+
+class _Loop:
+    """One asyncio loop on a thread of its own, with the deliveries submitted to it."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.beat = time.monotonic()
+        self._lock = threading.Lock()
+        self._submitted: set[concurrent.futures.Future[Outcome]] = set()
+        self._queued: dict[concurrent.futures.Future[Outcome], _Start] = {}
+        self._tasks: set[asyncio.Task[Outcome]] = set()  # the loop thread's only
+        self._retiring = False  # the loop thread's only
+
+    def submit(
+        self,
+        make: Callable[[], Coroutine[Any, Any, Outcome]],
+        context: contextvars.Context,
+        done: concurrent.futures.Future[Outcome] | None = None,
+    ) -> concurrent.futures.Future[Outcome]:
+        """Run make()'s coroutine as a task in context; the future settles when it ends."""
+        if done is None:
+            done = concurrent.futures.Future()
+        future = done
+        with self._lock:
+            self._submitted.add(future)
+            self._queued[future] = (make, context)
+
+        def start() -> None:
+            with self._lock:
+                if self._queued.pop(future, None) is None:
+                    return  # moved to a fresh loop while this one was blocked
+            if not future.set_running_or_notify_cancel():
+                return
+            task = self.loop.create_task(_guarded(make()), context=context)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: self._finished(t, future))
+
+        try:
+            self.loop.call_soon_threadsafe(start)
+        except RuntimeError as exc:  # closed between the caller's look and now
+            with self._lock:
+                self._queued.pop(future, None)
+            self._fail(future, "the runner's event loop is closed")
+            raise HandlerCancelledError("the runner's event loop is closed") from exc
+        return future
+
+    def take_queued(self) -> list[_Queued]:
+        """The submissions not started yet, taken away (to move them to another loop)."""
+        with self._lock:
+            taken = [(future, *started) for future, started in self._queued.items()]
+            self._queued.clear()
+            for future, *_ in taken:
+                self._submitted.discard(future)
+        return taken
+
+    def _finished(
+        self, task: asyncio.Task[Outcome], done: concurrent.futures.Future[Outcome]
+    ) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            self._fail(done, "the handler's task was cancelled before it finished")
+        elif (exc := task.exception()) is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(task.result())
+        with self._lock:
+            self._submitted.discard(done)
+        if self._retiring and not self._tasks:
+            self.loop.stop()
+
+    def _fail(self, done: concurrent.futures.Future[Outcome], why: str) -> None:
+        if not done.done():
+            done.set_exception(HandlerCancelledError(why))
+        with self._lock:
+            self._submitted.discard(done)
+
+    @property
+    def running(self) -> int:
+        """Deliveries submitted and not finished."""
+        with self._lock:
+            return len(self._submitted)
+
+    def call(self, callback: Callable[[], object]) -> bool:
+        """Run callback on the loop thread soon; False when the loop is closed already."""
+        try:
+            self.loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            return False
+        return True
+
+    def ping(self) -> None:
+        self.call(self._beat)
+
+    def _beat(self) -> None:
+        self.beat = time.monotonic()
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def retire(self) -> None:
+        """Stop once the tasks it runs have ended (it gets no new ones)."""
+        self._retiring = True
+        if not self._tasks:
+            self.loop.stop()
+
+    def stack(self) -> str:
+        frame = sys._current_frames().get(self.thread.ident or -1)
+        if frame is None:
+            return ""
+        return "".join(traceback.format_stack(frame)[-_STACK_FRAMES:])
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self._teardown()
+
+    def _teardown(self) -> None:
+        loop = self.loop
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=_TEARDOWN_S))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            with contextlib.suppress(TimeoutError):
+                loop.run_until_complete(
+                    asyncio.wait_for(loop.shutdown_default_executor(), _TEARDOWN_S)
+                )
+        finally:
+            with self._lock:
+                left = list(self._submitted)
+            for done in left:  # never started, or ignoring its cancellation: never waited for
+                self._fail(done, "the runner's event loop stopped before the handler finished")
+            loop.close()
+
+
+class EventLoop:
+    """The runner's event loop: started and stopped with the runner, closed when it stops.
+
+    A watchdog pings the loop; when it has not run for settings.stall_s (a coroutine blocking
+    it) the blocking stack is logged and new work goes to a fresh loop, while the blocked one
+    finishes what it holds whenever it is unblocked, and then closes.
+    """
+
+    def __init__(
+        self, settings: EventLoopSettings | None = None, *, name: str = "boost-loop"
+    ) -> None:
+        self._settings = settings or EventLoopSettings()
+        self._name = name
+        self._lock = threading.Lock()
+        self._loops: list[_Loop] = []
+        self._current: _Loop | None = None
+        self._stopping = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def replaced(self) -> int:
+        """Loops replaced because they were blocked."""
+        with self._lock:
+            return len(self._loops) - (1 if self._loops else 0)
+
+    @property
+    def running(self) -> int:
+        """Coroutines of deliveries running now, on every loop."""
+        with self._lock:
+            loops = list(self._loops)
+        return sum(loop.running for loop in loops)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                return
+            self._current = self._new_loop()
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"{self._name}-watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    def _new_loop(self) -> _Loop:
+        loop = _Loop(f"{self._name}-{len(self._loops)}")
+        self._loops.append(loop)
+        loop.thread.start()
+        return loop
+
+    def _watch(self) -> None:
+        stall = self._settings.stall_s
+        while not self._stopping.wait(stall / 4):
+            with self._lock:
+                current = self._current
+            if current is None:
+                return
+            if time.monotonic() - current.beat > stall:
+                self._replace(current)
+            else:
+                current.ping()
+
+    def _replace(self, blocked: _Loop) -> None:
+        with self._lock:
+            if self._stopping.is_set() or self._current is not blocked:
+                return
+            fresh = self._current = self._new_loop()
+        # What waits for the blocked loop without having started moves; what started stays.
+        moved = blocked.take_queued()
+        for future, make, context in moved:
+            with contextlib.suppress(HandlerCancelledError):
+                fresh.submit(make, context, future)
+        log.critical(
+            "event_loop_blocked",
+            blocked_s=round(time.monotonic() - blocked.beat, 3),
+            running=blocked.running,
+            moved=len(moved),
+            stack=blocked.stack(),
+            hint="an async handler or middleware blocked the loop; await asyncio.to_thread(...) "
+            "for blocking calls. New deliveries go to a fresh loop.",
+        )
+        blocked.call(blocked.retire)
+
+    def run(self, make: Callable[[_Hop], Coroutine[Any, Any, Outcome]]) -> Outcome:
+        """On a worker thread: run make(hop)'s coroutine on the loop and wait for its outcome,
+        doing meanwhile the plain work it hands back through hop (sync middleware, a plain
+        handler), so that work stays on this worker."""
+        with self._lock:
+            loop = self._current
+        if loop is None:
+            raise HandlerCancelledError("the runner's event loop is not running")
+        hop = _Hop()
+        done = loop.submit(lambda: make(hop), contextvars.copy_context())
+        done.add_done_callback(lambda _: hop.requests.put(None))
+        while (request := hop.requests.get()) is not None:
+            request.run()
+        try:
+            return done.result()
+        except _Escaped as escaped:
+            raise escaped.original from None
+
+    def cancel_running(self) -> int:
+        """Cancel every running coroutine (the grace period is over); returns how many ran.
+        Each ends in HandlerCancelledError on its worker, which settles it as a retry."""
+        with self._lock:
+            loops = list(self._loops)
+        running = 0
+        for loop in loops:
+            if loop.running:
+                running += loop.running
+                loop.call(loop.cancel_all)
+        return running
+
+    def stop(self, timeout: float = _TEARDOWN_S * 2) -> bool:
+        """Stop and close every loop; False if one is still blocked at the deadline (its thread
+        is left behind, a daemon)."""
+        self._stopping.set()
+        if self._watchdog is not None:
+            self._watchdog.join(timeout)
+        with self._lock:
+            loops = list(self._loops)
+            self._current = None
+        for loop in loops:
+            loop.call(loop.loop.stop)
+        deadline = time.monotonic() + timeout
+        closed = True
+        for loop in loops:
+            loop.thread.join(max(0.0, deadline - time.monotonic()))
+            if loop.thread.is_alive():
+                closed = False
+                log.critical("event_loop_left_blocked", stack=loop.stack())
+        return closed
+
+
+class _Request:
+    """Plain work a coroutine hands to the worker thread of its delivery."""
+
+    __slots__ = ("abandoned", "fn", "future", "loop")
+
+    def __init__(
+        self,
+        fn: Callable[[], Outcome],
+        future: asyncio.Future[Outcome],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.abandoned = False
+
+    def run(self) -> None:
+        if self.abandoned:  # its coroutine was cancelled while this waited
+            return
+        try:
+            result = self.fn()
+        except BaseException as exc:  # handed to the coroutine, whatever it is
+            self._settle(None, exc)
+        else:
+            self._settle(result, None)
+
+    def _settle(self, result: Outcome | None, exc: BaseException | None) -> None:
+        def settle() -> None:
+            if self.future.done():
+                return
+            if exc is not None:
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(result)  # type: ignore[arg-type]  # None only with exc
+
+        with contextlib.suppress(RuntimeError):  # the loop closed: its waiter is failed already
+            self.loop.call_soon_threadsafe(settle)
+
+
+class _Hop:
+    """The channel from one delivery's coroutines back to the worker thread waiting for it."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+
+    async def call(self, fn: Callable[[], Outcome]) -> Outcome:
+        """On the loop: run fn on the delivery's worker thread and await what it returns."""
+        loop = asyncio.get_running_loop()
+        request = _Request(fn, loop.create_future(), loop)
+        self.requests.put(request)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            request.abandoned = True
+            raise
+
+
+# -- the chain --------------------------------------------------------------------------------
+class _MixedChain:
+    """The middleware chain when some piece is async: each piece runs where it belongs, plain
+    pieces on the delivery's worker thread, async ones on the loop, in the order given."""
+
+    def __init__(
+        self,
+        layers: Sequence[AnyMiddleware],
+        handler: Handler | None,
+        async_handler: AsyncHandler | None,
+        event_loop: EventLoop,
+    ) -> None:
+        self._layers = tuple(layers)
+        self._handler = handler
+        self._async_handler = async_handler
+        self._loop = event_loop
+
+    def __call__(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
+        return self._sync(0, message, ctx)
+
+    def _sync(self, index: int, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
+        """Layers from index on, entered on the worker thread."""
+        if index == len(self._layers):
+            if self._handler is not None:
+                return self._handler(message, ctx)
+        elif not isinstance(layer := self._layers[index], AsyncMiddleware):
+            return layer(message, ctx, lambda m, c: self._sync(index + 1, m, c))
+        return self._loop.run(lambda hop: self._async(index, message, ctx, hop))
+
+    async def _async(
+        self, index: int, message: IncomingMessage, ctx: HandlerContext, hop: _Hop
+    ) -> Outcome:
+        """Layers from index on, entered on the loop."""
+        if index == len(self._layers):
+            if self._async_handler is not None:
+                return await self._async_handler(message, ctx)
+            handler = self._handler
+            if handler is None:  # pragma: no cover  # build_chain gives one or the other
+                raise ConfigError("a chain without a handler")
+            return await hop.call(lambda: handler(message, ctx))
+        layer = self._layers[index]
+        if isinstance(layer, AsyncMiddleware):
+            return await layer(message, ctx, lambda m, c: self._async(index + 1, m, c, hop))
+        return await hop.call(lambda: layer(message, ctx, lambda m, c: self._sync(index + 1, m, c)))
+
+
+def _async_terminal(processor: TenantProcessor) -> AsyncHandler:
+    async def call_handler(message: IncomingMessage, ctx: HandlerContext) -> Outcome:
+        await processor.handle(message, ctx)  # type: ignore[misc]  # an async def, checked
+        return Ack(outputs=ctx.outputs)
+
+    return call_handler
+
+
+def build_chain(
+    middleware: Sequence[AnyMiddleware],
+    handler: Handler,
+    processor: TenantProcessor,
+    event_loop: EventLoop | None,
+) -> Handler:
+    """The dispatcher's chain, called on a worker thread: middleware (outermost first) around
+    processor's handle, which is handler when it is a plain def. Without anything async it is
+    the plain chain, with no loop involved."""
+    for layer in middleware:
+        check_middleware(layer)
+    if not needs_event_loop(processor, middleware):
+        return chain([m for m in middleware if not isinstance(m, AsyncMiddleware)], handler)
+    if event_loop is None:
+        raise ConfigError(
+            f"{type(processor).__name__} has an async handler or middleware and needs an event "
+            "loop: run it in a ProcessorRunner, or give the Dispatcher event_loop=EventLoop()"
+        )
+    if is_async_handler(processor):
+        return _MixedChain(middleware, None, _async_terminal(processor), event_loop)
+    return _MixedChain(middleware, handler, None, event_loop)
+
+
+__all__ = [
+    "AnyMiddleware",
+    "AsyncHandler",
+    "AsyncMiddleware",
+    "EventLoop",
+    "EventLoopSettings",
+    "build_chain",
+    "check_middleware",
+    "is_async_handler",
+    "needs_event_loop",
+]

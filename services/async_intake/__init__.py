@@ -1,0 +1,1 @@
+"""An asynchronous HTTP intake: FastAPI sending each tenant's events with AsyncTenantProducer."""
