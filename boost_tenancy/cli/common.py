@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
+from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport
 
@@ -36,3 +38,9 @@ def connected(settings: AppSettings) -> Transport:
     transport = open_broker(settings, os.environ)
     transport.connect()
     return transport
+
+
+def acting(given: str | None, settings: AppSettings) -> str:
+    """Who an operator's command acts as, for its audit: --actor, else BOOST_ACTOR, else the
+    user running it."""
+    return check_actor(given or settings.actor or getpass.getuser())

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
@@ -32,3 +34,11 @@ def store(tmp_path: Path) -> Iterator[ErrorStore]:
     opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """main() configures structlog onto the captured stderr; later tests must not write there."""
+    saved: dict[str, Any] = structlog.get_config()
+    yield
+    structlog.configure(**saved)
