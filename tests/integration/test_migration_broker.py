@@ -11,8 +11,6 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +27,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
 from boost_tenancy.ops.migration import migrate_dead_letters
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.routing import Topology
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import recorded, unique_queue, wait_until
@@ -138,13 +136,6 @@ def runner_of(
         settings=RunnerSettings(workers=2, prefetch=10),
         routing=routing,
     )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 def test_shared_to_routed_with_the_system_running_loses_nothing(

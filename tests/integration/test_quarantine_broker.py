@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,7 @@ from boost_tenancy import (
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.ops.quarantine import Cause, QuarantineAdmin, QuarantineRedriveError
 from boost_tenancy.ops.router import TenantRouter
-from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
+from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -45,13 +44,6 @@ class Recorder(TenantProcessor):
     def ids(self) -> list[str]:
         with self._lock:
             return [message_id for _, message_id, _ in self.seen]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
 
 
 @pytest.fixture
