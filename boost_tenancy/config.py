@@ -82,6 +82,9 @@ class AppSettings:
     policy_store_url: str = ""
     """BOOST_POLICY_STORE, else BOOST_TIER_STORE: where operators' run-time policies per tenant
     live (quotas/policy_store.py); empty means none, the defaults apply to every tenant."""
+    actor: str = ""
+    """BOOST_ACTOR: who an operator's command acts as (policy set, quarantine redrive), for the
+    audit; empty means the command's --actor, else the user running it."""
     broker_url: str = ""
     """BOOST_BROKER_URL: the transport by URL (transports/registry.py); empty means
     stomp://BOOST_STOMP_HOST:BOOST_STOMP_PORT."""
@@ -145,6 +148,7 @@ class AppSettings:
             usage_store_url=env.get("BOOST_USAGE_STORE", "").strip(),
             usage_flush_s=_usage_flush_s(env),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
+            actor=env.get("BOOST_ACTOR", "").strip(),
         )
 
 

@@ -18,14 +18,15 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
 from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord
+from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord, SQLiteErrorStore
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import StompSettings
@@ -204,6 +205,14 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.now += seconds
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ErrorStore]:
+    """A SQLite error store of the test's own."""
+    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    yield opened
+    opened.close()
 
 
 def unique_queue(prefix: str = "test") -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
+from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport
 
@@ -47,3 +49,9 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def acting(given: str | None, settings: AppSettings) -> str:
+    """Who an operator's command acts as, for its audit: --actor, else BOOST_ACTOR, else the
+    user running it."""
+    return check_actor(given or settings.actor or getpass.getuser())

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 from typing import Any
 
 from boost_tenancy.cli.common import Subparsers, connected, positive_int
+from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin, DeadLetterView
@@ -16,30 +16,6 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import FailureOutcome, open_error_store
 from boost_tenancy.storage import redact_url
 from boost_tenancy.tenancy import TenantId
-
-BODY_PREVIEW_CHARS = 2_000
-"""The most of a body `dlq list --show-body` prints: characters of a text body, or the base64
-of a binary one, so a huge or hostile message cannot flood the terminal."""
-
-
-def body_json(body: str | bytes, limit: int = BODY_PREVIEW_CHARS) -> dict[str, Any]:
-    """A body for JSON output, bounded: text as is (json escapes control characters, so no
-    terminal escape sequence reaches the screen), bytes as base64; body_truncated says whether
-    it was cut, body_length is its full length in characters or bytes."""
-    if isinstance(body, bytes):
-        shown = body[: limit // 4 * 3]  # base64 makes 4 characters of every 3 bytes
-        return {
-            "body_encoding": "base64",
-            "body": base64.b64encode(shown).decode("ascii"),
-            "body_length": len(body),
-            "body_truncated": len(shown) < len(body),
-        }
-    return {
-        "body_encoding": "text",
-        "body": body[:limit],
-        "body_length": len(body),
-        "body_truncated": len(body) > limit,
-    }
 
 
 def view_json(view: DeadLetterView, *, show_body: bool = False) -> str:
@@ -52,16 +28,7 @@ def view_json(view: DeadLetterView, *, show_body: bool = False) -> str:
         "attempts": view.attempts,
         "error_type": view.error_type,
         "error": view.error,
-        "recorded_failures": [
-            {
-                "attempt": f.attempt,
-                "outcome": f.outcome.value,
-                "error_type": f.error_type,
-                "error": f.error_text,
-                "at": f.occurred_at.isoformat(),
-            }
-            for f in view.failures
-        ],
+        "recorded_failures": [failure_json(f) for f in view.failures],
     }
     if show_body:
         shown.update(body_json(view.body))

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import os
 from datetime import date
 from typing import Any
 
-from boost_tenancy.cli.common import Subparsers, tenants
+from boost_tenancy.cli.common import Subparsers, acting, tenants
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
 from boost_tenancy.fairness.usage import open_usage_store
 from boost_tenancy.quotas.policy import POLICY_FIELDS, PolicyChange, PolicyValue
-from boost_tenancy.quotas.policy_store import SqlPolicyStore, check_actor, open_policy_store
+from boost_tenancy.quotas.policy_store import SqlPolicyStore, open_policy_store
 
 
 def _policy_store(settings: AppSettings) -> SqlPolicyStore:
@@ -55,7 +53,7 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
             changes.update(dict.fromkeys(args.clear or [], None))
             if not changes and args.tier is None:
                 raise ConfigError("policy set: nothing to change (give a limit, --clear or --tier)")
-            actor = check_actor(args.actor or os.environ.get("BOOST_ACTOR") or getpass.getuser())
+            actor = acting(args.actor, settings)
             if args.tier is not None and tiers is None:
                 raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
             # set checks every value before it writes, and the tier is written after it: a bad

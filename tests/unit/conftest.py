@@ -1,14 +1,15 @@
-"""Fixtures of the unit tests: an in-memory broker, a transport connected to it and a SQLite
-error store, fresh per test (a module may override broker, e.g. with a flavour parameter)."""
+"""Fixtures of the unit tests: an in-memory broker and a transport connected to it, fresh per
+test (a module may override broker, e.g. with a flavour parameter); the SQLite error store,
+store, is tests/conftest.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
-from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 
 
@@ -28,7 +29,8 @@ def transport(broker: InMemoryBroker) -> Iterator[InMemoryTransport]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[ErrorStore]:
-    opened = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    yield opened
-    opened.close()
+def restore_logging() -> Iterator[None]:
+    """main() configures structlog onto the captured stderr; later tests must not write there."""
+    saved: dict[str, Any] = structlog.get_config()
+    yield
+    structlog.configure(**saved)
