@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from boost_tenancy.cli import dead_letters, messaging, policy, queues
+from boost_tenancy.cli import dead_letters, messaging, policy, queue_admin, queues
 from boost_tenancy.cli.messaging import load_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError
@@ -23,7 +23,7 @@ from boost_tenancy.observability.logging import configure_logging
 
 __all__ = ["build_parser", "load_processor", "main"]
 
-_GROUPS = (messaging, queues, dead_letters, policy)
+_GROUPS = (messaging, queues, queue_admin, dead_letters, policy)
 _DESCRIPTION = "The boost-tenancy command: publish, run, park, dead letters and errors."
 
 

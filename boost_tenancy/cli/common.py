@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from boost_tenancy.app import open_broker
 from boost_tenancy.config import AppSettings
+from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport
 
@@ -19,6 +21,12 @@ Subparsers = Any
 """argparse's sub-parser action (its class is private)."""
 
 LIST_HELP = "repeat or comma-separate"
+ACTOR_HELP = "who makes the change (default: BOOST_ACTOR, else the user)"
+
+
+def actor(given: str | None) -> str:
+    """Who an audited change is recorded as made by: --actor, else BOOST_ACTOR, else the login."""
+    return check_actor(given or os.environ.get("BOOST_ACTOR") or getpass.getuser())
 
 
 def values(given: Sequence[str]) -> list[str]:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import os
 from datetime import date
 from typing import Any
 
-from boost_tenancy.cli.common import Subparsers, tenants
+from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, actor, tenants
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
 from boost_tenancy.fairness.usage import open_usage_store
 from boost_tenancy.quotas.policy import POLICY_FIELDS, PolicyChange, PolicyValue
-from boost_tenancy.quotas.policy_store import SqlPolicyStore, check_actor, open_policy_store
+from boost_tenancy.quotas.policy_store import SqlPolicyStore, open_policy_store
 
 
 def _policy_store(settings: AppSettings) -> SqlPolicyStore:
@@ -55,12 +53,12 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
             changes.update(dict.fromkeys(args.clear or [], None))
             if not changes and args.tier is None:
                 raise ConfigError("policy set: nothing to change (give a limit, --clear or --tier)")
-            actor = check_actor(args.actor or os.environ.get("BOOST_ACTOR") or getpass.getuser())
+            who = actor(args.actor)
             if args.tier is not None and tiers is None:
                 raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
             # set checks every value before it writes, and the tier is written after it: a bad
             # value leaves the tier untouched too.
-            done = store.set(tenant, changes, actor=actor)
+            done = store.set(tenant, changes, actor=who)
             if args.tier is not None and tiers is not None:
                 old_tier = tiers.get(tenant)
                 new_tier = Tier(args.tier)
@@ -72,7 +70,7 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
                             "tier",
                             None if old_tier is None else old_tier.value,
                             new_tier.value,
-                            actor=actor,
+                            actor=who,
                         )
                     )
             print(json.dumps({"tenant": tenant.value, "changed": [_change_json(c) for c in done]}))
@@ -140,9 +138,7 @@ def register(sub: Subparsers) -> None:
         "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
     )
     change.add_argument("--tier", choices=[t.value for t in Tier])
-    change.add_argument(
-        "--actor", help="who makes the change (default: BOOST_ACTOR, else the user)"
-    )
+    change.add_argument("--actor", help=ACTOR_HELP)
 
     usage = sub.add_parser(
         "usage", help="a tenant's counts per day from the usage store (BOOST_USAGE_STORE), as JSON"
