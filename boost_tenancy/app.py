@@ -10,6 +10,11 @@ from collections.abc import Mapping, Sequence
 
 from boost_tenancy.config import AppSettings
 from boost_tenancy.fairness.wiring import FairnessWiring
+from boost_tenancy.ops.queue_states import (
+    QueueStateWatcher,
+    SqlQueueStateStore,
+    open_queue_state_store,
+)
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner
 from boost_tenancy.quotas.backlog import BrokerBacklog
@@ -43,6 +48,7 @@ def run_processor(
     error_store = open_error_store(settings.error_store_url) if store is None else store
     fairness: FairnessWiring | None = None
     backlog: BrokerBacklog | None = None
+    queue_states: SqlQueueStateStore | None = None
     try:
         fairness = FairnessWiring.build(
             settings.fairness,
@@ -57,6 +63,9 @@ def run_processor(
         # The backlog quota may come from the settings or, at run time, from a tenant's policy.
         if settings.publish.max_queued_messages or settings.policy_store_url:
             backlog = BrokerBacklog(transport, settings.routing)
+        # Queues operators drained or deleted (`boost-tenancy queues`) live in the policy store.
+        if settings.policy_store_url:
+            queue_states = open_queue_state_store(settings.policy_store_url)
         runner = ProcessorRunner(
             processor,
             transport,
@@ -70,12 +79,17 @@ def run_processor(
             middleware=fairness.middleware,
             publish_guard=fairness.publish_guard(settings.publish, backlog=backlog),
             message_ttl=settings.message_ttl if settings.message_ttl.applies else None,
+            queue_states=None
+            if queue_states is None
+            else QueueStateWatcher(queue_states, poll_s=settings.queue_state_poll_s),
         )
         fairness.start()
         if backlog is not None:
             backlog.start()
         return runner.run()
     finally:
+        if queue_states is not None:
+            queue_states.close()
         if backlog is not None:
             backlog.close()
         if fairness is not None:

@@ -85,6 +85,9 @@ class AppSettings:
     actor: str = ""
     """BOOST_ACTOR: who an operator's command acts as (policy set, quarantine redrive), for the
     audit; empty means the command's --actor, else the user running it."""
+    queue_state_poll_s: float = 5.0
+    """BOOST_QUEUE_STATE_POLL_S: how often a runner reads the queue states operators set in the
+    policy store (`queues drain`, `resume`, `delete`; ops/queue_states.py)."""
     broker_url: str = ""
     """BOOST_BROKER_URL: the transport by URL (transports/registry.py); empty means
     stomp://BOOST_STOMP_HOST:BOOST_STOMP_PORT."""
@@ -147,6 +150,7 @@ class AppSettings:
             ),
             usage_store_url=env.get("BOOST_USAGE_STORE", "").strip(),
             usage_flush_s=_usage_flush_s(env),
+            queue_state_poll_s=_queue_state_poll_s(env),
             broker_url=env.get("BOOST_BROKER_URL", "").strip(),
             actor=env.get("BOOST_ACTOR", "").strip(),
         )
@@ -161,6 +165,15 @@ def _usage_flush_s(env: Mapping[str, str]) -> float:
     if env.get("BOOST_USAGE_FLUSH_S", "").strip() and not env.get("BOOST_USAGE_STORE", "").strip():
         raise ConfigError("BOOST_USAGE_FLUSH_S set without BOOST_USAGE_STORE: nothing to flush to")
     return flush_s
+
+
+def _queue_state_poll_s(env: Mapping[str, str]) -> float:
+    poll_s = env_float(env, "BOOST_QUEUE_STATE_POLL_S", 5.0)
+    if poll_s <= 0:
+        raise ConfigError(
+            f"BOOST_QUEUE_STATE_POLL_S must be a positive number of seconds, got {poll_s}"
+        )
+    return poll_s
 
 
 def routing_from_env(env: Mapping[str, str]) -> Routing:

@@ -16,7 +16,15 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from boost_tenancy.cli import dead_letters, messaging, migration, policy, quarantine, queues
+from boost_tenancy.cli import (
+    dead_letters,
+    messaging,
+    migration,
+    policy,
+    quarantine,
+    queue_admin,
+    queues,
+)
 from boost_tenancy.cli.messaging import load_processor
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError
@@ -24,7 +32,7 @@ from boost_tenancy.observability.logging import configure_logging
 
 __all__ = ["build_parser", "installed_version", "load_processor", "main"]
 
-_GROUPS = (messaging, queues, dead_letters, quarantine, migration, policy)
+_GROUPS = (messaging, queues, queue_admin, dead_letters, quarantine, migration, policy)
 _DESCRIPTION = "The boost-tenancy command: publish, run, park, dead letters and errors."
 
 

@@ -21,6 +21,7 @@ Subparsers = Any
 """argparse's sub-parser action (its class is private)."""
 
 LIST_HELP = "repeat or comma-separate"
+ACTOR_HELP = "who makes the change (default: BOOST_ACTOR, else the user)"
 
 
 def values(given: Sequence[str]) -> list[str]:

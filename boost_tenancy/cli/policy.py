@@ -7,7 +7,7 @@ import json
 from datetime import date
 from typing import Any
 
-from boost_tenancy.cli.common import Subparsers, acting, tenants
+from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, tenants
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
@@ -53,12 +53,12 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
             changes.update(dict.fromkeys(args.clear or [], None))
             if not changes and args.tier is None:
                 raise ConfigError("policy set: nothing to change (give a limit, --clear or --tier)")
-            actor = acting(args.actor, settings)
+            who = acting(args.actor, settings)
             if args.tier is not None and tiers is None:
                 raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
             # set checks every value before it writes, and the tier is written after it: a bad
             # value leaves the tier untouched too.
-            done = store.set(tenant, changes, actor=actor)
+            done = store.set(tenant, changes, actor=who)
             if args.tier is not None and tiers is not None:
                 old_tier = tiers.get(tenant)
                 new_tier = Tier(args.tier)
@@ -70,7 +70,7 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
                             "tier",
                             None if old_tier is None else old_tier.value,
                             new_tier.value,
-                            actor=actor,
+                            actor=who,
                         )
                     )
             print(json.dumps({"tenant": tenant.value, "changed": [_change_json(c) for c in done]}))
@@ -138,9 +138,7 @@ def register(sub: Subparsers) -> None:
         "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
     )
     change.add_argument("--tier", choices=[t.value for t in Tier])
-    change.add_argument(
-        "--actor", help="who makes the change (default: BOOST_ACTOR, else the user)"
-    )
+    change.add_argument("--actor", help=ACTOR_HELP)
 
     usage = sub.add_parser(
         "usage", help="a tenant's counts per day from the usage store (BOOST_USAGE_STORE), as JSON"

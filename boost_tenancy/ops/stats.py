@@ -177,6 +177,19 @@ _LABELS: Final = {
 }
 
 
+def text_table(header: Sequence[str], lines: Sequence[Sequence[str]], *, texts: int) -> list[str]:
+    """Aligned lines: the first texts columns left-aligned (names), the others right (counts)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *lines, strict=True)]
+
+    def render(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i < texts else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [render(header), *(render(line) for line in lines)]
+
+
 def stats_table(rows: Sequence[QueueRow]) -> str:
     """The rows as a text table, with a note under it for every count shown as n/a and every
     broker queue that does not exist."""
@@ -191,16 +204,7 @@ def stats_table(rows: Sequence[QueueRow]) -> str:
         )
         for row in rows
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *lines, strict=True)]
-    texts = 4  # the first columns are text, left-aligned; the counts are right-aligned
-
-    def render(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.ljust(width) if i < texts else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    out = [render(header), *(render(line) for line in lines)]
+    out = text_table(header, lines, texts=4)
     notes = _notes(rows)
     if notes:
         out.append("")
@@ -236,4 +240,5 @@ __all__ = [
     "QueueRow",
     "TenantStats",
     "stats_table",
+    "text_table",
 ]

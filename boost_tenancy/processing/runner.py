@@ -27,13 +27,14 @@ from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, EventLoopSettings
 from boost_tenancy.processing.aio import needs_event_loop as _needs_event_loop
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
+from boost_tenancy.processing.draining import QueueDrains, QueueKey, QueueStateSource
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscription, Transport
+from boost_tenancy.transports.base import Delivery, SubscribeRequest, Transport
 
 log = structlog.get_logger("boost_tenancy.processing.runner")
 
@@ -98,6 +99,7 @@ class ProcessorRunner:
         default_tenant: TenantId | str | None = None,
         publish_guard: PublishCheck | None = None,
         message_ttl: ExpiryPolicy | None = None,
+        queue_states: QueueStateSource | None = None,
     ) -> None:
         """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
         parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
@@ -108,6 +110,9 @@ class ProcessorRunner:
 
         publish_guard and message_ttl apply to what handlers publish (ctx.publish): their
         tenant's publishing limits, and the expiry its time-to-live gives each message.
+
+        queue_states tells which (tenant, queue) pairs operators drained or deleted: those are
+        not subscribed, or drained while running (processing/draining.py).
         """
         if not processor.queues:
             raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
@@ -172,7 +177,8 @@ class ProcessorRunner:
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._workers: list[threading.Thread] = []
-        self._subscriptions: list[Subscription] = []
+        self._queue_states = queue_states
+        self._drains = QueueDrains(transport, self._subscribe_request)
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._started = False
@@ -211,20 +217,10 @@ class ProcessorRunner:
             self._workers.append(self._start_worker(index))
         if self._gate is not None:
             self._gate.start(self._work.put, logical=self._routing.logical)
-        requests = [
-            # A shared queue needs the tenant's selector. A per-tenant queue holds only this
-            # tenant's messages, so it takes all of them: one that names another tenant (or
-            # none) reaches the dispatcher's tenant guard and is quarantined, where a selector
-            # would leave it on the queue for good, counted nowhere.
-            SubscribeRequest(
-                physical,
-                tenant_selector(tenant) if physical == queue else None,
-                self._settings.prefetch,
-                self._receiver(tenant),
-            )
-            for (tenant, queue), physical in self._physical.items()
-        ]
-        self._subscriptions.extend(self._transport.subscribe_many(requests))
+        held = self._queue_states.first_read() if self._queue_states is not None else ()
+        self._drains.open(list(self._physical), held)
+        if self._queue_states is not None:
+            self._queue_states.start(self._drains.apply)
         if self._redrive is not None:
             # After subscribing: the backlog moves while the runner already handles new messages.
             self._redrive.start()
@@ -238,6 +234,25 @@ class ProcessorRunner:
             queues=list(self._processor.queues),
             workers=self._settings.workers,
         )
+
+    def _subscribe_request(self, key: QueueKey) -> SubscribeRequest:
+        tenant, queue = key
+        physical = self._physical[key]
+        # A shared queue needs the tenant's selector. A per-tenant queue holds only this
+        # tenant's messages, so it takes all of them: one that names another tenant (or
+        # none) reaches the dispatcher's tenant guard and is quarantined, where a selector
+        # would leave it on the queue for good, counted nowhere.
+        return SubscribeRequest(
+            physical,
+            tenant_selector(tenant) if physical == queue else None,
+            self._settings.prefetch,
+            self._receiver(tenant),
+        )
+
+    @property
+    def drains(self) -> QueueDrains:
+        """The runner's subscriptions and which of them are drained."""
+        return self._drains
 
     def _receiver(self, tenant: TenantId) -> Callable[[Delivery], None]:
         if self._gate is not None:
@@ -305,6 +320,7 @@ class ProcessorRunner:
             finally:
                 with self._busy_lock:
                     self._busy -= 1
+                self._drains.settled(delivery)
                 if admitted is not None and self._gate is not None:
                     self._gate.done(tenant, admitted.slot)
 
@@ -316,6 +332,8 @@ class ProcessorRunner:
         cancelled instead, and its worker settles it as a retry with its attempt counted.
         """
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
+        if self._queue_states is not None:
+            self._queue_states.stop()
         if self._redrive is not None:
             self._redrive.stop()
         if self._router is not None:

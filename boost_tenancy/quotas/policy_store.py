@@ -10,7 +10,7 @@ records each change as its writer saw it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
@@ -173,10 +173,16 @@ def _normalised(name: str, value: PolicyValue) -> PolicyValue:
 
 def open_policy_store(url: str) -> SqlPolicyStore:
     """The policy store a URL names: postgresql://, postgres://, sqlite:///path or a path."""
+    return SqlPolicyStore(open_policy_backend(url))
+
+
+def open_policy_backend(url: str, *, schema: Sequence[str] = ()) -> SqlBackend:
+    """The connection of the policy store a URL names, with the policy tables and schema (the
+    tables of another store kept next to them, ops/queue_states.py)."""
     parsed = parse_store_url(url, what="policy store")
     what = "policy store"
     if parsed.backend == "postgresql":
-        backend: SqlBackend = PostgresBackend(
+        return PostgresBackend(
             parsed.target,
             error=PolicyStoreError,
             what=what,
@@ -186,13 +192,12 @@ def open_policy_store(url: str) -> SqlPolicyStore:
             schema=(
                 *_SCHEMA,
                 f"ALTER TABLE {POLICY_TABLE} ADD COLUMN IF NOT EXISTS max_queued_messages BIGINT",
+                *schema,
             ),
         )
-    else:
-        backend = SQLiteBackend(
-            os.fspath(parsed.target), error=PolicyStoreError, what=what, schema=_SCHEMA
-        )
-    return SqlPolicyStore(backend)
+    return SQLiteBackend(
+        os.fspath(parsed.target), error=PolicyStoreError, what=what, schema=(*_SCHEMA, *schema)
+    )
 
 
 __all__ = [
@@ -201,5 +206,6 @@ __all__ = [
     "PolicyStoreError",
     "SqlPolicyStore",
     "check_actor",
+    "open_policy_backend",
     "open_policy_store",
 ]

@@ -28,7 +28,7 @@ from boost_tenancy.testing.wire import (
     flow_control,
     message_headers,
 )
-from boost_tenancy.transports.base import Delivery, OnDelivery, QueueStats
+from boost_tenancy.transports.base import Delivery, ListedQueue, OnDelivery, QueueStats
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import delivery_of
 
@@ -177,6 +177,19 @@ class InMemoryBroker:
                 waiting = sum(1 for s in stored if s.available_at <= now)
                 stats[queue] = QueueStats(waiting=waiting, in_flight=in_flight, scheduled=None)
             return stats
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        """What Classic's statistics plugin answers for prefix + ">" (InMemoryTransport's
+        list_queues): every queue sent to or subscribed to under a prefix, with its consumers."""
+        with self._cond:
+            names = sorted(q for q in self._queues if any(q.startswith(p) for p in prefixes))
+            consumers = {q: sum(1 for c in self._consumers if c.queue == q) for q in names}
+        stats = self.queue_stats(names)
+        return [
+            ListedQueue(name=q, stats=s, consumers=consumers[q])
+            for q in names
+            if (s := stats[q]) is not None
+        ]
 
     # -- consumer side (used by InMemoryTransport) ---------------------------------------------
     def subscribe(

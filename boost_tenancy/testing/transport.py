@@ -16,11 +16,13 @@ from boost_tenancy.testing.memory import Consumer, InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
 from boost_tenancy.transports.base import (
     Delivery,
+    ListedQueue,
     OnDelivery,
     Outgoing,
     QueueStats,
     SubscribeRequest,
     TransportCapabilities,
+    check_queue_prefix,
 )
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 
@@ -227,6 +229,16 @@ class InMemoryTransport:
                 f"{self._broker.flavour.value} gives no queue statistics over STOMP"
             )
         return self._broker.queue_stats([check_queue_name(q) for q in queues])
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        """Every queue under the prefixes, as Classic's plugin lists them (QueueLister); refused
+        on the Artemis model, whose capabilities do not declare queue_listing."""
+        self._require_connected()
+        if not self.capabilities.queue_listing:
+            raise QueueStatsUnavailableError(
+                f"{self._broker.flavour.value} lists no queues over STOMP"
+            )
+        return self._broker.list_queues([check_queue_prefix(p) for p in prefixes])
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

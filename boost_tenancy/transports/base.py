@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from boost_tenancy.errors import QueueStatsUnavailableError
-from boost_tenancy.messages import Body, WireMessage
+from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
+from boost_tenancy.messages import Body, WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 
 
@@ -53,6 +53,11 @@ class TransportCapabilities:
     queue holds and how many are in flight (Classic with its statistics plugin). Read by
     ops.stats through queue_stats_reader; where the broker is configured without the means
     (Classic without the plugin) queue_stats raises QueueStatsUnavailableError."""
+    queue_listing: bool = False
+    """The transport implements QueueLister: the broker lists every queue whose name starts with
+    a prefix, with its counts and consumers (Classic's statistics plugin asked with a wildcard).
+    Read by ops.queue_admin through queue_lister; where it is False the tenant's queues cannot
+    be listed nor a drain watched, and those commands refuse with the capability named."""
 
     def guard_selector(self, selector: SelectorLike) -> SelectorLike | None:
         """selector where the broker applies it, else None: for reads kept apart by the tenant
@@ -79,6 +84,16 @@ class QueueStats:
     def stored(self) -> int:
         """Every message the queue holds: waiting or in flight (scheduled ones aside)."""
         return self.waiting + self.in_flight
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedQueue:
+    """One broker queue a listing found: its name, counts and consumers, as its broker reports."""
+
+    name: str
+    stats: QueueStats
+    consumers: int
+    """Subscriptions consuming from the queue right now."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +234,41 @@ class QueueStatsReader(Protocol):
         answer (not configured for it), TransportError when the connection fails.
         """
         ...
+
+
+@runtime_checkable
+class QueueLister(Protocol):
+    """The optional operation of a transport whose capabilities declare queue_listing."""
+
+    def list_queues(self, prefixes: Sequence[str]) -> Sequence[ListedQueue]:
+        """Every broker queue whose name starts with one of prefixes (each a queue name ending
+        in a dot, see check_queue_prefix), sorted by name; a prefix no queue has lists none.
+
+        Asking creates no queue. Raises QueueStatsUnavailableError when the broker cannot
+        answer, TransportError when the connection fails.
+        """
+        ...
+
+
+def check_queue_prefix(prefix: str) -> str:
+    """A prefix of queue names a listing may ask for: a valid queue name followed by a dot, so it
+    ends on a whole segment of the dotted name (what a Classic wildcard matches)."""
+    if not isinstance(prefix, str) or not prefix.endswith(".") or prefix.endswith(".."):
+        raise ConfigError(f"invalid queue prefix {prefix!r}: expected a queue name and a dot")
+    check_queue_name(prefix[:-1])
+    return prefix
+
+
+def queue_lister(transport: Transport) -> QueueLister:
+    """transport as a QueueLister where its capabilities declare queue_listing (read them after
+    connect()); QueueStatsUnavailableError naming the missing capability otherwise."""
+    if transport.capabilities.queue_listing and isinstance(transport, QueueLister):
+        return transport
+    raise QueueStatsUnavailableError(
+        f"{type(transport).__name__} cannot list queues on this broker (no queue_listing "
+        "capability: the broker must report its queues by name prefix, as ActiveMQ Classic's "
+        "statistics plugin does)"
+    )
 
 
 def queue_stats_reader(transport: Transport) -> QueueStatsReader:

@@ -139,7 +139,13 @@ def test_config_has_the_configured_connectors_and_scheduler(tmp_path: Path) -> N
     assert broker.get("schedulerSupport") == "true"
     # Advisories must stay on: JMS clients need them to reply to temporary queues.
     assert broker.get("advisorySupport") in (None, "true")
-    assert broker.find(f"{CORE_NS}destinationPolicy") is None
+    # Dead letters keep Classic's default; the one policy garbage-collects tenant queues that a
+    # delete purged (`boost-tenancy queues delete`).
+    assert not broker.findall(f".//{CORE_NS}deadLetterStrategy")
+    (entry,) = broker.findall(f".//{CORE_NS}policyEntry")
+    assert (entry.get("queue"), entry.get("gcInactiveDestinations")) == ("tenant.>", "true")
+    assert int(entry.get("inactiveTimoutBeforeGC", "0")) > 0
+    assert int(broker.get("schedulePeriodForDestinationPurge", "0")) > 0
     memory = broker.find(f"{CORE_NS}systemUsage/{CORE_NS}systemUsage/{CORE_NS}memoryUsage/*")
     assert memory is not None
     assert memory.get("limit") == "256 mb"

@@ -87,6 +87,8 @@ _CAPABILITIES: Final = {
         # enables it shows only when asked. Artemis would answer through its management address,
         # which no test here could check against a real Artemis: not claimed.
         queue_statistics=flavour is BrokerFlavour.CLASSIC,
+        # The same plugin asked with a wildcard answers once per matching queue.
+        queue_listing=flavour is BrokerFlavour.CLASSIC,
     )
     for flavour in BrokerFlavour
 }

@@ -4,12 +4,13 @@ their own: one request per queue, each answered as JSON maps on a temporary queu
 The plugin (<statisticsBrokerPlugin/>) answers a message sent to
 ActiveMQ.Statistics.Destination.<queue> with a reply-to by a MapMessage of the queue's counters
 (size, inflightCount, enqueueCount, dequeueCount, dispatchCount, consumerCount, ...), and says
-nothing for a queue it does not have. With END_OF_LIST appended to the name it follows the
-answers with an empty map, so a missing queue is told apart without waiting for a timeout. It
-looks queues up without creating them. A STOMP subscription receives a MapMessage as JSON with
-the header transformation: jms-map-json, which Classic converts with XStream and Jettison; a
-broker without them on its class path drops the connection instead, so the requests never share
-the transport's own connection and its subscriptions.
+nothing for a queue it does not have. Asked for a wildcard (tenant.t.>) it answers once per
+queue that matches, which lists a tenant's queues (list_queues). With END_OF_LIST appended to
+the name it follows the answers with an empty map, so a missing queue is told apart without
+waiting for a timeout. It looks queues up without creating them. A STOMP subscription receives
+a MapMessage as JSON with the header transformation: jms-map-json, which Classic converts with
+XStream and Jettison; a broker without them on its class path drops the connection instead, so
+the requests never share the transport's own connection and its subscriptions.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Final
 
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import check_queue_name
-from boost_tenancy.transports.base import QueueStats
+from boost_tenancy.transports.base import ListedQueue, QueueStats, check_queue_prefix
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
@@ -39,6 +40,10 @@ BROKER_TOPIC: Final = "/topic/ActiveMQ.Statistics.Broker"
 """Asked first, to know whether the plugin is there. A topic, because a broker without the plugin
 would store the request on a queue of that name; a topic without subscribers drops it."""
 MAP_JSON: Final = "jms-map-json"
+WILDCARD: Final = ">"
+"""Classic's wildcard for one or more trailing segments of a dotted destination name."""
+QUEUE_URI: Final = "queue://"
+"""How the plugin names a queue in destinationName."""
 PROBE_TIMEOUT_S: Final = 5.0
 _POLL_S: Final = 0.05
 
@@ -174,6 +179,31 @@ class ClassicStatistics:
         names = list(dict.fromkeys(check_queue_name(q) for q in queues))
         if not names:
             return {}
+        answers = self._session(names)
+        return {name: self._stats_of(name, maps) for name, maps in zip(names, answers, strict=True)}
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        """Every queue under the prefixes (QueueLister): the plugin takes a destination wildcard,
+        prefix + ">", and answers once per queue it matches (seen on Classic 5.17)."""
+        wildcards = [check_queue_prefix(p) + WILDCARD for p in dict.fromkeys(prefixes)]
+        if not wildcards:
+            return []
+        found: dict[str, ListedQueue] = {}
+        for maps in self._session(wildcards):
+            for entries in maps:
+                destination = entries.get("destinationName")
+                if not (isinstance(destination, str) and destination.startswith(QUEUE_URI)):
+                    continue
+                name = destination[len(QUEUE_URI) :]
+                found[name] = ListedQueue(
+                    name=name,
+                    stats=classic_queue_stats(entries),
+                    consumers=_count(entries, "consumerCount"),
+                )
+        return [found[name] for name in sorted(found)]
+
+    def _session(self, destinations: list[str]) -> list[list[dict[str, object]]]:
+        """The plugin's maps for each destination asked (a queue name or a wildcard), in order."""
         replies = _Replies()
         connection = StompConnection(
             self._settings, on_open=lambda link: None, on_message=replies.on_message
@@ -185,13 +215,13 @@ class ClassicStatistics:
                 raise QueueStatsUnavailableError(
                     f"queue statistics over STOMP need ActiveMQ Classic, not {connection.server!r}"
                 )
-            return self._ask(connection, link, replies, names)
+            return self._ask(connection, link, replies, destinations)
         finally:
             connection.close()
 
     def _ask(
-        self, connection: StompConnection, link: Link, replies: _Replies, names: list[str]
-    ) -> dict[str, QueueStats | None]:
+        self, connection: StompConnection, link: Link, replies: _Replies, destinations: list[str]
+    ) -> list[list[dict[str, object]]]:
         def alive() -> bool:
             live = connection.live()
             return live is not None and live.generation == link.generation
@@ -219,7 +249,7 @@ class ClassicStatistics:
         self._request(connection, link, [(BROKER_TOPIC, probe)], reply_to)
         if not replies.wait(lambda: replies.has_map(probe), self._probe_timeout_s, alive):
             raise QueueStatsUnavailableError(_NO_PLUGIN.format(timeout=self._probe_timeout_s))
-        asked = {f"statistics-{i}": name for i, name in enumerate(names)}
+        asked = {f"statistics-{i}": name for i, name in enumerate(destinations)}
         self._request(
             connection,
             link,
@@ -232,9 +262,9 @@ class ClassicStatistics:
         timeout = self._settings.receipt_timeout_s
         if not replies.wait(lambda: replies.ended(set(asked)), timeout, alive):
             raise TransportError(
-                f"the broker's statistics of {len(names)} queue(s) took over {timeout}s"
+                f"the broker's statistics of {len(destinations)} queue(s) took over {timeout}s"
             )
-        return {name: self._stats_of(name, replies.maps(c)) for c, name in asked.items()}
+        return [replies.maps(c) for c in asked]
 
     @staticmethod
     def _request(
@@ -256,5 +286,5 @@ class ClassicStatistics:
     def _stats_of(name: str, maps: list[dict[str, object]]) -> QueueStats | None:
         # Queue names have no wildcard characters, so at most this queue answers; the name is
         # checked anyway rather than trusting whichever map came.
-        found = [m for m in maps if m.get("destinationName") == f"queue://{name}"]
+        found = [m for m in maps if m.get("destinationName") == f"{QUEUE_URI}{name}"]
         return classic_queue_stats(found[0]) if found else None

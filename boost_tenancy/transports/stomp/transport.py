@@ -15,6 +15,7 @@ from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import (
     Delivery,
+    ListedQueue,
     OnDelivery,
     Outgoing,
     QueueStats,
@@ -354,6 +355,12 @@ class StompTransport:
                 f"{self.flavour.value} gives no queue statistics over STOMP"
             )
         return ClassicStatistics(self._settings).queue_stats(queues)
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        """Every queue under the prefixes (QueueLister), where capabilities.queue_listing."""
+        if not self.capabilities.queue_listing:
+            raise QueueStatsUnavailableError(f"{self.flavour.value} lists no queues over STOMP")
+        return ClassicStatistics(self._settings).list_queues(prefixes)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:
