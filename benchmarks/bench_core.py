@@ -17,7 +17,7 @@ noise of a shared machine affects baseline and candidate alike.
                                               [--json out.json]
     .venv/bin/python benchmarks/bench_core.py --transport amqp [--url amqp://user:pass@host:5672]
 
-The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613),
+The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613),
 with BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when it requires a login (Artemis), as the test
 suite reads them. Its flavour (ActiveMQ Classic or Artemis) is read from the transport once
 connected and printed with its capabilities; both the raw baselines and the runner subscribe with
@@ -760,7 +760,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, arg
         "--transport",
         choices=["stomp", "amqp"],
         default="stomp",
-        help="stomp: the broker of BOOST_BROKER_HOST/BOOST_BROKER_STOMP_PORT; amqp: --url",
+        help="stomp: the broker of BOOST_BROKER_URL; amqp: --url",
     )
     parser.add_argument(
         "--url",
@@ -802,9 +802,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, arg
 
 
 def stomp_config(args: argparse.Namespace) -> Config:
+    broker = StompSettings.from_env(os.environ)
     return Config(
-        host=os.environ.get("BOOST_BROKER_HOST", "127.0.0.1"),
-        port=int(os.environ.get("BOOST_BROKER_STOMP_PORT", "61613")),
+        host=broker.host,
+        port=broker.port,
         messages=args.messages,
         rounds=args.rounds,
         tenants=args.tenants,
@@ -816,8 +817,8 @@ def stomp_config(args: argparse.Namespace) -> Config:
         timeout_s=args.timeout,
         warmup=not args.no_warmup,
         sections=tuple(args.only or ("consume", "publish", "tenants")),
-        username=os.environ.get("BOOST_BROKER_USER") or None,
-        password=os.environ.get("BOOST_BROKER_PASSWORD") or None,
+        username=broker.username,
+        password=broker.password,
     )
 
 

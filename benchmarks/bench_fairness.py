@@ -19,7 +19,7 @@ rate of one runner serving 1,000 tenants with fairness on against off.
     .venv/bin/python benchmarks/bench_fairness.py [--sizes 200,600,2000] [--rate 200]
         [--tenants 1000] [--per-tenant 20] [--rounds 3] [--only deferral,tenants] [--json out.json]
 
-The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613).
+The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ broker_routes runs the routed rows against a Classic broker of the benchmark's o
 scripts/broker and the element `boost-tenancy broker-routes` prints for its queues and both tenants
 (routing at send time, docs/fairness.md).
 
-The broker is read from BOOST_BROKER_HOST and BOOST_BROKER_STOMP_PORT (default 127.0.0.1:61613).
+The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from boost_tenancy.observability import configure_logging
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
+from boost_tenancy.transports.options import DEFAULT_URL
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 MODEST, HEAVY = "modest", "heavy"
@@ -85,8 +86,7 @@ before any starts, or "alongside" the modest tenant's, `ratio` of them before ea
 def broker_env(**extra: str) -> dict[str, str]:
     """The variables a deployment sets for the broker's address, and nothing else (plus extra)."""
     return {
-        "BOOST_STOMP_HOST": os.environ.get("BOOST_BROKER_HOST", "127.0.0.1"),
-        "BOOST_STOMP_PORT": os.environ.get("BOOST_BROKER_STOMP_PORT", "61613"),
+        "BOOST_BROKER_URL": os.environ.get("BOOST_BROKER_URL", "").strip() or DEFAULT_URL,
         **extra,
     }
 
@@ -94,6 +94,8 @@ def broker_env(**extra: str) -> dict[str, str]:
 def app_settings(env: Mapping[str, str]) -> AppSettings:
     """AppSettings.from_env(env), with a receipt timeout that survives a busy 2-core machine."""
     settings = AppSettings.from_env(env)
+    if settings.stomp is None:
+        raise SystemExit("the benchmark runs over STOMP: BOOST_BROKER_URL must be stomp://")
     return replace(settings, stomp=replace(settings.stomp, receipt_timeout_s=60.0))
 
 
@@ -356,7 +358,11 @@ class Scenario:
 
     @property
     def env(self) -> dict[str, str]:
-        extra = {} if self.routes_port is None else {"BOOST_STOMP_PORT": str(self.routes_port)}
+        extra = (
+            {}
+            if self.routes_port is None
+            else {"BOOST_BROKER_URL": f"stomp://127.0.0.1:{self.routes_port}"}
+        )
         if self.topology is Topology.ROUTED:
             return broker_env(**extra)  # the default: nothing about routing or fairness
         return broker_env(BOOST_ROUTING=self.topology.value, **extra)
@@ -556,7 +562,7 @@ def routes_broker(chosen: list[Scenario], home: Path) -> Iterator[list[Scenario]
     env = {
         **os.environ,
         "BOOST_BROKER_HOME": str(home / "broker"),
-        "BOOST_BROKER_STOMP_PORT": str(stomp_port),
+        "BOOST_BROKER_URL": f"stomp://127.0.0.1:{stomp_port}",
         "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
         "BOOST_BROKER_ROUTES": str(routes),
     }

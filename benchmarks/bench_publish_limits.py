@@ -37,7 +37,7 @@ rounds; an untimed warm-up round comes first; nothing is asserted on timing.
         [--checks 20000] [--transport memory|stomp|both] [--url stomp://127.0.0.1:61613]
         [--json out.json]
 
-The broker URL defaults to stomp://BOOST_BROKER_HOST:BOOST_BROKER_STOMP_PORT (127.0.0.1:61613);
+The broker URL defaults to BOOST_BROKER_URL (stomp://127.0.0.1:61613);
 settings the URL does not name (BOOST_BROKER_USER, BOOST_BROKER_PASSWORD, ...) come from the
 environment, as the toolkit reads them.
 """
@@ -69,6 +69,7 @@ from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.options import DEFAULT_URL
 from boost_tenancy.transports.registry import open_transport, parse_transport_url
 from boost_tenancy.transports.stomp import StompTransport
 from boost_tenancy.transports.stomp.settings import StompSettings
@@ -642,9 +643,7 @@ def bench_stomp(cfg: Config, broker: Broker, queue: str) -> Outcome:
 
 # -- main -----------------------------------------------------------------------------------------
 def default_url() -> str:
-    host = os.environ.get("BOOST_BROKER_HOST", "127.0.0.1")
-    port = os.environ.get("BOOST_BROKER_STOMP_PORT", "61613")
-    return f"stomp://{host}:{port}"
+    return os.environ.get("BOOST_BROKER_URL", "").strip() or DEFAULT_URL
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:

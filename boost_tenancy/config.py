@@ -24,7 +24,10 @@ from boost_tenancy.quotas.ttl import MessageTtl
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
 from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions
+from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp import StompSettings
+from boost_tenancy.transports.stomp.settings import SCHEMES as STOMP_SCHEMES
 
 ERROR_STORE_FILE = "boost-tenancy/errors.sqlite3"
 """The default error store's file, under the user's state folder (default_error_store)."""
@@ -53,7 +56,8 @@ def default_error_store(env: Mapping[str, str]) -> str:
 class AppSettings:
     """Everything an entry point needs: broker, runner, error store, fairness and logging."""
 
-    stomp: StompSettings
+    stomp: StompSettings | None
+    """The STOMP transport's settings when BOOST_BROKER_URL names a STOMP broker, else None."""
     runner: RunnerSettings
     error_store_url: str
     log_format: str
@@ -88,13 +92,15 @@ class AppSettings:
     queue_state_poll_s: float = 5.0
     """BOOST_QUEUE_STATE_POLL_S: how often a runner reads the queue states operators set in the
     policy store (`queues drain`, `resume`, `delete`; ops/queue_states.py)."""
-    broker_url: str = ""
-    """BOOST_BROKER_URL: the transport by URL (transports/registry.py); empty means
-    stomp://BOOST_STOMP_HOST:BOOST_STOMP_PORT."""
+    broker_url: str = DEFAULT_URL
+    """BOOST_BROKER_URL: the transport by URL (transports/registry.py), the one address the
+    clients, the local broker (scripts/broker) and the tests share."""
+    broker: ConnectOptions = field(default_factory=ConnectOptions)
+    """The other BOOST_BROKER_* settings: credentials, TLS and the waits."""
 
     def transport_url(self) -> str:
         """The URL the transport is opened from."""
-        return self.broker_url or f"stomp://{self.stomp.host}:{self.stomp.port}"
+        return self.broker_url
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AppSettings:
@@ -132,8 +138,15 @@ class AppSettings:
             raise ConfigError(
                 f"BOOST_METRICS_PORT must be 0 (off) or a TCP port, got {metrics_port}"
             )
+        broker_url = env.get(ENV_URL, "").strip() or DEFAULT_URL
+        # Parsed here so a malformed URL or a bad BOOST_BROKER_* value stops start-up.
+        try:
+            scheme = parse_transport_url(broker_url).scheme
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_URL}: {exc}") from None
+        broker = ConnectOptions.from_env(env)
         return cls(
-            stomp=StompSettings.from_env(env),
+            stomp=StompSettings.from_env(env) if scheme in STOMP_SCHEMES else None,
             runner=runner,
             error_store_url=(env.get("BOOST_ERROR_STORE", "").strip() or default_error_store(env)),
             log_format=log_format,
@@ -151,8 +164,9 @@ class AppSettings:
             usage_store_url=env.get("BOOST_USAGE_STORE", "").strip(),
             usage_flush_s=_usage_flush_s(env),
             queue_state_poll_s=_queue_state_poll_s(env),
-            broker_url=env.get("BOOST_BROKER_URL", "").strip(),
             actor=env.get("BOOST_ACTOR", "").strip(),
+            broker_url=broker_url,
+            broker=broker,
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import ssl
 from typing import Final
 
 from devtools.broker_settings import LocalBrokerError
@@ -16,10 +17,21 @@ _STOMP_DISCONNECT: Final = b"DISCONNECT\nreceipt:probe\n\n\x00"
 _PROBE_TIMEOUT_S: Final = 2.0
 
 
-def stomp_handshake(host: str, port: int, timeout_s: float = _PROBE_TIMEOUT_S) -> bool:
-    """True when a STOMP CONNECT on host:port is answered with CONNECTED."""
+def stomp_handshake(
+    host: str, port: int, timeout_s: float = _PROBE_TIMEOUT_S, *, tls: bool = False
+) -> bool:
+    """True when a STOMP CONNECT on host:port (over TLS when tls) is answered with CONNECTED.
+
+    Over TLS the broker's certificate is not checked: the probe asks whether the broker the
+    manager started is up, and sends nothing secret."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
+            if tls:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
             sock.sendall(_STOMP_CONNECT)
             reply = _read_frame(sock)
             if not reply.lstrip(b"\r\n").startswith(b"CONNECTED"):

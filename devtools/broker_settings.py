@@ -1,6 +1,7 @@
 """Settings of the local ActiveMQ broker and the configuration files rendered from them.
 
-Read from the BOOST_BROKER_* variables (see devtools.local_broker) and validated on construction.
+Read from BOOST_BROKER_URL, the address the clients and the tests use too, and the other
+BOOST_BROKER_* variables (see devtools.local_broker); validated on construction.
 """
 
 from __future__ import annotations
@@ -13,20 +14,30 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 from xml.etree import ElementTree
+from xml.sax.saxutils import quoteattr
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.transports.options import (
+    DEFAULT_URL,
+    ENV_URL,
+    refuse_renamed,
+    secret_from_env,
+)
+from boost_tenancy.transports.registry import parse_transport_url
+from boost_tenancy.transports.stomp.settings import SCHEMES, TLS_SCHEMES
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_STOMP_PORT: Final = 61613
+DEFAULT_TLS_STOMP_PORT: Final = 61612
 DEFAULT_OPENWIRE_PORT: Final = 61616
 DEFAULT_HEAP_MB: Final = 512
 MIN_HEAP_MB: Final = 128
 DEFAULT_START_TIMEOUT_S: Final = 60.0
 
 ENV_HOME: Final = "BOOST_BROKER_HOME"
-ENV_HOST: Final = "BOOST_BROKER_HOST"
-ENV_STOMP_PORT: Final = "BOOST_BROKER_STOMP_PORT"
 ENV_OPENWIRE_PORT: Final = "BOOST_BROKER_OPENWIRE_PORT"
+ENV_KEYSTORE: Final = "BOOST_BROKER_KEYSTORE"
+ENV_KEYSTORE_PASSWORD: Final = "BOOST_BROKER_KEYSTORE_PASSWORD"  # noqa: S105 (a variable's name)
 ENV_HEAP_MB: Final = "BOOST_BROKER_HEAP_MB"
 ENV_ROUTES: Final = "BOOST_BROKER_ROUTES"
 
@@ -88,6 +99,23 @@ def _check_heap(value: int, label: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerKeystore:
+    """The broker's own certificate and key for its stomp+ssl connector: a PKCS12 file."""
+
+    path: Path
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.path.is_file():
+            raise ConfigError(f"keystore {str(self.path)!r} does not exist")
+        if not self.password:
+            raise ConfigError("a keystore needs its password")
+        if "${" in self.password:
+            # The broker's configuration would read it as a placeholder to fill in.
+            raise ConfigError("a keystore password must not contain '${'")
+
+
 def _check_distinct(stomp: int, openwire: int, stomp_label: str, openwire_label: str) -> None:
     if stomp == openwire:
         raise ConfigError(
@@ -109,6 +137,8 @@ class LocalBrokerSettings:
     routes: Path | None = None
     """A file holding the <destinationInterceptors> element that routes tenants at send time
     (printed by `boost-tenancy broker-routes`), put into the broker's configuration as is."""
+    keystore: BrokerKeystore | None = None
+    """Given, the STOMP connector is stomp+ssl:// (TLS) with this certificate; else plain."""
 
     def __post_init__(self) -> None:
         _check_host(self.host, "host")
@@ -121,16 +151,43 @@ class LocalBrokerSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalBrokerSettings:
-        """Read the BOOST_BROKER_* variables; a ConfigError names the variable and its value."""
+        """Read BOOST_BROKER_URL (its one address is where STOMP listens; stomp+ssl:// turns TLS
+        on with BOOST_BROKER_KEYSTORE) and the other BOOST_BROKER_* variables; a ConfigError names
+        the variable and its value."""
+        refuse_renamed(env)
         home_raw = env.get(ENV_HOME, "")
         home = Path(home_raw).expanduser() if home_raw else _default_home()
-        host = env.get(ENV_HOST, "") or DEFAULT_HOST
-        _check_host(host, ENV_HOST)
-        stomp_port = _env_int(env, ENV_STOMP_PORT, DEFAULT_STOMP_PORT)
-        _check_port(stomp_port, ENV_STOMP_PORT)
+        try:
+            url = parse_transport_url(env.get(ENV_URL, "").strip() or DEFAULT_URL)
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_URL}: {exc}") from None
+        if url.scheme not in SCHEMES:
+            raise ConfigError(
+                f"{ENV_URL}={url.redacted!r}: the local broker serves STOMP "
+                f"({', '.join(SCHEMES)}), not {url.scheme}"
+            )
+        if url.path.strip("/") or url.query or url.fragment:
+            raise ConfigError(
+                f"{ENV_URL}={url.redacted!r}: the local broker takes no path or query"
+            )
+        if len(url.addresses) > 1:
+            raise ConfigError(
+                f"{ENV_URL}={url.redacted!r} names {len(url.addresses)} brokers; the local "
+                "broker listens on one address (start each broker of a failover pair with its "
+                "own BOOST_BROKER_HOME and URL)"
+            )
+        tls = url.scheme in TLS_SCHEMES
+        host = url.host or DEFAULT_HOST
+        _check_host(host, f"{ENV_URL} ({url.redacted}) host")
+        stomp_port = (
+            (DEFAULT_TLS_STOMP_PORT if tls else DEFAULT_STOMP_PORT)
+            if url.port is None
+            else url.port
+        )
+        _check_port(stomp_port, f"{ENV_URL} ({url.redacted}) port")
         openwire_port = _env_int(env, ENV_OPENWIRE_PORT, DEFAULT_OPENWIRE_PORT)
         _check_port(openwire_port, ENV_OPENWIRE_PORT)
-        _check_distinct(stomp_port, openwire_port, ENV_STOMP_PORT, ENV_OPENWIRE_PORT)
+        _check_distinct(stomp_port, openwire_port, ENV_URL, ENV_OPENWIRE_PORT)
         heap_mb = _env_int(env, ENV_HEAP_MB, DEFAULT_HEAP_MB)
         _check_heap(heap_mb, ENV_HEAP_MB)
         routes_raw = env.get(ENV_ROUTES, "")
@@ -141,12 +198,41 @@ class LocalBrokerSettings:
             openwire_port=openwire_port,
             heap_mb=heap_mb,
             routes=Path(routes_raw).expanduser() if routes_raw else None,
+            keystore=_keystore_from_env(env, tls),
         )
+
+    @property
+    def stomp_url(self) -> str:
+        """The URL clients reach the STOMP connector at (BOOST_BROKER_URL's form)."""
+        uri_host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'stomp+ssl' if self.keystore else 'stomp'}://{uri_host}:{self.stomp_port}"
 
     @property
     def memory_limit_mb(self) -> int:
         """Broker memory limit: 256 MiB, but never more than half the heap."""
         return min(256, self.heap_mb // 2)
+
+
+def _keystore_from_env(env: Mapping[str, str], tls: bool) -> BrokerKeystore | None:
+    path = env.get(ENV_KEYSTORE, "").strip()
+    password = secret_from_env(env, ENV_KEYSTORE_PASSWORD)
+    if not tls:
+        if path or password:
+            raise ConfigError(
+                f"{ENV_KEYSTORE} is set but {ENV_URL} is not stomp+ssl://: the broker would "
+                "listen without TLS"
+            )
+        return None
+    if not path or password is None:
+        raise ConfigError(
+            f"{ENV_URL} asks for TLS (stomp+ssl://): set {ENV_KEYSTORE} (a PKCS12 file with the "
+            f"broker's certificate and key) and {ENV_KEYSTORE_PASSWORD} (or "
+            f"{ENV_KEYSTORE_PASSWORD}_FILE)"
+        )
+    try:
+        return BrokerKeystore(path=Path(path).expanduser(), password=password)
+    except ConfigError as exc:
+        raise ConfigError(f"{ENV_KEYSTORE}: {exc}") from None
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -183,6 +269,17 @@ def _routes_element(path: Path | None) -> str:
     return text.strip()
 
 
+def _ssl_context(keystore: BrokerKeystore | None) -> str:
+    """The <sslContext> element of a TLS connector, or nothing."""
+    if keystore is None:
+        return ""
+    store = quoteattr(keystore.path.expanduser().resolve().as_uri())
+    return (
+        f'<sslContext><sslContext keyStore={store} keyStoreType="pkcs12" '
+        f"keyStorePassword={quoteattr(keystore.password)}/></sslContext>"
+    )
+
+
 def render_config(settings: LocalBrokerSettings) -> str:
     """The project's activemq.xml with the settings filled in."""
     template = (
@@ -192,7 +289,9 @@ def render_config(settings: LocalBrokerSettings) -> str:
     uri_host = f"[{settings.host}]" if ":" in settings.host else settings.host
     values = {
         "@URI_HOST@": uri_host,
+        "@STOMP_SCHEME@": "stomp+ssl" if settings.keystore else "stomp",
         "@STOMP_PORT@": str(settings.stomp_port),
+        "@SSL_CONTEXT@": _ssl_context(settings.keystore),
         "@OPENWIRE_PORT@": str(settings.openwire_port),
         "@MEMORY_LIMIT_MB@": str(settings.memory_limit_mb),
         "@DESTINATION_INTERCEPTORS@": _routes_element(settings.routes),

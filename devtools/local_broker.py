@@ -14,8 +14,14 @@ Settings come from the environment (an empty variable counts as unset):
 BOOST_BROKER_HOME              instance directory; default ``<repo root>/.broker``, where the
                                repo root is the nearest directory upward from the working
                                directory holding pyproject.toml (else the working directory)
-BOOST_BROKER_HOST              address the connectors bind to; default ``127.0.0.1``
-BOOST_BROKER_STOMP_PORT        default 61613
+BOOST_BROKER_URL               the address clients use, ``stomp://HOST:PORT`` (default
+                               ``stomp://127.0.0.1:61613``): the STOMP connector listens there,
+                               and OpenWire on the same host; ``stomp+ssl://HOST:PORT`` makes
+                               the STOMP connector TLS (default port 61612)
+BOOST_BROKER_KEYSTORE          with stomp+ssl://: a PKCS12 file with the broker's certificate
+                               and key
+BOOST_BROKER_KEYSTORE_PASSWORD its password (or BOOST_BROKER_KEYSTORE_PASSWORD_FILE, a file
+                               holding it)
 BOOST_BROKER_OPENWIRE_PORT     default 61616
 BOOST_BROKER_HEAP_MB           maximum JVM heap in MiB; default 512, at least 128
 BOOST_BROKER_ROUTES            a file holding the <destinationInterceptors> element printed by
@@ -58,7 +64,6 @@ from devtools.activemq_install import (
 from devtools.broker_probes import port_in_use, stomp_handshake
 from devtools.broker_settings import (
     ENV_OPENWIRE_PORT,
-    ENV_STOMP_PORT,
     LOG4J_PROPERTIES,
     LocalBrokerError,
     LocalBrokerSettings,
@@ -138,7 +143,7 @@ class LocalBroker:
                     raise LocalBrokerError(
                         f"port {port} ({name}) on {self.settings.host} is in use by another "
                         f"process, not by the broker in {self.home}; stop it or choose another "
-                        f"port ({ENV_STOMP_PORT} / {ENV_OPENWIRE_PORT})"
+                        f"port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})"
                     )
             pid = self._launch()
             self._wait_ready(pid, launched=True)
@@ -196,7 +201,9 @@ class LocalBroker:
 
     def is_ready(self) -> bool:
         """True when the STOMP connector completes a CONNECT handshake."""
-        return stomp_handshake(self.settings.host, self.settings.stomp_port)
+        return stomp_handshake(
+            self.settings.host, self.settings.stomp_port, tls=self.settings.keystore is not None
+        )
 
     def status(self) -> dict[str, object]:
         """Running state, pid, ports and home, as JSON-ready values."""
@@ -208,6 +215,7 @@ class LocalBroker:
             "pid": pid if running else None,
             "host": self.settings.host,
             "stomp_port": self.settings.stomp_port,
+            "url": self.settings.stomp_url,
             "openwire_port": self.settings.openwire_port,
             "home": str(self.home),
             "log": str(self.log_file),
@@ -416,7 +424,7 @@ def _print_running(broker: LocalBroker) -> None:
     status = broker.status()
     host = broker.settings.host
     print(
-        f"broker running (pid {status['pid']}): stomp://{host}:{broker.settings.stomp_port} "
+        f"broker running (pid {status['pid']}): {broker.settings.stomp_url} "
         f"tcp://{host}:{broker.settings.openwire_port}, home {broker.home}"
     )
 

@@ -17,14 +17,17 @@ from urllib.parse import urlsplit
 from proton import ProtonException
 from proton.utils import BlockingConnection
 
-from boost_tenancy.transports.registry import redact_url
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.transports.options import refuse_renamed, secret_from_env
+from boost_tenancy.transports.registry import parse_transport_url, redact_url
 from boost_tenancy.transports.stomp import BrokerFlavour, StompSettings, StompTransport
 
 FLAVOUR_ENV: Final = "BOOST_TEST_BROKER_FLAVOUR"
 """classic or artemis. Setting it says the broker is external: the suite uses it and never
 starts, restarts or kills it. Unset, the broker is the project's local ActiveMQ Classic."""
-HOST_ENV: Final = "BOOST_BROKER_HOST"
-STOMP_PORT_ENV: Final = "BOOST_BROKER_STOMP_PORT"
+URL_ENV: Final = "BOOST_BROKER_URL"
+"""stomp://[user:password@]host:port of the broker under test: the variable the clients and the
+local broker read too (one address; TLS URLs are for the tests that start their own broker)."""
 OPENWIRE_PORT_ENV: Final = "BOOST_BROKER_OPENWIRE_PORT"
 """OpenWire port on the same host (the JMS tests); empty or `none` says the broker has none."""
 AMQP_URL_ENV: Final = "BOOST_BROKER_AMQP_URL"
@@ -85,14 +88,26 @@ class BrokerTarget:
             if openwire_text is not None and openwire_text.strip().lower() in ("", "none")
             else _port(env, OPENWIRE_PORT_ENV, DEFAULT_OPENWIRE_PORT)
         )
+        try:
+            refuse_renamed(env)
+            url = parse_transport_url(env.get(URL_ENV, "").strip() or "stomp://")
+            password = secret_from_env(env, PASSWORD_ENV)
+        except ConfigError as exc:
+            raise BrokerTargetError(str(exc)) from None
+        if url.scheme != "stomp" or len(url.addresses) != 1:
+            raise BrokerTargetError(
+                f"{URL_ENV} must name one broker by stomp://host:port for the suite, "
+                f"got {url.redacted!r}"
+            )
         username = env.get(USER_ENV) or None
-        password = env.get(PASSWORD_ENV) or None
+        if url.username is not None or url.password is not None:
+            username, password = url.username or None, url.password or None
         if (username is None) != (password is None):
             raise BrokerTargetError(f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
         return cls(
             flavour=declared or "classic",
-            host=env.get(HOST_ENV, "").strip() or DEFAULT_HOST,
-            stomp_port=_port(env, STOMP_PORT_ENV, DEFAULT_STOMP_PORT),
+            host=url.host or DEFAULT_HOST,
+            stomp_port=_port({URL_ENV: str(url.port or "")}, URL_ENV, DEFAULT_STOMP_PORT),
             openwire_port=openwire,
             amqp_url=env.get(AMQP_URL_ENV, "").strip() or None,
             username=username,
@@ -144,11 +159,12 @@ class BrokerTarget:
 
 
 def stomp_env(settings: StompSettings) -> dict[str, str]:
-    """The BOOST_STOMP_* variables that point a worker process at the broker of settings."""
-    env = {"BOOST_STOMP_HOST": settings.host, "BOOST_STOMP_PORT": str(settings.port)}
+    """The BOOST_BROKER_* variables that point a worker process at the broker of settings."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    env = {URL_ENV: f"stomp://{host}:{settings.port}"}
     if settings.username is not None and settings.password is not None:
-        env["BOOST_STOMP_USER"] = settings.username
-        env["BOOST_STOMP_PASSWORD"] = settings.password
+        env[USER_ENV] = settings.username
+        env[PASSWORD_ENV] = settings.password
     return env
 
 

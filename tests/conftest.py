@@ -4,8 +4,8 @@ A missing broker or database skips a test locally and fails it under CI=true, so
 pass by skipping the real-broker tests.
 
 The broker under test is a test dimension (tests/broker_target.py): by default the project's
-local ActiveMQ Classic; BOOST_TEST_BROKER_FLAVOUR (with BOOST_BROKER_HOST, _STOMP_PORT,
-_OPENWIRE_PORT, _AMQP_URL, _USER, _PASSWORD) names an external one; `--artemis-container` starts
+local ActiveMQ Classic; BOOST_TEST_BROKER_FLAVOUR (with BOOST_BROKER_URL, _OPENWIRE_PORT,
+_AMQP_URL, _USER, _PASSWORD) names an external one; `--artemis-container` starts
 Artemis with the project's docker/artemis configuration. Against an external broker, tests that
 manage brokers themselves (local_broker) or rely on Classic (classic_only, when the flavour is
 another) are skipped with the reason.

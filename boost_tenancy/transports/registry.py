@@ -30,6 +30,9 @@ class TransportUrl:
     fragment: str
     redacted: str
     """The URL with the password masked: the only form of it an error or a log may show."""
+    addresses: tuple[tuple[str | None, int | None], ...] = ()
+    """Every (host, port) of the URL in order: more than one for a failover list
+    (scheme://host1:port1,host2:port2/...); host and port are the first."""
 
 
 TransportFactory = Callable[[TransportUrl, Mapping[str, str] | None], Transport]
@@ -39,6 +42,8 @@ settings the URL does not name. Raises ConfigError, showing the URL only as url.
 # Imported on first use, so importing the registry loads no broker client.
 _BUILT_IN: Final[Mapping[str, str]] = {
     "stomp": "boost_tenancy.transports.stomp:transport_from_url",
+    "stomp+ssl": "boost_tenancy.transports.stomp:transport_from_url",
+    "stomps": "boost_tenancy.transports.stomp:transport_from_url",
     "amqp": "boost_tenancy.transports.amqp:transport_from_url",
     "amqps": "boost_tenancy.transports.amqp:transport_from_url",
 }
@@ -124,8 +129,12 @@ def parse_transport_url(url: str) -> TransportUrl:
         raise ConfigError(f"transport URL {redacted!r} is malformed: it has blanks or controls")
     try:
         parts = urlsplit(url)
-        port = parts.port
-        host = parts.hostname
+        hosts = parts.netloc.rpartition("@")[2]
+        addresses: tuple[tuple[str | None, int | None], ...] = (
+            tuple(_address(item) for item in hosts.split(",")) if "," in hosts else ()
+        )
+        if not addresses:
+            addresses = ((parts.hostname or None, parts.port),)
     except ValueError:
         # Its text may echo part of the URL: the error is raised outside this handler so that
         # not even its context keeps it; the redacted URL is all an error shows.
@@ -143,10 +152,19 @@ def parse_transport_url(url: str) -> TransportUrl:
         scheme=scheme,
         username=None if parts.username is None else unquote(parts.username),
         password=None if parts.password is None else unquote(parts.password),
-        host=host or None,
-        port=port,
+        host=addresses[0][0],
+        port=addresses[0][1],
         path=unquote(parts.path),
         query=parts.query,
         fragment=parts.fragment,
         redacted=redacted,
+        addresses=addresses,
     )
+
+
+def _address(item: str) -> tuple[str, int | None]:
+    """One host[:port] of a failover list; ValueError when it is empty or malformed."""
+    parts = urlsplit(f"//{item}")
+    if not parts.hostname or parts.netloc != item:
+        raise ValueError("empty or malformed address in a list")
+    return parts.hostname, parts.port

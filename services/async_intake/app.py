@@ -111,7 +111,7 @@ def _bearer(header: str) -> str:
 
 
 def app_from_env() -> FastAPI:
-    """The app the environment describes: the broker of BOOST_BROKER_URL (or BOOST_STOMP_*)
+    """The app the environment describes: the broker of BOOST_BROKER_URL (and BOOST_BROKER_*)
     with its routing, and tokens verified by BOOST_JWT_* (services/common/auth.py)."""
     settings = AppSettings.from_env(os.environ)
     return create_app(

@@ -17,7 +17,8 @@ def test_amqp_and_amqps_urls_open_the_amqp_transport_with_their_settings() -> No
     plain = open_transport("amqp://app:s%40cret@broker.example:5673/tenants")
     assert isinstance(plain, AmqpTransport)
     settings = AmqpSettings.from_url(parse_transport_url("amqps://broker.example"))
-    assert (settings.tls, settings.port, settings.username) == (True, 5671, None)
+    assert settings.tls is not None and settings.tls.verify_host
+    assert (settings.port, settings.username) == (5671, None)
     named = AmqpSettings.from_url(parse_transport_url("amqp://app:s%40cret@h:5673/tenants"))
     assert (named.host, named.port, named.username, named.password, named.vhost) == (
         "h",
@@ -34,11 +35,13 @@ def test_amqp_and_amqps_urls_open_the_amqp_transport_with_their_settings() -> No
     [
         ("amqp://h?x=1", {}, "no query"),
         ("amqp://h/a/b", {}, "one segment"),
-        ("amqp://h", {"BOOST_AMQP_CA_FILE": "/etc/hostname"}, "not amqps"),
-        ("amqps://h", {"BOOST_AMQP_CA_FILE": "/nonexistent/ca.pem"}, "does not exist"),
-        ("amqps://h", {"BOOST_AMQP_CERT_FILE": "/etc/hostname"}, "needs its key"),
-        ("amqp://h", {"BOOST_AMQP_CONNECT_TIMEOUT_S": "0"}, "BOOST_AMQP_CONNECT_TIMEOUT_S"),
-        ("amqp://h", {"BOOST_AMQP_VERIFY_HOST": "maybe"}, "BOOST_AMQP_VERIFY_HOST"),
+        ("amqp://h", {"BOOST_BROKER_CA_FILE": "/etc/hostname"}, "apply to TLS URLs only"),
+        ("amqps://h", {"BOOST_BROKER_CA_FILE": "/nonexistent/ca.pem"}, "does not exist"),
+        ("amqps://h", {"BOOST_BROKER_CERT_FILE": "/etc/hostname"}, "needs its key"),
+        ("amqp://h", {"BOOST_BROKER_CONNECT_TIMEOUT_S": "0"}, "BOOST_BROKER_CONNECT_TIMEOUT_S"),
+        ("amqp://h", {"BOOST_BROKER_VERIFY_HOST": "maybe"}, "BOOST_BROKER_VERIFY_HOST"),
+        ("amqp://h", {"BOOST_AMQP_CA_FILE": "/etc/hostname"}, "BOOST_BROKER_CA_FILE"),
+        ("amqp://h:1,h:0", {}, "port must be 1-65535"),
     ],
 )
 def test_bad_amqp_settings_are_refused_naming_what_is_wrong(

@@ -36,7 +36,7 @@ def test_run_refuses_an_async_generator_handle_with_exit_2_and_what_to_do(
     """An async def handle runs on the runner's event loop; one that yields would never run."""
     monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{tmp_path / 'errors.sqlite3'}")
     # A port nothing listens on: the refusal must come before any connection is tried.
-    monkeypatch.setenv("BOOST_STOMP_PORT", "1")
+    monkeypatch.setenv("BOOST_BROKER_URL", "stomp://127.0.0.1:1")
     code = main(["run", f"{__name__}:AsyncGeneratorHandle", "--tenant", "org-a"])
     assert code == 2
     err = capsys.readouterr().err
@@ -77,7 +77,7 @@ def test_run_stops_at_start_up_on_a_misconfigured_limit(
 ) -> None:
     """A limit that would do nothing, or a negative one, is refused before any connection."""
     monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{tmp_path / 'errors.sqlite3'}")
-    monkeypatch.setenv("BOOST_STOMP_PORT", "1")
+    monkeypatch.setenv("BOOST_BROKER_URL", "stomp://127.0.0.1:1")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert main(["run", f"{__name__}:Echo", "--tenant", "org-a"]) == 2

@@ -48,7 +48,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     any connection is tried."""
     store = tmp_path / "state" / "errors.sqlite3"
     monkeypatch.setenv("BOOST_ERROR_STORE", f"sqlite:///{store}")
-    monkeypatch.setenv("BOOST_STOMP_PORT", "1")
+    monkeypatch.setenv("BOOST_BROKER_URL", "stomp://127.0.0.1:1")
     return store
 
 

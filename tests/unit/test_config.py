@@ -14,6 +14,8 @@ from boost_tenancy.transports.stomp import StompSettings
 
 def test_defaults_apply_when_nothing_is_set() -> None:
     settings = AppSettings.from_env({"HOME": "/home/ops"})
+    assert settings.broker_url == "stomp://127.0.0.1:61613"
+    assert settings.stomp is not None
     assert (settings.stomp.host, settings.stomp.port) == ("127.0.0.1", 61613)
     assert (settings.stomp.username, settings.stomp.password, settings.stomp.vhost) == (
         None,
@@ -42,11 +44,9 @@ def test_blank_numbers_fall_back_to_the_defaults() -> None:
 def test_every_variable_is_read() -> None:
     settings = AppSettings.from_env(
         {
-            "BOOST_STOMP_HOST": "mq.internal",
-            "BOOST_STOMP_PORT": "61614",
-            "BOOST_STOMP_USER": "svc",
-            "BOOST_STOMP_PASSWORD": "secret",
-            "BOOST_STOMP_VHOST": "boost",
+            "BOOST_BROKER_URL": "stomp://mq.internal:61614/boost",
+            "BOOST_BROKER_USER": "svc",
+            "BOOST_BROKER_PASSWORD": "secret",
             "BOOST_MAX_ATTEMPTS": "2",
             "BOOST_RETRY_BASE_MS": "50",
             "BOOST_RETRY_MAX_MS": "400",
@@ -60,6 +60,7 @@ def test_every_variable_is_read() -> None:
         }
     )
     stomp = settings.stomp
+    assert stomp is not None
     assert (stomp.host, stomp.port, stomp.username, stomp.password, stomp.vhost) == (
         "mq.internal",
         61614,
@@ -91,7 +92,7 @@ def test_every_variable_is_read() -> None:
         ({"BOOST_SHUTDOWN_GRACE_S": "soon"}, "BOOST_SHUTDOWN_GRACE_S must be a number"),
         ({"BOOST_LOOP_STALL_S": "0"}, "BOOST_LOOP_STALL_S must be at least 0.1"),
         ({"BOOST_LOOP_STALL_S": "inf"}, "BOOST_LOOP_STALL_S must be a finite number"),
-        ({"BOOST_STOMP_PORT": "abc"}, "BOOST_STOMP_PORT must be a number, got 'abc'"),
+        ({"BOOST_BROKER_URL": "stomp://h:abc"}, "BOOST_BROKER_URL: transport URL 'stomp://h:abc'"),
         ({"BOOST_LOG_FORMAT": "xml"}, "BOOST_LOG_FORMAT must be 'console' or 'json', got 'xml'"),
         ({"BOOST_LOG_FORMAT": ""}, "BOOST_LOG_FORMAT must be 'console' or 'json', got ''"),
     ],
@@ -105,8 +106,8 @@ def test_bad_value_is_refused_naming_the_variable(env: dict[str, str], message: 
 @pytest.mark.parametrize(
     ("env", "variable"),
     [
-        ({"BOOST_STOMP_PORT": "99999"}, "BOOST_STOMP_PORT"),
-        ({"BOOST_STOMP_PORT": "0"}, "BOOST_STOMP_PORT"),
+        ({"BOOST_BROKER_URL": "stomp://h:99999"}, "BOOST_BROKER_URL"),
+        ({"BOOST_BROKER_URL": "stomp://h:0"}, "BOOST_BROKER_URL"),
         ({"BOOST_RETRY_BASE_MS": "5000", "BOOST_RETRY_MAX_MS": "10"}, "BOOST_RETRY_MAX_MS"),
     ],
 )
@@ -120,20 +121,20 @@ def test_out_of_range_value_is_refused_naming_the_variable(
 
 @pytest.mark.parametrize("port", ["99999", "65536", "0", "-1"])
 def test_port_outside_the_tcp_range_is_refused(port: str) -> None:
-    with pytest.raises(ConfigError, match=f"BOOST_STOMP_PORT must be 1-65535, got {port}"):
-        AppSettings.from_env({"BOOST_STOMP_PORT": port})
+    with pytest.raises(ConfigError, match="BOOST_BROKER_URL"):
+        AppSettings.from_env({"BOOST_BROKER_URL": f"stomp://h:{port}"})
 
 
 @pytest.mark.parametrize(
     "env",
     [
-        {"BOOST_STOMP_USER": "svc"},
-        {"BOOST_STOMP_PASSWORD": "secret"},
-        {"BOOST_STOMP_USER": "svc", "BOOST_STOMP_PASSWORD": ""},
+        {"BOOST_BROKER_USER": "svc"},
+        {"BOOST_BROKER_PASSWORD": "secret"},
+        {"BOOST_BROKER_USER": "svc", "BOOST_BROKER_PASSWORD": ""},
     ],
 )
 def test_username_without_password_or_the_reverse_is_refused(env: dict[str, str]) -> None:
-    with pytest.raises(ConfigError, match="set both BOOST_STOMP_USER and BOOST_STOMP_PASSWORD"):
+    with pytest.raises(ConfigError, match="set both BOOST_BROKER_USER and BOOST_BROKER_PASSWORD"):
         AppSettings.from_env(env)
 
 

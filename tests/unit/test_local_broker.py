@@ -15,6 +15,7 @@ import pytest
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
+from boost_tenancy.transports.stomp import StompSettings
 from devtools import local_broker as lb
 from devtools.broker_probes import stomp_handshake
 from devtools.local_broker import (
@@ -70,8 +71,7 @@ def test_from_env_reads_every_variable(tmp_path: Path) -> None:
     settings = LocalBrokerSettings.from_env(
         {
             "BOOST_BROKER_HOME": str(tmp_path / "b"),
-            "BOOST_BROKER_HOST": "localhost",
-            "BOOST_BROKER_STOMP_PORT": "62613",
+            "BOOST_BROKER_URL": "stomp://localhost:62613",
             "BOOST_BROKER_OPENWIRE_PORT": " 62616 ",
             "BOOST_BROKER_HEAP_MB": "256",
         }
@@ -83,7 +83,7 @@ def test_from_env_reads_every_variable(tmp_path: Path) -> None:
 
 def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
     settings = LocalBrokerSettings.from_env(
-        {"BOOST_BROKER_HOME": str(tmp_path), "BOOST_BROKER_STOMP_PORT": ""}
+        {"BOOST_BROKER_HOME": str(tmp_path), "BOOST_BROKER_URL": ""}
     )
     assert settings.stomp_port == 61613
 
@@ -91,14 +91,16 @@ def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("BOOST_BROKER_STOMP_PORT", "stomp"),
-        ("BOOST_BROKER_STOMP_PORT", "0"),
+        ("BOOST_BROKER_URL", "stomp://h:stomp"),
+        ("BOOST_BROKER_URL", "stomp://h:0"),
+        ("BOOST_BROKER_URL", "stomp://bad host:1"),
+        ("BOOST_BROKER_URL", 'stomp://x"/><bean'),
+        ("BOOST_BROKER_URL", "amqp://h:5672"),
+        ("BOOST_BROKER_URL", "stomp://a:1,b:2"),
         ("BOOST_BROKER_OPENWIRE_PORT", "65536"),
         ("BOOST_BROKER_OPENWIRE_PORT", "-1"),
         ("BOOST_BROKER_HEAP_MB", "lots"),
         ("BOOST_BROKER_HEAP_MB", "64"),
-        ("BOOST_BROKER_HOST", "bad host"),
-        ("BOOST_BROKER_HOST", 'x"/><bean'),
     ],
 )
 def test_invalid_variable_is_named_with_its_value(variable: str, value: str) -> None:
@@ -108,9 +110,72 @@ def test_invalid_variable_is_named_with_its_value(variable: str, value: str) -> 
     assert value in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("BOOST_BROKER_STOMP_PORT", "BOOST_BROKER_URL"),
+        ("BOOST_BROKER_HOST", "BOOST_BROKER_URL"),
+        ("BOOST_STOMP_PORT", "BOOST_BROKER_URL"),
+    ],
+)
+def test_the_old_address_variables_are_refused_naming_the_new_one(old: str, new: str) -> None:
+    """The local broker and the clients once read different variables, and a client then used
+    another broker on the default port: the old names stop start-up instead."""
+    with pytest.raises(ConfigError, match=f"{old} -> {new}"):
+        LocalBrokerSettings.from_env({old: "62613"})
+
+
+def test_the_clients_url_is_where_the_broker_listens(tmp_path: Path) -> None:
+    env = {"BOOST_BROKER_URL": "stomp://127.0.0.1:62613"}
+    settings = LocalBrokerSettings.from_env(env)
+    assert (settings.host, settings.stomp_port, settings.keystore) == ("127.0.0.1", 62613, None)
+    assert settings.stomp_url == env["BOOST_BROKER_URL"]
+    assert StompSettings.from_env(env).addresses == (("127.0.0.1", 62613),)
+
+
+def test_a_tls_url_needs_a_keystore_and_renders_a_tls_connector(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="BOOST_BROKER_KEYSTORE"):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_URL": "stomp+ssl://127.0.0.1:62612"})
+    keystore = tmp_path / "broker.p12"
+    keystore.write_bytes(b"not read here")
+    password_file = tmp_path / "pw"
+    password_file.write_text("store&<pass>\n")
+    settings = LocalBrokerSettings.from_env(
+        {
+            "BOOST_BROKER_HOME": str(tmp_path / "home"),
+            "BOOST_BROKER_URL": "stomp+ssl://127.0.0.1:62612",
+            "BOOST_BROKER_KEYSTORE": str(keystore),
+            "BOOST_BROKER_KEYSTORE_PASSWORD_FILE": str(password_file),
+        }
+    )
+    assert settings.keystore is not None
+    assert settings.keystore.password == "store&<pass>"
+    assert "store&" not in repr(settings)
+    assert settings.stomp_url == "stomp+ssl://127.0.0.1:62612"
+    broker = ET.fromstring(render_config(settings)).find(f"{CORE_NS}broker")
+    assert broker is not None
+    uris = [c.get("uri") for c in broker.iter(f"{CORE_NS}transportConnector")]
+    assert "stomp+ssl://127.0.0.1:62612?transport.tcpNoDelay=true" in uris
+    context = broker.find(f"{CORE_NS}sslContext/{CORE_NS}sslContext")
+    assert context is not None
+    assert context.get("keyStore") == keystore.resolve().as_uri()
+    assert context.get("keyStorePassword") == "store&<pass>"
+
+
+def test_a_keystore_without_a_tls_url_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not stomp\\+ssl"):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_KEYSTORE": str(tmp_path)})
+
+
+def test_a_plain_broker_has_no_ssl_context(tmp_path: Path) -> None:
+    rendered = render_config(LocalBrokerSettings(home=tmp_path))
+    assert "sslContext" not in rendered.split("-->")[-1]
+    assert "stomp://127.0.0.1:61613?" in rendered
+
+
 def test_same_port_for_both_connectors_is_refused() -> None:
-    with pytest.raises(ConfigError, match="BOOST_BROKER_STOMP_PORT and BOOST_BROKER_OPENWIRE_PORT"):
-        LocalBrokerSettings.from_env({"BOOST_BROKER_STOMP_PORT": "61616"})
+    with pytest.raises(ConfigError, match="BOOST_BROKER_URL and BOOST_BROKER_OPENWIRE_PORT"):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_URL": "stomp://127.0.0.1:61616"})
 
 
 def test_constructor_validates_and_names_the_field() -> None:
@@ -298,6 +363,7 @@ def test_status_when_nothing_runs(tmp_path: Path) -> None:
         "pid": None,
         "host": "127.0.0.1",
         "stomp_port": 1,
+        "url": "stomp://127.0.0.1:1",
         "openwire_port": 2,
         "home": str((tmp_path / "home").resolve()),
         "log": str((tmp_path / "home").resolve() / "logs" / "broker.log"),
@@ -367,14 +433,14 @@ def test_cli_status_prints_json(
 def test_cli_error_is_one_line_with_exit_code_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("BOOST_BROKER_STOMP_PORT", "many")
+    monkeypatch.setenv("BOOST_BROKER_URL", "stomp://127.0.0.1:many")
 
     assert run_cli(["status"]) == 2
 
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1
-    assert "BOOST_BROKER_STOMP_PORT='many'" in captured.err
+    assert "BOOST_BROKER_URL" in captured.err and "many" in captured.err
 
 
 def test_cli_rejects_an_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:

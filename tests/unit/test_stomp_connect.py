@@ -251,14 +251,14 @@ def test_settings_refuse_unusable_connect_timeouts_and_delays(fields: dict[str, 
 
 def test_connect_timeout_is_read_from_the_environment() -> None:
     assert StompSettings.from_env({}).connect_timeout_s == 5.0
-    env = {"BOOST_STOMP_CONNECT_TIMEOUT_S": "2.5"}
+    env = {"BOOST_BROKER_CONNECT_TIMEOUT_S": "2.5"}
     assert StompSettings.from_env(env).connect_timeout_s == 2.5
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf"])
 def test_a_bad_connect_timeout_variable_is_named(raw: str) -> None:
-    with pytest.raises(ConfigError, match="BOOST_STOMP_CONNECT_TIMEOUT_S"):
-        StompSettings.from_env({"BOOST_STOMP_CONNECT_TIMEOUT_S": raw})
+    with pytest.raises(ConfigError, match="BOOST_BROKER_CONNECT_TIMEOUT_S"):
+        StompSettings.from_env({"BOOST_BROKER_CONNECT_TIMEOUT_S": raw})
 
 
 # -- frames ------------------------------------------------------------------------------------

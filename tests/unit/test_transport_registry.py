@@ -65,20 +65,12 @@ def test_an_ipv6_host_is_read_without_its_brackets() -> None:
 
 def test_the_environment_fills_what_the_url_does_not_name_and_the_url_wins() -> None:
     env = {
-        "BOOST_STOMP_HOST": "env-host",
-        "BOOST_STOMP_PORT": "7000",
-        "BOOST_STOMP_USER": "env-user",
-        "BOOST_STOMP_PASSWORD": "env-pw",
-        "BOOST_STOMP_VHOST": "env-vhost",
-        "BOOST_STOMP_CONNECT_TIMEOUT_S": "2.5",
+        "BOOST_BROKER_USER": "env-user",
+        "BOOST_BROKER_PASSWORD": "env-pw",
+        "BOOST_BROKER_CONNECT_TIMEOUT_S": "2.5",
     }
     only_env = settings_of("stomp://", env)
-    assert (only_env.host, only_env.port, only_env.username, only_env.vhost) == (
-        "env-host",
-        7000,
-        "env-user",
-        "env-vhost",
-    )
+    assert (only_env.username, only_env.password) == ("env-user", "env-pw")
     assert only_env.connect_timeout_s == 2.5
 
     merged = settings_of("stomp://url-user:url-pw@url-host:7001/url-vhost", env)
@@ -93,14 +85,34 @@ def test_the_environment_fills_what_the_url_does_not_name_and_the_url_wins() -> 
 
 
 def test_without_env_the_environment_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BOOST_STOMP_HOST", "process-env-host")
-    assert settings_of("stomp://").host == "127.0.0.1"
+    monkeypatch.setenv("BOOST_BROKER_USER", "process-env-user")
+    monkeypatch.setenv("BOOST_BROKER_PASSWORD", "process-env-pw")
+    assert settings_of("stomp://").username is None
 
 
 def test_a_user_in_the_url_brings_its_password_from_the_url_not_from_env() -> None:
-    env = {"BOOST_STOMP_USER": "env-user", "BOOST_STOMP_PASSWORD": "env-pw"}
+    env = {"BOOST_BROKER_USER": "env-user", "BOOST_BROKER_PASSWORD": "env-pw"}
     with pytest.raises(ConfigError, match="username and password"):
         open_transport("stomp://url-user@host", env)
+
+
+def test_a_list_of_addresses_is_a_failover_list_in_order() -> None:
+    settings = settings_of("stomp://u:p@live.example:61613,backup.example,[::1]:61615/vh")
+    assert settings.addresses == (
+        ("live.example", 61613),
+        ("backup.example", 61613),
+        ("::1", 61615),
+    )
+    assert (settings.host, settings.port, settings.vhost) == ("live.example", 61613, "vh")
+    assert parse_transport_url("stomp://a:1,b:2").addresses == (("a", 1), ("b", 2))
+
+
+@pytest.mark.parametrize("scheme", ["stomp+ssl", "stomps"])
+def test_a_tls_scheme_turns_tls_on_with_its_own_default_port(scheme: str) -> None:
+    settings = settings_of(f"{scheme}://broker.example")
+    assert settings.tls is not None and settings.tls.verify_host
+    assert settings.port == 61612
+    assert settings_of("stomp://broker.example").tls is None
 
 
 def test_the_artemis_window_comes_from_the_environment_beside_a_url() -> None:
@@ -116,7 +128,7 @@ def test_the_scheme_is_case_insensitive() -> None:
 @pytest.mark.parametrize(
     ("url", "match"),
     [
-        ("mqtt://host", r"unknown transport scheme 'mqtt'; known: amqp, amqps, stomp"),
+        ("mqtt://host", r"unknown transport scheme 'mqtt'; known: amqp, amqps, stomp, stomp\+ssl"),
         ("127.0.0.1:61613", r"malformed: expected scheme://"),
         ("", r"malformed"),
         ("stomp://host:notaport", r"malformed \(host or port\)"),
@@ -130,6 +142,10 @@ def test_the_scheme_is_case_insensitive() -> None:
         ("stomp://host\n", r"blanks or controls"),
         ("stomp://user@host", r"username and password"),
         ("stomp://:pw@host", r"username and password"),
+        ("stomp://a:1,,b:2", r"malformed \(host or port\)"),
+        ("stomp://a:1,b:x", r"malformed \(host or port\)"),
+        ("stomp://a:1,b:0", r"port must be 1-65535"),
+        ("stomp://a,", r"malformed \(host or port\)"),
     ],
 )
 def test_bad_urls_raise_config_error_naming_the_problem(url: str, match: str) -> None:

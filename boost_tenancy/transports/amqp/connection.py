@@ -1,6 +1,7 @@
 """The AMQP connection's event handler: it owns every proton object and runs on the loop thread.
 
-It opens the connection (SASL, TLS), reconnects with backoff and routes proton's events to its
+It opens the connection (SASL, TLS), reconnects with backoff through the failover list of
+addresses and routes proton's events to its
 parts: sending.py (senders, confirmations), receiving.py (receivers, deliveries, credit) and
 transactions.py. AmqpTransport (transport.py) is the thread-safe face of it.
 """
@@ -55,6 +56,14 @@ class AmqpConnection(Handler):
         self._closed: Future[None] = Future()
         self._delay = settings.reconnect_initial_s
         self._waiting_for_open: list[Callable[[], None]] = []
+        self._address = 0
+        """Index in settings.addresses of the broker connected to, or to try next."""
+        self._first_errors: list[str] = []
+
+    @property
+    def url(self) -> str:
+        """The address of the broker connected to, or to be tried next."""
+        return self.settings.url_of(self._address)
 
     @property
     def connection(self) -> Connection | None:
@@ -63,7 +72,7 @@ class AmqpConnection(Handler):
 
     def live_connection(self) -> Connection:
         if self._conn is None or not self.is_open:
-            raise TransportError(f"the AMQP connection to {self.settings.url} is not open")
+            raise TransportError(f"the AMQP connection to {self.url} is not open")
         return self._conn
 
     # -- the loop's passes ----------------------------------------------------------------------
@@ -88,18 +97,17 @@ class AmqpConnection(Handler):
         return self._first_open
 
     def _ssl_domain(self) -> SSLDomain | None:
-        s = self.settings
-        if not s.tls:
+        tls = self.settings.tls
+        if tls is None:
             return None
         domain = SSLDomain(SSLDomain.MODE_CLIENT)
-        if s.ca_file is not None:
-            domain.set_trusted_ca_db(s.ca_file)
-        if s.cert_file is not None and s.key_file is not None:
-            domain.set_credentials(s.cert_file, s.key_file, s.key_password)
-        if s.verify_host:
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, s.ca_file)
-        else:
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER, s.ca_file)
+        if tls.ca_file is not None:
+            domain.set_trusted_ca_db(tls.ca_file)
+        if tls.cert_file is not None and tls.key_file is not None:
+            domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
+        # VERIFY_PEER checks the chain only; VERIFY_PEER_NAME the host name as well.
+        mode = SSLDomain.VERIFY_PEER_NAME if tls.verify_host else SSLDomain.VERIFY_PEER
+        domain.set_peer_authentication(mode, tls.ca_file)
         return domain
 
     def _open_connection(self) -> None:
@@ -107,9 +115,10 @@ class AmqpConnection(Handler):
             return
         s = self.settings
         self._reason = ""
+        url = self.url
         try:
             conn = self.loop.container.connect(
-                url=s.url,
+                url=url,
                 reconnect=False,
                 heartbeat=s.heartbeat_s,
                 ssl_domain=self._ssl_domain(),
@@ -118,10 +127,10 @@ class AmqpConnection(Handler):
                 allowed_mechs="PLAIN" if s.username is not None else "ANONYMOUS",
                 allow_insecure_mechs=True,
                 virtual_host=s.vhost,
-                sni=s.host if s.tls else None,
+                sni=s.addresses[self._address][0] if s.tls is not None else None,
             )
         except (ProtonException, OSError) as exc:
-            self._lost(None, f"cannot connect to {s.url}: {exc}")
+            self._lost(None, f"cannot connect to {url}: {exc}")
             return
         self._conn = conn
         self.loop.container.schedule(
@@ -150,7 +159,9 @@ class AmqpConnection(Handler):
         self._delay = self.settings.reconnect_initial_s
         self.generation += 1
         self.is_open = True
-        log.debug("amqp_connected", broker=self.remote_product, generation=self.generation)
+        log.debug(
+            "amqp_connected", broker=self.remote_product, generation=self.generation, url=self.url
+        )
         self.receiving.attach_all()
         waiting, self._waiting_for_open = self._waiting_for_open, []
         resolve(self._first_open)
@@ -178,12 +189,21 @@ class AmqpConnection(Handler):
         was_open = self.is_open
         self._conn = None
         self.is_open = False
-        self._fail_waiting(TransportError(f"AMQP connection to {self.settings.url} lost: {reason}"))
+        url = self.url
+        self._fail_waiting(TransportError(f"AMQP connection to {url} lost: {reason}"))
+        count = len(self.settings.addresses)
+        if not was_open and count > 1:
+            # A failed attempt: the next one goes to the next broker of the list.
+            self._address = (self._address + 1) % count
         if not self._first_open.done():
+            self._first_errors.append(f"{url}: {reason}")
+            if len(self._first_errors) < count and not self._closing:
+                self.loop.post(self._open_connection)
+                return
             resolve(
                 self._first_open,
                 TransportError(
-                    f"cannot connect to the AMQP broker at {self.settings.url}: {reason}"
+                    f"cannot connect to the AMQP broker at {'; '.join(self._first_errors)}"
                 ),
             )
             return
@@ -191,7 +211,7 @@ class AmqpConnection(Handler):
             resolve(self._closed)
             return
         if was_open:
-            log.warning("amqp_connection_lost", reason=reason, generation=self.generation)
+            log.warning("amqp_connection_lost", reason=reason, generation=self.generation, url=url)
         delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max_s)
         self.loop.container.schedule(delay, Timer(self._open_connection))
 

@@ -102,11 +102,13 @@ class AmqpTransport:
             self._started = True
         opened = self._engine.start()
         try:
-            opened.result(self._settings.connect_timeout_s + 1.0)
+            # Each broker of a failover list is tried once, each within connect_timeout_s.
+            attempts = len(self._settings.addresses)
+            opened.result(self._settings.connect_timeout_s * attempts + 1.0)
         except FutureTimeout:
             self.close()
             raise TransportError(
-                f"cannot connect to the AMQP broker at {self._settings.url}: no answer within "
+                f"cannot connect to the AMQP broker at {self._engine.url}: no answer within "
                 f"{self._settings.connect_timeout_s} s"
             ) from None
         except TransportError:

@@ -1,5 +1,6 @@
-"""The STOMP connection under a transport, across reconnections: connecting with a deadline,
-deciding the broker's flavour, reconnecting with backoff, and the receipts awaited on it.
+"""The STOMP connection under a transport, across reconnections: connecting with a deadline
+(over TLS when asked), deciding the broker's flavour, reconnecting with backoff through the
+failover list of addresses, and the receipts awaited on it.
 """
 
 from __future__ import annotations
@@ -7,15 +8,18 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import stomp
 import structlog
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
+from boost_tenancy.transports.options import TlsSettings
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import Receipts
@@ -52,6 +56,36 @@ def _send_without_delay(conn: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _use_tls(conn: Any, address: tuple[str, int], tls: TlsSettings) -> None:
+    """Wrap conn's socket in TLS: the broker's certificate must be signed by tls.ca_file's CAs
+    (else the system's) and, unless verify_host is off, name the host connected to.
+
+    stomp.py checks the name whenever it checks the chain (an ssl.PROTOCOL_TLS_CLIENT context);
+    only a generic ssl.PROTOCOL_TLS context checks the chain without the name, so that is what
+    verify_host=False asks for.
+    """
+    conn.set_ssl(
+        for_hosts=[address],
+        key_file=tls.key_file,
+        cert_file=tls.cert_file,
+        ca_certs=tls.ca_file,
+        password=tls.key_password,
+        verify=True,
+        ssl_version=ssl.PROTOCOL_TLS_CLIENT if tls.verify_host else ssl.PROTOCOL_TLS,
+    )
+
+
+@contextlib.contextmanager
+def _tls_context_warnings(tls: TlsSettings | None) -> Iterator[None]:
+    """Silence the deprecation of ssl.PROTOCOL_TLS, which the name check turned off needs."""
+    if tls is None or tls.verify_host:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "ssl.PROTOCOL_TLS is deprecated", DeprecationWarning)
+        yield
 
 
 class _FrameEvents(Protocol):
@@ -129,6 +163,8 @@ class StompConnection:
         self._server = ""
         self._flavour = BrokerFlavour.OTHER
         self._reconnector: threading.Thread | None = None
+        self._address = 0
+        """Index in settings.addresses of the broker connected to, or to try next."""
 
     @property
     def server(self) -> str:
@@ -146,7 +182,9 @@ class StompConnection:
 
     @property
     def where(self) -> str:
-        return f"{self._settings.host}:{self._settings.port}"
+        """host:port of the broker connected to, or to be tried next."""
+        host, port = self._settings.addresses[self._address]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     # -- taking the connection -------------------------------------------------------------------
     def current(self) -> Link:
@@ -211,9 +249,27 @@ class StompConnection:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:
+        """Connect to the first address that answers, trying each once in order; the error of
+        each is in the one raised when none does."""
         with self._lock:
             self._closing = False
-        self._open()
+        count = len(self._settings.addresses)
+        errors: list[str] = []
+        for _ in range(count):
+            try:
+                self._open()
+            except TransportError as exc:
+                errors.append(str(exc))
+                if self._closing or count == 1:
+                    raise
+                self._next_address()
+            else:
+                return
+        raise TransportError("no STOMP broker of the failover list answered: " + "; ".join(errors))
+
+    def _next_address(self) -> None:
+        with self._lock:
+            self._address = (self._address + 1) % len(self._settings.addresses)
 
     def close(self) -> None:
         with self._lock:
@@ -237,8 +293,9 @@ class StompConnection:
         with self._lock:
             self._generation += 1
             generation = self._generation
+            address = settings.addresses[self._address]
         conn = stomp.Connection12(
-            [(settings.host, settings.port)],
+            [address],
             heartbeats=(settings.heartbeat_ms, settings.heartbeat_ms),
             auto_content_length=False,
             auto_decode=False,
@@ -250,6 +307,8 @@ class StompConnection:
             timeout=settings.connect_timeout_s,
             vhost=settings.vhost,
         )
+        if settings.tls is not None:
+            _use_tls(conn, address, settings.tls)
         listener = _Listener(self, generation)
         conn.set_listener("boost", listener)
         server = self._await_connected(conn, listener)
@@ -280,7 +339,8 @@ class StompConnection:
         deadline = time.monotonic() + settings.connect_timeout_s
         try:
             # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
-            conn.connect(settings.username, settings.password, wait=False)
+            with _tls_context_warnings(settings.tls):
+                conn.connect(settings.username, settings.password, wait=False)
             _send_without_delay(conn)
             while listener.server is None:
                 if conn.transport.connection_error:
@@ -307,6 +367,12 @@ class StompConnection:
                 raise
             # stomp.py's ConnectFailedException has no message: name it instead.
             detail = str(exc) or type(exc).__name__
+            if settings.tls is not None:
+                # stomp.py logs the TLS failure itself and raises without it.
+                detail += (
+                    " (TCP or TLS: a certificate not signed by BOOST_BROKER_CA_FILE's CA or not "
+                    "naming the host is refused)"
+                )
             raise TransportError(
                 f"cannot connect to STOMP broker at {self.where}: {detail}"
             ) from exc
@@ -324,8 +390,12 @@ class StompConnection:
             except Exception as exc:  # keep trying whatever failed: the loop is the only way back
                 attempt += 1
                 log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
+                if len(settings.addresses) > 1:
+                    self._next_address()
             else:
-                log.info("stomp_reconnected", attempt=attempt + 1, server=self._server)
+                log.info(
+                    "stomp_reconnected", attempt=attempt + 1, server=self._server, broker=self.where
+                )
                 return
             time.sleep(
                 reconnect_delay(attempt, settings.reconnect_initial_s, settings.reconnect_max_s)
@@ -363,4 +433,4 @@ class StompConnection:
                 self._reconnector.start()
         self.receipts.fail(generation, "connection lost before the broker confirmed")
         if was_connected and not closing:  # a failed attempt is logged by whoever made it
-            log.warning("stomp_connection_lost", host=self._settings.host, port=self._settings.port)
+            log.warning("stomp_connection_lost", broker=self.where)

@@ -1,6 +1,8 @@
-"""Where the STOMP broker is and how patient to be with it.
+"""Where the STOMP broker is (one address or a failover list), whether to use TLS and how
+patient to be with it.
 
-Read from BOOST_STOMP_* variables at the edge (from_env) or from a stomp:// URL (from_url).
+Read from a stomp:// or stomp+ssl:// URL (from_url) and the BOOST_BROKER_* variables
+(transports/options.py), or from BOOST_BROKER_URL itself (from_env).
 """
 
 from __future__ import annotations
@@ -9,14 +11,20 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from boost_tenancy.envvars import env_float, env_int
+from boost_tenancy.envvars import env_int
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.transports.registry import TransportUrl
+from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions, TlsSettings
+from boost_tenancy.transports.registry import TransportUrl, parse_transport_url
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 61613
+DEFAULT_TLS_PORT: Final = 61612
+"""The port of the stomp+ssl connector in ActiveMQ's own examples."""
+TLS_SCHEMES: Final = ("stomp+ssl", "stomps")
+"""stomp+ssl:// is the name the Classic and Artemis connectors use; stomps:// means the same."""
+SCHEMES: Final = ("stomp", *TLS_SCHEMES)
 _DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_ARTEMIS_WINDOW_BYTES: Final = 64 * 1024
 """Bytes of Artemis consumer window per prefetched message: room for a JSON document of tens of
@@ -31,6 +39,10 @@ class StompSettings:
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    alternates: tuple[tuple[str, int], ...] = ()
+    """Further brokers (host, port) of a failover list, tried in order after host:port."""
+    tls: TlsSettings | None = None
+    """TLS settings; None: a plain TCP connection."""
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
     vhost: str | None = None
@@ -48,10 +60,17 @@ class StompSettings:
     flight, larger ones fewer, and one larger than the whole window still comes alone."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ConfigError(f"STOMP port must be 1-65535, got {self.port}")
-        if self.receipt_timeout_s <= 0 or self.reconnect_wait_s < 0:
-            raise ConfigError("STOMP timeouts must be positive")
+        for _, port in self.addresses:
+            if not 0 < port < 65536:
+                raise ConfigError(f"STOMP port must be 1-65535, got {port}")
+        if not 0 < self.receipt_timeout_s < math.inf or not 0 <= self.reconnect_wait_s < math.inf:
+            raise ConfigError(
+                "STOMP timeouts must be positive: "
+                f"receipt_timeout_s={self.receipt_timeout_s}, "
+                f"reconnect_wait_s={self.reconnect_wait_s}"
+            )
+        if self.heartbeat_ms <= 0:
+            raise ConfigError(f"STOMP heartbeat_ms must be positive, got {self.heartbeat_ms}")
         # Written as a range so NaN fails too; an infinite timeout cannot be waited on.
         if not 0 < self.connect_timeout_s < math.inf:
             raise ConfigError(
@@ -71,51 +90,43 @@ class StompSettings:
                 f"got {self.artemis_window_bytes}"
             )
 
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """Every broker to try, in order: host:port first, then the alternates."""
+        return ((self.host, self.port), *self.alternates)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StompSettings:
-        """Read BOOST_STOMP_HOST, _PORT, _USER, _PASSWORD, _VHOST, _CONNECT_TIMEOUT_S and
-        BOOST_ARTEMIS_WINDOW_BYTES; errors name the variable."""
-        port_text = env.get("BOOST_STOMP_PORT", str(DEFAULT_PORT))
+        """Settings for BOOST_BROKER_URL (default stomp://127.0.0.1:61613) and the other
+        BOOST_BROKER_* variables (transports/options.py); errors name the variable."""
+        options = ConnectOptions.from_env(env)
+        window = _window_from_env(env)
         try:
-            port = int(port_text)
-        except ValueError as exc:
-            raise ConfigError(f"BOOST_STOMP_PORT must be a number, got {port_text!r}") from exc
-        if not 0 < port < 65536:
-            raise ConfigError(f"BOOST_STOMP_PORT must be 1-65535, got {port}")
-        if bool(env.get("BOOST_STOMP_USER")) != bool(env.get("BOOST_STOMP_PASSWORD")):
-            raise ConfigError("set both BOOST_STOMP_USER and BOOST_STOMP_PASSWORD, or neither")
-        connect_timeout_s = env_float(
-            env, "BOOST_STOMP_CONNECT_TIMEOUT_S", _DEFAULT_CONNECT_TIMEOUT_S
-        )
-        if not 0 < connect_timeout_s < math.inf:
-            raise ConfigError(
-                "BOOST_STOMP_CONNECT_TIMEOUT_S must be a positive number of seconds, "
-                f"got {env['BOOST_STOMP_CONNECT_TIMEOUT_S']!r}"
-            )
-        window = env_int(env, "BOOST_ARTEMIS_WINDOW_BYTES", DEFAULT_ARTEMIS_WINDOW_BYTES, minimum=1)
-        if window > MAX_ARTEMIS_WINDOW_BYTES:
-            raise ConfigError(
-                f"BOOST_ARTEMIS_WINDOW_BYTES must be at most {MAX_ARTEMIS_WINDOW_BYTES} bytes per "
-                f"message, got {window}"
-            )
-        return cls(
-            host=env.get("BOOST_STOMP_HOST", DEFAULT_HOST),
-            port=port,
-            username=env.get("BOOST_STOMP_USER") or None,
-            password=env.get("BOOST_STOMP_PASSWORD") or None,
-            vhost=env.get("BOOST_STOMP_VHOST") or None,
-            connect_timeout_s=connect_timeout_s,
-            artemis_window_bytes=window,
-        )
+            url = parse_transport_url(env.get(ENV_URL, "").strip() or DEFAULT_URL)
+            if url.scheme not in SCHEMES:
+                raise ConfigError(f"{url.redacted!r} is not a STOMP URL ({', '.join(SCHEMES)})")
+            return cls._from_url(url, options, window)
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_URL}: {exc}") from None
 
     @classmethod
     def from_url(cls, url: TransportUrl, env: Mapping[str, str] | None = None) -> StompSettings:
-        """Settings for stomp://[user:password@]host[:port][/vhost].
+        """Settings for stomp://[user:password@]host[:port][,host2[:port2]...][/vhost], or
+        stomp+ssl:// (stomps://) for TLS.
 
-        What the URL names wins; everything else comes from from_env(env) when env is given,
-        else from the defaults. A user in the URL names the credentials as a pair: its password
-        is taken from the URL too (never half from the environment).
+        More than one address is a failover list: the first is connected to first, and a
+        reconnection moves on to the next after each failed attempt. The environment (when
+        given) supplies what a URL cannot carry (ConnectOptions.from_env and
+        BOOST_ARTEMIS_WINDOW_BYTES); without it those keep their defaults. A user in the URL
+        names the credentials as a pair: its password is taken from the URL too (never half
+        from the environment).
         """
+        if env is None:
+            return cls._from_url(url, ConnectOptions(), DEFAULT_ARTEMIS_WINDOW_BYTES)
+        return cls._from_url(url, ConnectOptions.from_env(env), _window_from_env(env))
+
+    @classmethod
+    def _from_url(cls, url: TransportUrl, options: ConnectOptions, window: int) -> StompSettings:
         if url.query or url.fragment:
             raise ConfigError(f"STOMP URL {url.redacted!r} takes no query or fragment")
         vhost = url.path.removeprefix("/")
@@ -124,18 +135,41 @@ class StompSettings:
                 f"STOMP URL {url.redacted!r} has the path {url.path!r}; "
                 "expected at most one segment, the virtual host"
             )
-        changes: dict[str, Any] = {}
-        if url.host:
-            changes["host"] = url.host
-        if url.port is not None:
-            changes["port"] = url.port
+        tls = url.scheme in TLS_SCHEMES
+        default_port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
+        addresses = [
+            (host or DEFAULT_HOST, default_port if port is None else port)
+            for host, port in url.addresses or ((None, None),)
+        ]
+        username, password = options.username, options.password
         if url.username is not None or url.password is not None:
-            changes["username"] = url.username or None
-            changes["password"] = url.password or None
-        if vhost:
-            changes["vhost"] = vhost
-        base = cls.from_env(env) if env is not None else cls()
+            username, password = url.username or None, url.password or None
         try:
-            return dataclasses.replace(base, **changes)
+            return cls(
+                host=addresses[0][0],
+                port=addresses[0][1],
+                alternates=tuple(addresses[1:]),
+                username=username,
+                password=password,
+                vhost=vhost or None,
+                tls=options.tls_for(tls),
+                heartbeat_ms=round(options.heartbeat_s * 1000),
+                connect_timeout_s=options.connect_timeout_s,
+                receipt_timeout_s=options.confirm_timeout_s,
+                reconnect_wait_s=options.reconnect_wait_s,
+                reconnect_initial_s=options.reconnect_initial_s,
+                reconnect_max_s=options.reconnect_max_s,
+                artemis_window_bytes=window,
+            )
         except ConfigError as exc:  # the settings' own messages never carry the password
             raise ConfigError(f"STOMP URL {url.redacted!r}: {exc}") from exc
+
+
+def _window_from_env(env: Mapping[str, str]) -> int:
+    window = env_int(env, "BOOST_ARTEMIS_WINDOW_BYTES", DEFAULT_ARTEMIS_WINDOW_BYTES, minimum=1)
+    if window > MAX_ARTEMIS_WINDOW_BYTES:
+        raise ConfigError(
+            f"BOOST_ARTEMIS_WINDOW_BYTES must be at most {MAX_ARTEMIS_WINDOW_BYTES} bytes per "
+            f"message, got {window}"
+        )
+    return window

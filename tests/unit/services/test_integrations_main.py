@@ -44,7 +44,7 @@ def test_settings_defaults() -> None:
     assert settings.document_store_url == "sqlite:///var/documents.sqlite3"
     assert settings.max_upload_bytes == 20 * 1024 * 1024
     assert settings.jwt.algorithms == ("HS256",)
-    assert settings.app.stomp.port == 61613
+    assert settings.app.stomp is not None and settings.app.stomp.port == 61613
 
 
 def test_settings_read_every_variable() -> None:
@@ -56,7 +56,7 @@ def test_settings_read_every_variable() -> None:
             "BOOST_HTTP_MAX_UPLOAD_BYTES": "1000",
             "BOOST_BLOB_DIR": "/srv/blobs",
             "BOOST_DOCUMENT_STORE": "sqlite:////srv/docs.sqlite3",
-            "BOOST_STOMP_PORT": "61614",
+            "BOOST_BROKER_URL": "stomp://127.0.0.1:61614",
         }
     )
     assert (settings.host, settings.port, settings.max_upload_bytes) == ("0.0.0.0", 9090, 1000)
@@ -64,7 +64,7 @@ def test_settings_read_every_variable() -> None:
         Path("/srv/blobs"),
         "sqlite:////srv/docs.sqlite3",
     )
-    assert settings.app.stomp.port == 61614
+    assert settings.app.stomp is not None and settings.app.stomp.port == 61614
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,8 @@ def test_settings_read_every_variable() -> None:
         ({"BOOST_HTTP_MAX_UPLOAD_BYTES": "0"}, "BOOST_HTTP_MAX_UPLOAD_BYTES"),
         ({"BOOST_JWT_ALGORITHMS": ""}, "BOOST_JWT_ALGORITHMS"),
         ({"BOOST_JWT_SECRET": "short"}, "BOOST_JWT_SECRET"),
-        ({"BOOST_STOMP_PORT": "x"}, "BOOST_STOMP_PORT"),
+        ({"BOOST_BROKER_URL": "stomp://h:x"}, "BOOST_BROKER_URL"),
+        ({"BOOST_STOMP_PORT": "61614"}, "BOOST_BROKER_URL"),
         ({"BOOST_DOCUMENT_STORE": "mysql://db/docs"}, "BOOST_DOCUMENT_STORE"),
     ],
 )

@@ -1,0 +1,136 @@
+"""STOMP over TLS against a real ActiveMQ Classic: the test makes a CA and a broker certificate
+for "localhost", starts its own broker with a stomp+ssl connector from the same BOOST_BROKER_*
+variables scripts/broker reads, and shows a round trip over TLS, a broker signed by another CA
+refused (with or without the host name check), and a certificate that does not name the host
+connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import shutil
+import ssl
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from tests.integration.test_local_broker import _free_port_pair
+from tests.tls_certificates import KEYSTORE_PASSWORD, broker_keystore, make_authority
+
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("starts a Classic broker with a stomp+ssl connector"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TlsBroker:
+    port: int
+    ca_file: Path
+    other_ca_file: Path
+    """A CA that did not sign the broker's certificate."""
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
+    if not installed and os.environ.get("CI") != "true":
+        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    home = tmp_path_factory.mktemp("tls-broker")
+    authority = make_authority(home, "boost-test-ca")
+    other = make_authority(home, "other-ca")
+    keystore = broker_keystore(home, authority, ["localhost"])
+    password_file = home / "keystore-password"
+    password_file.write_text(f"{KEYSTORE_PASSWORD}\n")
+    stomp_port, openwire_port = _free_port_pair()
+    # The variables scripts/broker reads: the clients' URL says where and that it is TLS.
+    settings = LocalBrokerSettings.from_env(
+        {
+            "BOOST_BROKER_HOME": str(home / "broker"),
+            "BOOST_BROKER_URL": f"stomp+ssl://127.0.0.1:{stomp_port}",
+            "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
+            "BOOST_BROKER_KEYSTORE": str(keystore),
+            "BOOST_BROKER_KEYSTORE_PASSWORD_FILE": str(password_file),
+        }
+    )
+    broker = LocalBroker(settings)
+    broker.start()
+    try:
+        yield TlsBroker(port=stomp_port, ca_file=authority.ca_file, other_ca_file=other.ca_file)
+    finally:
+        broker.stop(timeout_s=10)
+
+
+def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
+    """A transport configured as an entry point is: from BOOST_BROKER_* variables."""
+    settings = StompSettings.from_env(
+        {
+            "BOOST_BROKER_URL": f"stomp+ssl://{host}:{broker.port}",
+            "BOOST_BROKER_CA_FILE": str(broker.ca_file),
+            "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
+            **env,
+        }
+    )
+    return StompTransport(settings)
+
+
+def round_trip(transport: StompTransport) -> str:
+    """Send one message through transport and receive it back; its body."""
+    queue = f"tls.{uuid.uuid4().hex[:8]}"
+    body = f"over tls {uuid.uuid4().hex}"
+    received: queue_mod.Queue[Delivery] = queue_mod.Queue()
+    transport.connect()
+    try:
+        link = transport._connection.live()
+        assert link is not None
+        assert isinstance(link._conn.transport.socket, ssl.SSLSocket), "not a TLS connection"
+        transport.send(queue, WireMessage(body=body, properties={"tenantUUID": "org-tls"}))
+        transport.subscribe(queue, selector=None, prefetch=1, on_delivery=received.put)
+        delivery = received.get(timeout=20)
+        transport.ack(delivery)
+        assert isinstance(delivery.body, str)
+        return delivery.body
+    finally:
+        transport.close()
+
+
+def refused(transport: StompTransport) -> bool:
+    try:
+        transport.connect()
+    except TransportError:
+        return True
+    finally:
+        transport.close()
+    return False
+
+
+def test_a_message_goes_round_trip_over_tls(tls_broker: TlsBroker) -> None:
+    body = round_trip(client("localhost", tls_broker))
+    assert body.startswith("over tls ")
+
+
+def test_a_broker_signed_by_another_ca_is_refused(tls_broker: TlsBroker) -> None:
+    other = {"BOOST_BROKER_CA_FILE": str(tls_broker.other_ca_file)}
+    assert refused(client("localhost", tls_broker, **other))
+    # Turning the name check off never turns the chain check off.
+    assert refused(client("localhost", tls_broker, **other, BOOST_BROKER_VERIFY_HOST="off"))
+
+
+def test_a_certificate_not_naming_the_host_is_refused_unless_the_check_is_turned_off(
+    tls_broker: TlsBroker,
+) -> None:
+    # The certificate names "localhost" only; 127.0.0.1 is the same broker by another name.
+    assert refused(client("127.0.0.1", tls_broker))
+    assert refused(client("127.0.0.1", tls_broker, BOOST_BROKER_VERIFY_HOST="on"))
+    body = round_trip(client("127.0.0.1", tls_broker, BOOST_BROKER_VERIFY_HOST="off"))
+    assert body.startswith("over tls ")
