@@ -22,6 +22,7 @@ from boost_tenancy.errors import (
     TransientError,
     TransportError,
 )
+from boost_tenancy.fairness.wiring import start_metrics_server
 from boost_tenancy.messages import IncomingMessage, Message
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
@@ -64,4 +65,5 @@ __all__ = [
     "TransportError",
     "open_error_store",
     "open_transport",
+    "start_metrics_server",
 ]

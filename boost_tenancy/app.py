@@ -48,6 +48,7 @@ def run_processor(
             settings.fairness,
             workers=settings.runner.workers,
             metrics_port=settings.metrics_port,
+            metrics_host=settings.metrics_host,
             metrics_tenant_label=settings.metrics_tenant_label,
             policy_store_url=settings.policy_store_url,
             usage_store_url=settings.usage_store_url,
@@ -71,7 +72,7 @@ def run_processor(
             publish_guard=fairness.publish_guard(settings.publish, backlog=backlog),
             message_ttl=settings.message_ttl if settings.message_ttl.applies else None,
         )
-        fairness.start()
+        fairness.start(runner.health)  # a metrics port in use stops here, before connecting
         if backlog is not None:
             backlog.start()
         return runner.run()
