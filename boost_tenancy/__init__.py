@@ -23,6 +23,7 @@ from boost_tenancy.errors import (
     TransientError,
     TransportError,
 )
+from boost_tenancy.fairness.wiring import start_metrics_server
 from boost_tenancy.messages import IncomingMessage, Message
 from boost_tenancy.processing.aio import AsyncMiddleware
 from boost_tenancy.processing.dispatcher import DispatchSettings
@@ -68,4 +69,5 @@ __all__ = [
     "TransportError",
     "open_error_store",
     "open_transport",
+    "start_metrics_server",
 ]

@@ -54,6 +54,7 @@ def run_processor(
             settings.fairness,
             workers=settings.runner.workers,
             metrics_port=settings.metrics_port,
+            metrics_host=settings.metrics_host,
             metrics_tenant_label=settings.metrics_tenant_label,
             policy_store_url=settings.policy_store_url,
             usage_store_url=settings.usage_store_url,
@@ -83,7 +84,7 @@ def run_processor(
             if queue_states is None
             else QueueStateWatcher(queue_states, poll_s=settings.queue_state_poll_s),
         )
-        fairness.start()
+        fairness.start(runner.health)  # a metrics port in use stops here, before connecting
         if backlog is not None:
             backlog.start()
         return runner.run()

@@ -6,6 +6,7 @@ environment at import time, and a bad value raises ConfigError naming the variab
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
 from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.fairness.accounting import DEFAULT_METRICS_HOST
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy
 from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
 from boost_tenancy.fairness.tiers import TierLimits
@@ -70,7 +72,11 @@ class AppSettings:
     fairness: FairnessSettings | None = field(default_factory=FairnessSettings)
     """The limits (on by default); None when BOOST_FAIRNESS=off."""
     metrics_port: int = 0
-    """BOOST_METRICS_PORT: where the per-tenant accounting is served; 0 = not served."""
+    """BOOST_METRICS_PORT: where the metrics, the per-tenant accounting and the probes
+    (/healthz, /readyz) are served; 0 = not served."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    """BOOST_METRICS_HOST: the address the metrics server binds; the loopback one unless set,
+    since its endpoints have no authentication (0.0.0.0 for Kubernetes probes)."""
     metrics_tenant_label: bool = False
     publish: PublishLimits = field(default_factory=PublishLimits)
     """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
@@ -155,6 +161,7 @@ class AppSettings:
             default_tenant=default_tenant_from_env(env),
             fairness=fairness_from_env(env),
             metrics_port=metrics_port,
+            metrics_host=_metrics_host(env, metrics_port),
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             publish=PublishLimits.from_env(env),
             message_ttl=MessageTtl.from_env(env),
@@ -168,6 +175,24 @@ class AppSettings:
             broker_url=broker_url,
             broker=broker,
         )
+
+
+def _metrics_host(env: Mapping[str, str], port: int) -> str:
+    """BOOST_METRICS_HOST: an IP address of this host (0.0.0.0 or :: for every interface)."""
+    raw = env.get("BOOST_METRICS_HOST", "").strip()
+    if not raw:
+        return DEFAULT_METRICS_HOST
+    try:
+        host = str(ipaddress.ip_address(raw))
+    except ValueError:
+        raise ConfigError(
+            f"BOOST_METRICS_HOST must be an IP address (127.0.0.1, 0.0.0.0, ::), got {raw!r}"
+        ) from None
+    if not port:
+        raise ConfigError(
+            "BOOST_METRICS_HOST set without BOOST_METRICS_PORT: the metrics server is off"
+        )
+    return host
 
 
 def _usage_flush_s(env: Mapping[str, str]) -> float:

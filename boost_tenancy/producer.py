@@ -14,6 +14,7 @@ from typing import Any
 
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import Message, PublishCheck, WireMessage, build_message
+from boost_tenancy.observability.tracing import publishing, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport
@@ -52,14 +53,16 @@ class ProducerBatch:
     ) -> Message:
         """Add a message of tenant to the batch; sent when the batch block ends. Over a
         publishing limit it raises PublishRefusedError and the batch stays usable without it."""
-        admitted = self._producer.admit(
-            queue,
-            tenant,
-            body,
-            message_id=message_id,
-            correlation_id=correlation_id,
-            properties=properties,
-        )
+        with publishing("create", queue) as span:  # each message its own creation context
+            admitted = self._producer.admit(
+                queue,
+                tenant,
+                body,
+                message_id=message_id,
+                correlation_id=correlation_id,
+                properties=properties,
+            )
+            span.describe(admitted.queue, admitted.message)
         self._sink.add(admitted.queue, admitted.wire)
         self._count += 1
         return admitted.message
@@ -111,8 +114,8 @@ class TenantProducer:
         A mapping body becomes JSON text with tenantUUID added; a str body travels as a JMS
         TextMessage, bytes as a BytesMessage. Pass message_id to make a re-send idempotent.
         """
-        return self.send_admitted(
-            self.admit(
+        with publishing("send", queue) as span:
+            admitted = self.admit(
                 queue,
                 tenant,
                 body,
@@ -121,7 +124,8 @@ class TenantProducer:
                 properties=properties,
                 delay_ms=delay_ms,
             )
-        )
+            span.describe(admitted.queue, admitted.message)
+            return self.send_admitted(admitted)
 
     def admit(
         self,
@@ -143,7 +147,7 @@ class TenantProducer:
             body,
             message_id=message_id,
             correlation_id=correlation_id,
-            properties=properties,
+            properties=stamp(properties, None),  # the caller's trace context, or a new trace
             expires_at_ms=None if self._ttl is None else self._ttl.expiry_of(tenant_id),
         )
         physical = self._routing.physical(queue, message.tenant)

@@ -25,7 +25,7 @@ from boost_tenancy.fairness.tiers import (
     TierStoreError,
     open_tier_store,
 )
-from boost_tenancy.fairness.wiring import FairnessWiring
+from boost_tenancy.fairness.wiring import FairnessWiring, metrics_server, start_metrics_server
 
 __all__ = [
     "Accounting",
@@ -51,6 +51,8 @@ __all__ = [
     "TierStoreError",
     "TokenBucketLimiter",
     "build_fairness",
+    "metrics_server",
     "open_tier_store",
     "redis_client",
+    "start_metrics_server",
 ]

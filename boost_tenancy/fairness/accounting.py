@@ -5,12 +5,14 @@ Counters per tenant feed a tenant's own JSON view and Prometheus text, served by
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, get_args
 from urllib.parse import unquote, urlsplit
 
 import structlog
@@ -246,18 +248,46 @@ def _family(
 # -- HTTP -----------------------------------------------------------------------------------------
 _METRICS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _TENANT_PREFIX: Final = "/tenants/"
+_PROBES: Final = frozenset({"/healthz", "/readyz"})
 
 
 MetricsSource = Callable[[bool], str]
+
+DEFAULT_METRICS_HOST: Final = "127.0.0.1"
+"""Where the server listens unless told otherwise: the endpoints have no authentication and
+/tenants/<tenant> shows a tenant's usage, so reaching them from elsewhere is a deliberate choice
+(BOOST_METRICS_HOST, e.g. 0.0.0.0 in a Kubernetes pod, where the kubelet probes the pod's IP)."""
+
+
+class HealthSnapshot(Protocol):
+    """One moment of what the probes report (processing.runner.RunnerHealth)."""
+
+    def liveness(self) -> Mapping[str, bool]: ...
+
+    def readiness(self) -> Mapping[str, bool]: ...
+
+    def prometheus(self) -> str: ...
+
+
+HealthSource = Callable[[], HealthSnapshot]
+"""Takes a snapshot per request: ProcessorRunner.health."""
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 """More Prometheus text for /metrics, given whether tenant labels are on (HandlingMetrics)."""
 
 
 class AccountingServer:
-    """Serves /metrics (Prometheus text) and /tenants/<tenant> (JSON) on 127.0.0.1 only.
+    """Serves /metrics (Prometheus text), /tenants/<tenant> (JSON) and, once it watches a
+    runner, /healthz and /readyz (200 or 503, JSON naming each check).
 
-    There is no authentication: it binds the loopback interface so only the host (an agent,
-    a sidecar, an operator) can read it. Port 0 picks a free port; see port after start().
-    sources add their families to /metrics after the accounting's.
+    There is no authentication: by default it binds the loopback interface so only the host
+    (an agent, a sidecar, an operator) can read it; host names another address. Port 0 picks a
+    free port; see port after start(). sources add their families to /metrics after the
+    accounting's, then the watched runner's gauges.
     """
 
     def __init__(
@@ -265,17 +295,26 @@ class AccountingServer:
         accounting: Accounting,
         *,
         port: int = 0,
+        host: str = DEFAULT_METRICS_HOST,
         tenant_label: bool = False,
         sources: Sequence[MetricsSource] = (),
+        health: HealthSource | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {port}")
         self._accounting = accounting
         self._sources = tuple(sources)
         self._port = port
+        self._host = host
         self._tenant_label = tenant_label
+        self._health = health
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    def watch(self, health: HealthSource) -> None:
+        """Answer /healthz and /readyz from health (ProcessorRunner.health), and add its
+        gauges to /metrics."""
+        self._health = health
 
     @property
     def port(self) -> int:
@@ -283,21 +322,48 @@ class AccountingServer:
         return self._port if self._server is None else int(self._server.server_address[1])
 
     @property
+    def host(self) -> str:
+        return self._host
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where a client on this host reaches it (the loopback address for a wildcard host)."""
+        # A wildcard address is not one a client connects to; the loopback one reaches it.
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self._host, self._host)  # noqa: S104
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def start(self) -> None:
-        """Bind and serve on a daemon thread; does nothing if already started."""
+        """Bind and serve on a daemon thread; does nothing if already started. A port in use or
+        an address this host does not have is a ConfigError naming them."""
         if self._server is not None:
             return
-        server = ThreadingHTTPServer(("127.0.0.1", self._port), _handler(self))
+        server_class = _IPv6Server if ":" in self._host else ThreadingHTTPServer
+        try:
+            server = server_class((self._host, self._port), _handler(self))
+        except OSError as exc:
+            where = f"{self._host}:{self._port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"cannot serve metrics: port {self._port} is already in use on {self._host} "
+                    f"(BOOST_METRICS_PORT={self._port}); choose a free port or stop what "
+                    "listens there"
+                ) from None
+            raise ConfigError(
+                f"cannot serve metrics on {where} (BOOST_METRICS_HOST={self._host}, "
+                f"BOOST_METRICS_PORT={self._port}): {exc.strerror or exc}"
+            ) from None
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="boost-accounting-http", daemon=True
         )
         self._thread.start()
-        log.info("accounting_server_started", port=self.port, tenant_label=self._tenant_label)
+        log.info(
+            "accounting_server_started",
+            host=self._host,
+            port=self.port,
+            tenant_label=self._tenant_label,
+        )
 
     def stop(self) -> None:
         """Stop serving and release the port."""
@@ -318,7 +384,16 @@ class AccountingServer:
             label = self._tenant_label
             body = self._accounting.prometheus(tenant_label=label)
             body += "".join(source(label) for source in self._sources)
+            if self._health is not None:
+                body += self._health().prometheus()
             return HTTPStatus.OK, _METRICS_TYPE, body.encode()
+        if route in _PROBES and self._health is not None:
+            state = self._health()
+            checks = dict(state.liveness() if route == "/healthz" else state.readiness())
+            failed = sorted(name for name, ok in checks.items() if not ok)
+            probe = {"status": "fail" if failed else "ok", "failed": failed, "checks": checks}
+            status = HTTPStatus.SERVICE_UNAVAILABLE if failed else HTTPStatus.OK
+            return status, "application/json", json.dumps(probe).encode()
         if route.startswith(_TENANT_PREFIX):
             try:
                 tenant = TenantId.parse(unquote(route.removeprefix(_TENANT_PREFIX)))
@@ -357,6 +432,7 @@ def _handler(owner: AccountingServer) -> type[BaseHTTPRequestHandler]:
 
 
 __all__ = [
+    "DEFAULT_METRICS_HOST",
     "EVENTS",
     "HOLD_REASONS",
     "OUTCOMES",
@@ -364,6 +440,8 @@ __all__ = [
     "Accounting",
     "AccountingServer",
     "Event",
+    "HealthSnapshot",
+    "HealthSource",
     "MetricsSource",
     "escape_label_value",
 ]

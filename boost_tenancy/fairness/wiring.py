@@ -1,13 +1,20 @@
 """What an entry point adds to a runner for fairness: the gate (on unless BOOST_FAIRNESS=off),
 the accounting observer, the metrics server and the operators' run-time policies, built from
-AppSettings (config.py) and closed together."""
+AppSettings (config.py) and closed together; and start_metrics_server, the same metrics and
+probe endpoint for a process that builds its own ProcessorRunner."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import cast
 
-from boost_tenancy.fairness.accounting import Accounting, AccountingServer, Event
+from boost_tenancy.fairness.accounting import (
+    DEFAULT_METRICS_HOST,
+    Accounting,
+    AccountingServer,
+    Event,
+    HealthSource,
+)
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
@@ -49,6 +56,7 @@ class FairnessWiring:
         *,
         workers: int,
         metrics_port: int = 0,
+        metrics_host: str = DEFAULT_METRICS_HOST,
         metrics_tenant_label: bool = False,
         policy_store_url: str = "",
         usage_store_url: str = "",
@@ -67,11 +75,12 @@ class FairnessWiring:
             gate = build_fairness(fairness, workers=workers, on_event=on_event)
         handling = HandlingMetrics()
         server = (
-            AccountingServer(
-                accounting,
+            metrics_server(
                 port=metrics_port,
+                host=metrics_host,
+                accounting=accounting,
+                handling=handling,
                 tenant_label=metrics_tenant_label,
-                sources=(lambda label: handling.prometheus(tenant_label=label),),
             )
             if metrics_port
             else None
@@ -92,9 +101,13 @@ class FairnessWiring:
             usage=usage,
         )
 
-    def start(self) -> None:
-        """Start serving metrics and writing usage (what build made of the settings)."""
+    def start(self, health: HealthSource | None = None) -> None:
+        """Start serving metrics and writing usage (what build made of the settings); with
+        health (ProcessorRunner.health), the server answers the probes and shows its gauges.
+        A metrics port in use is a ConfigError naming it."""
         if self.server is not None:
+            if health is not None:
+                self.server.watch(health)
             self.server.start()
         if self.usage is not None:
             self.usage.start()
@@ -127,3 +140,49 @@ class FairnessWiring:
 def open_policies(url: str) -> PolicyResolver | None:
     """A PolicyResolver over the policy store url names, or None for an empty url."""
     return PolicyResolver(open_policy_store(url)) if url else None
+
+
+def metrics_server(
+    *,
+    port: int = 0,
+    host: str = DEFAULT_METRICS_HOST,
+    health: HealthSource | None = None,
+    accounting: Accounting | None = None,
+    handling: HandlingMetrics | None = None,
+    tenant_label: bool = False,
+) -> AccountingServer:
+    """The metrics and probe endpoint, not started: the accounting's counters (an empty
+    Accounting when none is given), the handling latency and in-flight when given, and with
+    health (ProcessorRunner.health) the runner's gauges, /healthz and /readyz."""
+    sources = () if handling is None else (lambda label: handling.prometheus(tenant_label=label),)
+    return AccountingServer(
+        accounting if accounting is not None else Accounting(),
+        port=port,
+        host=host,
+        tenant_label=tenant_label,
+        sources=sources,
+        health=health,
+    )
+
+
+def start_metrics_server(
+    *,
+    port: int = 0,
+    host: str = DEFAULT_METRICS_HOST,
+    health: HealthSource | None = None,
+    accounting: Accounting | None = None,
+    handling: HandlingMetrics | None = None,
+    tenant_label: bool = False,
+) -> AccountingServer:
+    """metrics_server, started: serving on a daemon thread until its stop(). Port 0 picks a free
+    port (server.port); a port in use is a ConfigError naming it."""
+    server = metrics_server(
+        port=port,
+        host=host,
+        health=health,
+        accounting=accounting,
+        handling=handling,
+        tenant_label=tenant_label,
+    )
+    server.start()
+    return server

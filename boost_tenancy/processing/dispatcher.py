@@ -17,6 +17,7 @@ from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchErro
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
+from boost_tenancy.observability.tracing import Processing
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, check_processor
@@ -146,6 +147,16 @@ class Dispatcher:
             correlation_id=correlation_id,
             attempt=attempt,
         )
+        # The process span, and the trace context what the handler publishes continues.
+        trace = Processing(
+            delivery.properties,
+            destination=delivery.queue,
+            queue=queue,
+            tenant=tenant.value,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            attempt=attempt,
+        )
         try:
             if adopted.foreign:
                 log.warning("foreign_toolkit_headers_renamed", headers=list(adopted.foreign))
@@ -170,10 +181,13 @@ class Dispatcher:
                     correlation_id=correlation_id,
                     attempt=attempt,
                 )
-            return self._settler.settle(
+            settled = self._settler.settle(
                 tenant, delivery, outcome, message_id=message_id, attempt=attempt
             )
+            trace.settled(settled, outcome)
+            return settled
         finally:
+            trace.end()
             structlog.contextvars.reset_contextvars(**tokens)
 
     def defer(self, tenant: TenantId, delivery: Delivery, delay_ms: int, reason: str) -> str:

@@ -117,6 +117,12 @@ class QueueDrains:
         with self._lock:
             return frozenset(self._subscriptions)
 
+    def serving(self) -> tuple[int, list[Subscription]]:
+        """How many pairs should be subscribed now (those not held), and the subscriptions
+        there are: what readiness compares."""
+        with self._lock:
+            return len(self._keys - self._held), list(self._subscriptions.values())
+
     def taken(self, key: QueueKey) -> int:
         """Deliveries of the pair taken and not settled yet."""
         with self._lock:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import IncomingMessage, PublishCheck, build_message, derived_id
+from boost_tenancy.observability.tracing import TraceContext, current_trace, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -49,6 +50,9 @@ class HandlerContext:
     """The tenant's publishing limits, checked at publish (quotas/)."""
     ttl: ExpiryPolicy | None = None
     """The tenant's message time-to-live, stamped on what it publishes (quotas.MessageTtl)."""
+    trace: TraceContext | None = field(default_factory=current_trace)
+    """The handled message's trace context (its process span's with OpenTelemetry), which what
+    publish sends continues (observability/tracing.py)."""
     _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
 
     def publish(
@@ -74,7 +78,7 @@ class HandlerContext:
             body,
             message_id=derived_id(self.message_id, queue, index),
             correlation_id=self.correlation_id,
-            properties=properties,
+            properties=stamp(properties, self.trace),
             expires_at_ms=None if self.ttl is None else self.ttl.expiry_of(self.tenant),
         )
         wire = message.to_wire()

@@ -34,7 +34,12 @@ from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import Delivery, SubscribeRequest, Transport
+from boost_tenancy.transports.base import (
+    ConnectionStatus,
+    Delivery,
+    SubscribeRequest,
+    Transport,
+)
 
 log = structlog.get_logger("boost_tenancy.processing.runner")
 
@@ -77,6 +82,62 @@ class RunnerSettings:
                 f"shutdown_grace_s must be a number of seconds from 0 to {MAX_DURATION_S:g}, "
                 f"got {self.shutdown_grace_s}"
             )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerHealth:
+    """A runner's state at one moment, for liveness and readiness probes and their gauges."""
+
+    started: bool
+    stopped: bool
+    """stop() began: the runner takes nothing more."""
+    workers: int
+    """Worker threads started (none before start())."""
+    workers_alive: int
+    connected: bool
+    """The transport's connection is up (ConnectionStatus); without it, started and not
+    stopped."""
+    subscriptions: int
+    """What the runner should consume now: one subscription per (tenant, queue) not drained."""
+    subscriptions_open: int
+    """Those consuming on the current connection now."""
+
+    def liveness(self) -> dict[str, bool]:
+        """Checks that fail only when restarting the process helps: the runner stopped, or a
+        worker thread ended while running (supervise() replaces it within a tick)."""
+        return {
+            "running": not self.stopped,
+            "workers": self.stopped or self.workers_alive == self.workers,
+        }
+
+    def readiness(self) -> dict[str, bool]:
+        """Checks that fail while the runner cannot take messages: not started yet, the broker
+        connection down (reconnecting), a subscription not (re-)opened."""
+        return {
+            "started": self.started and not self.stopped,
+            "connected": self.connected,
+            # >=: a draining pair keeps its subscription until what it took is settled.
+            "subscriptions": self.started and self.subscriptions_open >= self.subscriptions,
+        }
+
+    def prometheus(self) -> str:
+        """boost_tenancy_connected, boost_tenancy_subscriptions(_open), boost_tenancy_workers."""
+        gauges = (
+            ("connected", "1 while the runner's broker connection is up, else 0.", self.connected),
+            ("subscriptions", "Subscriptions the runner consumes.", self.subscriptions),
+            (
+                "subscriptions_open",
+                "Subscriptions consuming on the current connection.",
+                self.subscriptions_open,
+            ),
+            ("workers_alive", "Worker threads alive.", self.workers_alive),
+        )
+        lines: list[str] = []
+        for name, help_text, value in gauges:
+            metric = f"boost_tenancy_{name}"
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+            lines.append(f"{metric} {int(value)}")
+        return "\n".join(lines) + "\n"
 
 
 class ProcessorRunner:
@@ -204,6 +265,30 @@ class ProcessorRunner:
     def in_flight(self) -> int:
         """Handlers running right now."""
         return self._busy
+
+    def health(self) -> RunnerHealth:
+        """The runner's state now, for probes (/healthz, /readyz) and gauges; safe from any
+        thread."""
+        workers = list(self._workers)
+        # A drained (tenant, queue) is not expected to be subscribed: it does not make the
+        # runner unready.
+        expected, subscriptions = self._drains.serving()
+        running = self._started and not self._stopping.is_set()
+        transport = self._transport
+        if isinstance(transport, ConnectionStatus):
+            connected = running and transport.is_connected
+            open_now = sum(1 for sub in subscriptions if transport.is_open(sub)) if connected else 0
+        else:
+            connected, open_now = running, len(subscriptions) if running else 0
+        return RunnerHealth(
+            started=self._started,
+            stopped=self._stopping.is_set(),
+            workers=len(workers),
+            workers_alive=sum(1 for worker in workers if worker.is_alive()),
+            connected=connected,
+            subscriptions=expected,
+            subscriptions_open=open_now,
+        )
 
     def start(self) -> None:
         """Connect, start the workers and open every (tenant, queue) subscription."""

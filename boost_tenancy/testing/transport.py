@@ -21,6 +21,7 @@ from boost_tenancy.transports.base import (
     Outgoing,
     QueueStats,
     SubscribeRequest,
+    Subscription,
     TransportCapabilities,
     check_queue_prefix,
 )
@@ -83,6 +84,15 @@ class InMemoryTransport:
     @property
     def capabilities(self) -> TransportCapabilities:
         return self._broker.flavour.capabilities
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def is_open(self, subscription: Subscription) -> bool:
+        """Consuming on this connection: opened and not unsubscribed or lost."""
+        with self._lock:
+            return self._connected and subscription.id in self._consumers
 
     def connect(self) -> None:
         with self._lock:

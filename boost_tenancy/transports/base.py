@@ -224,6 +224,21 @@ class Transport(Protocol):
 
 
 @runtime_checkable
+class ConnectionStatus(Protocol):
+    """What a transport tells of its connection now, for readiness (ProcessorRunner.health):
+    every built-in transport has it; a transport without it is taken as connected once started.
+    """
+
+    @property
+    def is_connected(self) -> bool:
+        """True while the connection to the broker is up (False while reconnecting)."""
+
+    def is_open(self, subscription: Subscription) -> bool:
+        """True when subscription consumes on the current connection (re-created after a
+        reconnection, not refused by the broker)."""
+
+
+@runtime_checkable
 class QueueStatsReader(Protocol):
     """The optional operation of a transport whose capabilities declare queue_statistics."""
 

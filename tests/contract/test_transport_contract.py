@@ -12,7 +12,13 @@ from boost_tenancy.errors import BoostTenancyError, QueueStatsUnavailableError
 from boost_tenancy.expiry import now_ms
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import tenant_selector
-from boost_tenancy.transports.base import Outgoing, QueueStats, Transport, queue_stats_reader
+from boost_tenancy.transports.base import (
+    ConnectionStatus,
+    Outgoing,
+    QueueStats,
+    Transport,
+    queue_stats_reader,
+)
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 from tests.contract.conftest import LoseConnection, lose_connection_now
@@ -493,3 +499,22 @@ def test_without_queue_statistics_asking_is_refused(transport_factory: Transport
         pytest.skip("the broker reports queue statistics (tested above)")
     with pytest.raises(QueueStatsUnavailableError):
         queue_stats_reader(transport)
+
+
+def test_connection_status_tells_which_subscriptions_consume_now(
+    transport_factory: TransportFactory,
+) -> None:
+    """What readiness reads (ProcessorRunner.health): connected, and each subscription open
+    until it is unsubscribed; nothing open once the transport is closed."""
+    transport = transport_factory()
+    assert isinstance(transport, ConnectionStatus)
+    assert transport.is_connected
+    kept = transport.subscribe(unique_queue(), selector=None, prefetch=5, on_delivery=Inbox())
+    dropped = transport.subscribe(unique_queue(), selector=None, prefetch=5, on_delivery=Inbox())
+    assert wait_until(lambda: transport.is_open(kept) and transport.is_open(dropped))
+    transport.unsubscribe(dropped)
+    assert wait_until(lambda: not transport.is_open(dropped))
+    assert transport.is_open(kept)
+    transport.close()
+    assert wait_until(lambda: not transport.is_connected)
+    assert not transport.is_open(kept)

@@ -202,6 +202,8 @@ def test_run_processor_hands_the_settings_ttl_to_the_runner(
     seen: dict[str, Any] = {}
 
     class FakeRunner:
+        health = None  # what the metrics server would watch; these settings serve none
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             seen.update(kwargs)
 

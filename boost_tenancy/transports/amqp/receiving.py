@@ -142,6 +142,12 @@ class Receiving:
         self._attaches[receiver] = attach
         self._attach_of[spec.id] = attach
 
+    def is_attached(self, subscription_id: str) -> bool:
+        """The subscription's receiver is open and confirmed. Read from other threads: one
+        lookup of a dict the loop thread replaces entries of, and two plain flags."""
+        attach = self._attach_of.get(subscription_id)
+        return attach is not None and attach.opened and not attach.closed
+
     def link_opened(self, link: Link) -> None:
         """The broker answered an attach (on_link_remote_open)."""
         attach = self._attaches.get(link)

@@ -28,6 +28,7 @@ from boost_tenancy.transports.base import (
     OnDelivery,
     Outgoing,
     SubscribeRequest,
+    Subscription,
     TransportCapabilities,
 )
 from boost_tenancy.transports.registry import TransportUrl
@@ -91,6 +92,10 @@ class AmqpTransport:
     @property
     def is_connected(self) -> bool:
         return self._engine.is_open
+
+    def is_open(self, subscription: Subscription) -> bool:
+        """Its receiver attached on the open connection and confirmed by the broker."""
+        return self._engine.is_open and self._engine.receiving.is_attached(subscription.id)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:

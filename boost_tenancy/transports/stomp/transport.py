@@ -20,6 +20,7 @@ from boost_tenancy.transports.base import (
     Outgoing,
     QueueStats,
     SubscribeRequest,
+    Subscription,
     TransportCapabilities,
 )
 from boost_tenancy.transports.registry import TransportUrl
@@ -87,6 +88,12 @@ class StompTransport:
     @property
     def is_connected(self) -> bool:
         return self._connection.is_connected
+
+    def is_open(self, subscription: Subscription) -> bool:
+        """Subscribed on the live connection (re-created there after a reconnection)."""
+        link = self._connection.live()
+        with self._lock:
+            return link is not None and self._subscribed_on.get(subscription.id) == link.generation
 
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:

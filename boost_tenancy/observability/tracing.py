@@ -1,0 +1,357 @@
+"""W3C trace context through messages, and OpenTelemetry spans for publish and process.
+
+Every message the toolkit sends carries `traceparent` (and `tracestate` when there is one) as
+message properties, so one trace runs from a producer through every handler that publishes on.
+That works without OpenTelemetry: a handler's publishes keep the trace id of the message it
+handles, and a producer outside any trace starts a new one. With the `otel` extra installed
+(opentelemetry-api), the producer opens a PRODUCER span ("send <queue>", or "create <queue>"
+per message of a batch) whose context the message carries, and the dispatcher a CONSUMER span
+("process <queue>") whose parent is the message's context; what a handler publishes continues
+that process span. The spans follow the messaging semantic conventions (operation types create,
+send and process); the SDK and its exporters are the application's to configure.
+
+What arrives is untrusted: a traceparent or tracestate that is not exactly W3C's is dropped,
+never forwarded. Both names are Java identifiers (JMS property names) and plain STOMP headers.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.messages import Message
+
+try:
+    from opentelemetry import context as _otel_context
+    from opentelemetry import trace as _otel
+except ImportError:  # the otel extra is optional: trace context travels without spans
+    _otel = None  # type: ignore[assignment]
+    _otel_context = None  # type: ignore[assignment]
+
+TRACEPARENT: Final = "traceparent"
+TRACESTATE: Final = "tracestate"
+TRACE_PROPERTIES: Final = frozenset({TRACEPARENT, TRACESTATE})
+
+MESSAGING_SYSTEM: Final = "activemq"
+"""messaging.system: the brokers the toolkit is built for (Classic and Artemis)."""
+TENANT_ATTRIBUTE: Final = "boost.tenant"
+QUEUE_ATTRIBUTE: Final = "boost.queue"
+"""The logical queue; messaging.destination.name is the broker queue, with the tenant in it."""
+OUTCOME_ATTRIBUTE: Final = "boost.outcome"
+
+_INSTRUMENTATION: Final = "boost_tenancy"
+_MAX_TRACEPARENT: Final = 512
+_MAX_TRACESTATE: Final = 512
+_MAX_MEMBERS: Final = 32
+_TRACEPARENT_RE: Final = re.compile(
+    r"(?P<version>[0-9a-f]{2})-(?P<trace>[0-9a-f]{32})-(?P<span>[0-9a-f]{16})-"
+    r"(?P<flags>[0-9a-f]{2})(?P<rest>-[\x21-\x7e]*)?"
+)
+_KEY_CHARS: Final = r"[a-z0-9_\-*/]"
+_KEY_RE: Final = re.compile(
+    rf"[a-z]{_KEY_CHARS}{{0,255}}|[a-z0-9]{_KEY_CHARS}{{0,240}}@[a-z]{_KEY_CHARS}{{0,13}}"
+)
+_VALUE_RE: Final = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+_ZERO_TRACE: Final = "0" * 32
+_ZERO_SPAN: Final = "0" * 16
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContext:
+    """A valid W3C trace context: what a message carries, and what continues from it."""
+
+    trace_id: str
+    """32 lowercase hex digits, never all zeros."""
+    span_id: str
+    """16 lowercase hex digits, never all zeros: the parent of whatever continues this context."""
+    flags: str = "01"
+    state: str = ""
+    """The tracestate header, validated and normalised; empty when there is none."""
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+    @property
+    def sampled(self) -> bool:
+        return bool(int(self.flags, 16) & 1)
+
+    def properties(self) -> dict[str, str]:
+        """The message properties that carry this context."""
+        carried = {TRACEPARENT: self.traceparent}
+        if self.state:
+            carried[TRACESTATE] = self.state
+        return carried
+
+    @classmethod
+    def new(cls) -> TraceContext:
+        """A new trace, for a message sent outside any. Flagged sampled ("the caller may have
+        recorded"), so the first service that records spans with a parent-based sampler keeps
+        the rest of the trace instead of dropping it."""
+        return cls(secrets.token_hex(16), secrets.token_hex(8))
+
+    @classmethod
+    def parse(cls, traceparent: object, tracestate: object = None) -> TraceContext | None:
+        """The context of a traceparent and tracestate off the wire, or None when the
+        traceparent is not valid. An invalid tracestate is dropped on its own (W3C: the
+        traceparent stands without it)."""
+        if not isinstance(traceparent, str) or len(traceparent) > _MAX_TRACEPARENT:
+            return None
+        match = _TRACEPARENT_RE.fullmatch(traceparent)
+        if match is None:
+            return None
+        version, trace_id, span_id = match["version"], match["trace"], match["span"]
+        if version == "ff" or (version == "00" and match["rest"] is not None):
+            return None
+        if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+            return None
+        # A later version's own fields are not understood; its first four are version 00's.
+        return cls(trace_id, span_id, match["flags"], parse_tracestate(tracestate) or "")
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str]) -> TraceContext | None:
+        """The context a message's properties carry, or None (absent or invalid)."""
+        return cls.parse(properties.get(TRACEPARENT), properties.get(TRACESTATE))
+
+
+def parse_tracestate(value: object) -> str | None:
+    """A tracestate header normalised (no blanks, no empty members), or None when it breaks
+    W3C's rules: too long, too many members, a bad key or value, a key given twice."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_TRACESTATE:
+        return None
+    members: list[str] = []
+    keys: set[str] = set()
+    for raw in value.split(","):
+        member = raw.strip(" \t")
+        if not member:
+            continue
+        key, eq, val = member.partition("=")
+        if not eq or _KEY_RE.fullmatch(key) is None or _VALUE_RE.fullmatch(val) is None:
+            return None
+        if key in keys:
+            return None
+        keys.add(key)
+        members.append(member)
+    if not members or len(members) > _MAX_MEMBERS:
+        return None
+    return ",".join(members)
+
+
+_current: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(
+    "boost_tenancy_trace", default=None
+)
+
+
+def current_trace() -> TraceContext | None:
+    """The trace context of the delivery being handled on this thread, or None outside one."""
+    return _current.get()
+
+
+def _active_context() -> TraceContext | None:
+    """The caller's active OpenTelemetry span, else the delivery being handled, else None."""
+    if _otel is not None:
+        found = _from_span_context(_otel.get_current_span().get_span_context())
+        if found is not None:
+            return found
+    return _current.get()
+
+
+def stamp(properties: Mapping[str, str] | None, trace: TraceContext | None) -> dict[str, str]:
+    """properties with the trace context a new message carries: a valid one the caller put in
+    them is kept as it is (a custom creation context), else trace, else the active context,
+    else a new trace. A traceparent or tracestate given that is not valid is refused."""
+    given = dict(properties or {})
+    if TRACEPARENT in given:
+        custom = TraceContext.parse(given[TRACEPARENT])
+        if custom is None:
+            raise ConfigError(
+                f"message property {TRACEPARENT!r} is not a W3C traceparent "
+                f"(00-<32 hex>-<16 hex>-<2 hex>): {given[TRACEPARENT]!r}"
+            )
+        if TRACESTATE in given and parse_tracestate(given[TRACESTATE]) is None:
+            raise ConfigError(
+                f"message property {TRACESTATE!r} is not a W3C tracestate: {given[TRACESTATE]!r}"
+            )
+        return given
+    if TRACESTATE in given:
+        raise ConfigError(f"message property {TRACESTATE!r} given without {TRACEPARENT!r}")
+    context = trace or _active_context() or TraceContext.new()
+    return {**given, **context.properties()}
+
+
+class _Publishing:
+    """The producer span of one message (a no-op without OpenTelemetry)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: _otel.Span | None) -> None:
+        self._span = span
+
+    def describe(self, destination: str, message: Message) -> None:
+        """What the span sent: the broker queue and the message's ids and tenant."""
+        if self._span is None or not self._span.is_recording():
+            return
+        self._span.set_attributes(
+            {
+                "messaging.destination.name": destination,
+                "messaging.message.id": message.message_id,
+                TENANT_ATTRIBUTE: message.tenant.value,
+            }
+        )
+        if message.correlation_id:
+            self._span.set_attribute("messaging.message.conversation_id", message.correlation_id)
+
+
+@contextmanager
+def publishing(operation: str, queue: str) -> Iterator[_Publishing]:
+    """A PRODUCER span, current while the block builds and sends the message: `send` for one
+    message sent on its own, `create` for one message of a batch. An exception leaving the
+    block (a refused publish, a broker error) is recorded on it with an error status."""
+    if _otel is None:
+        yield _Publishing(None)
+        return
+    tracer = _otel.get_tracer(_INSTRUMENTATION)
+    with tracer.start_as_current_span(
+        f"{operation} {queue}",
+        kind=_otel.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": MESSAGING_SYSTEM,
+            "messaging.operation.type": operation,
+            "messaging.operation.name": operation,
+            QUEUE_ATTRIBUTE: queue,
+        },
+    ) as span:
+        yield _Publishing(span)
+
+
+class Processing:
+    """One delivery's process span and trace context, current on the worker thread until end().
+
+    Without OpenTelemetry there is no span, only the context: the message's own, or a new trace
+    for a message that came without one, so what the handler publishes is still one trace.
+    """
+
+    __slots__ = ("_log_tokens", "_otel_token", "_settled", "_span", "_token", "context")
+
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        *,
+        destination: str,
+        queue: str,
+        tenant: str,
+        message_id: str,
+        correlation_id: str,
+        attempt: int,
+    ) -> None:
+        incoming = TraceContext.of(properties)
+        self._span: _otel.Span | None = None
+        self._otel_token: object = None
+        self._settled = False
+        context = incoming
+        if _otel is not None:
+            parent = _otel_context.Context()  # a worker thread's own context is never a parent
+            if incoming is not None:
+                parent = _otel.set_span_in_context(
+                    _otel.NonRecordingSpan(_span_context(incoming)), parent
+                )
+            span = _otel.get_tracer(_INSTRUMENTATION).start_span(
+                f"process {queue}",
+                context=parent,
+                kind=_otel.SpanKind.CONSUMER,
+                attributes={
+                    "messaging.system": MESSAGING_SYSTEM,
+                    "messaging.operation.type": "process",
+                    "messaging.operation.name": "process",
+                    "messaging.destination.name": destination,
+                    "messaging.message.id": message_id,
+                    "messaging.message.conversation_id": correlation_id,
+                    TENANT_ATTRIBUTE: tenant,
+                    QUEUE_ATTRIBUTE: queue,
+                    "boost.attempt": attempt,
+                },
+            )
+            self._span = span
+            self._otel_token = _otel_context.attach(_otel.set_span_in_context(span, parent))
+            # A no-op tracer (the API without an SDK) gives back the parent's context, or an
+            # invalid one without a parent: then the message's own context, or a new trace.
+            context = _from_span_context(span.get_span_context(), incoming) or incoming
+        self.context: TraceContext = context or TraceContext.new()
+        self._token = _current.set(self.context)
+        self._log_tokens = structlog.contextvars.bind_contextvars(trace_id=self.context.trace_id)
+
+    def settled(self, name: str, outcome: object) -> None:
+        """Record how the delivery was settled (Settler.settle's name, the outcome carried out):
+        an outcome with an error (retry, dead letter, quarantine) marks the span failed, with
+        the error's type."""
+        self._settled = True
+        span = self._span
+        if span is None or not span.is_recording():
+            return
+        span.set_attribute(OUTCOME_ATTRIBUTE, name)
+        error = getattr(outcome, "error", None)
+        if error is not None:
+            error_type = str(getattr(error, "type", "") or type(outcome).__name__)
+            span.set_attribute("error.type", error_type)
+            span.set_status(_otel.Status(_otel.StatusCode.ERROR, f"{name}: {error_type}"))
+
+    def end(self) -> None:
+        """End the span and restore the thread's context; a delivery that was never settled
+        (its connection failed while settling) ends the span failed."""
+        structlog.contextvars.reset_contextvars(**self._log_tokens)
+        _current.reset(self._token)
+        span = self._span
+        if span is None:
+            return
+        if not self._settled and span.is_recording():
+            span.set_status(_otel.Status(_otel.StatusCode.ERROR, "not settled"))
+        _otel_context.detach(self._otel_token)  # type: ignore[arg-type]
+        span.end()
+
+
+def _span_context(context: TraceContext) -> _otel.SpanContext:
+    state = _otel.TraceState.from_header([context.state]) if context.state else None
+    return _otel.SpanContext(
+        trace_id=int(context.trace_id, 16),
+        span_id=int(context.span_id, 16),
+        is_remote=True,
+        trace_flags=_otel.TraceFlags(int(context.flags, 16)),
+        trace_state=state,
+    )
+
+
+def _from_span_context(
+    span_context: _otel.SpanContext, fallback: TraceContext | None = None
+) -> TraceContext | None:
+    if not span_context.is_valid:
+        return None
+    state = span_context.trace_state.to_header() if span_context.trace_state else ""
+    if not state and fallback is not None:
+        state = fallback.state
+    return TraceContext(
+        f"{span_context.trace_id:032x}",
+        f"{span_context.span_id:016x}",
+        f"{int(span_context.trace_flags):02x}",
+        parse_tracestate(state) or "",
+    )
+
+
+__all__ = [
+    "TRACEPARENT",
+    "TRACESTATE",
+    "TRACE_PROPERTIES",
+    "Processing",
+    "TraceContext",
+    "current_trace",
+    "parse_tracestate",
+    "publishing",
+    "stamp",
+]
