@@ -18,6 +18,7 @@ from boost_tenancy.ops.queue_states import (
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner
 from boost_tenancy.quotas.backlog import BrokerBacklog
+from boost_tenancy.quotas.ttl import effective_ttl
 from boost_tenancy.resilience.error_store import ErrorStore, open_error_store
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Transport
@@ -79,7 +80,10 @@ def run_processor(
             observers=fairness.observers,
             middleware=fairness.middleware,
             publish_guard=fairness.publish_guard(settings.publish, backlog=backlog),
-            message_ttl=settings.message_ttl if settings.message_ttl.applies else None,
+            message_ttl=effective_ttl(
+                settings.message_ttl,
+                None if fairness.policies is None else fairness.policies.policy_of,
+            ),
             queue_states=None
             if queue_states is None
             else QueueStateWatcher(queue_states, poll_s=settings.queue_state_poll_s),

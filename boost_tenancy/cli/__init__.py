@@ -1,4 +1,5 @@
-"""The boost-tenancy command: publish, run, park, dead letters and errors.
+"""The boost-tenancy command: publish, run processors, and operate tenants' queues, policies,
+dead letters and quarantine.
 
 Settings come from BOOST_* environment variables and flags; every tenant given on the command
 line passes the same TenantId validation as everywhere else.
@@ -33,7 +34,10 @@ from boost_tenancy.observability.logging import configure_logging
 __all__ = ["build_parser", "installed_version", "load_processor", "main"]
 
 _GROUPS = (messaging, queues, queue_admin, dead_letters, quarantine, migration, policy)
-_DESCRIPTION = "The boost-tenancy command: publish, run, park, dead letters and errors."
+_DESCRIPTION = (
+    "The boost-tenancy command: publish, run processors, and operate tenants' queues, policies,"
+    " dead letters and quarantine."
+)
 
 
 def installed_version() -> str:

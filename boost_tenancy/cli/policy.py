@@ -13,8 +13,10 @@ from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
 from boost_tenancy.fairness.usage import open_usage_store
-from boost_tenancy.quotas.policy import POLICY_FIELDS, PolicyChange, PolicyValue
+from boost_tenancy.quotas.policy import LIMIT_FIELDS, POLICY_FIELDS, PolicyChange, PolicyValue
 from boost_tenancy.quotas.policy_store import SqlPolicyStore, open_policy_store
+from boost_tenancy.quotas.ttl import PolicyTtl
+from boost_tenancy.tenancy import TenantId
 
 
 def _policy_store(settings: AppSettings) -> SqlPolicyStore:
@@ -81,7 +83,11 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
             "tier": None if tiers is None else getattr(tiers.get(tenant), "value", "free"),
             "policy": policy.overrides(),
             "effective": {
-                name: getattr(policy.applied_to(settings.publish), name) for name in POLICY_FIELDS
+                **{
+                    name: getattr(policy.applied_to(settings.publish), name)
+                    for name in LIMIT_FIELDS
+                },
+                "ttl_s": _ttl_s(PolicyTtl(settings.message_ttl, lambda _t: policy), tenant),
             },
             "history": [_change_json(c) for c in store.history(tenant, limit=args.history)],
         }
@@ -91,6 +97,12 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
         store.close()
         if tiers is not None:
             tiers.close()
+
+
+def _ttl_s(ttl: PolicyTtl, tenant: TenantId) -> float:
+    """The tenant's effective time-to-live in seconds (0: no expiry)."""
+    ttl_ms = ttl.ttl_ms_of(tenant)
+    return 0.0 if ttl_ms is None else ttl_ms / 1000
 
 
 def usage_command(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -118,7 +130,7 @@ def usage_command(args: argparse.Namespace, settings: AppSettings) -> int:
 def register(sub: Subparsers) -> None:
     policy = sub.add_parser(
         "policy",
-        help="show or change a tenant's run-time policy (publishing limits, tier), audited",
+        help="show or change a tenant's run-time policy (publishing limits, TTL, tier), audited",
     )
     policy.set_defaults(handler=policy_command)
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
@@ -134,6 +146,9 @@ def register(sub: Subparsers) -> None:
     change.add_argument("--burst-s", dest="burst_s", type=float)
     change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     change.add_argument("--max-queued-messages", dest="max_queued_messages", type=int)
+    change.add_argument(
+        "--ttl-s", dest="ttl_s", type=float, help="message time-to-live, seconds (0: no expiry)"
+    )
     change.add_argument(
         "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
     )

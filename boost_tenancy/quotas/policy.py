@@ -1,8 +1,10 @@
-"""A tenant's policy set at run time by an operator: overrides of the publishing limits, the audit
-of every change, and the resolver running processes read it through.
+"""A tenant's policy set at run time by an operator: overrides of the publishing limits and of
+the message time-to-live, the audit of every change, and the resolver running processes read it
+through.
 
-Where a policy sets a field, it wins over the deployment's default (BOOST_PUBLISH_*, or a
-PublishGuard.set_limits override in code); a field it leaves unset (None) keeps that default.
+Where a policy sets a field, it wins over the deployment's default (BOOST_PUBLISH_* or
+BOOST_MESSAGE_TTL_S, or a PublishGuard.set_limits or MessageTtl override in code); a field it
+leaves unset (None) keeps that default.
 The policy store (quotas/policy_store.py) holds the overrides and the audit; a running process
 reads them through a PolicyResolver, from memory, refreshed in the background at most a minute
 old, and keeps the last policy it read while the store is down.
@@ -20,16 +22,20 @@ from typing import Final, Protocol
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.cache import TenantCache
 from boost_tenancy.quotas.limits import PublishLimits
+from boost_tenancy.quotas.ttl import check_ttl_seconds
 from boost_tenancy.tenancy import TenantId
 
-POLICY_FIELDS: Final = (
+LIMIT_FIELDS: Final = (
     "messages_per_s",
     "bytes_per_s",
     "burst_s",
     "max_message_bytes",
     "max_queued_messages",
 )
-"""The PublishLimits fields a tenant's policy may override, as stored and as named by the CLI."""
+"""The PublishLimits fields a tenant's policy may override."""
+POLICY_FIELDS: Final = (*LIMIT_FIELDS, "ttl_s")
+"""Every field of a tenant's policy, as stored and as named by the CLI: the limits and the
+message time-to-live in seconds (quotas.ttl.PolicyTtl; 0 = its messages never expire)."""
 
 PolicyValue = float | int | None
 
@@ -43,11 +49,14 @@ class TenantPolicy:
     burst_s: float | None = None
     max_message_bytes: int | None = None
     max_queued_messages: int | None = None
+    ttl_s: float | None = None
 
     def __post_init__(self) -> None:
         # The same rules as the limits themselves: checked here so a bad value never reaches
         # the store, and a bad stored value never reaches a guard.
         self.applied_to(PublishLimits())
+        if self.ttl_s is not None:
+            object.__setattr__(self, "ttl_s", check_ttl_seconds("ttl_s", self.ttl_s))
 
     @property
     def empty(self) -> bool:
@@ -58,9 +67,9 @@ class TenantPolicy:
         return {n: v for n in POLICY_FIELDS if (v := getattr(self, n)) is not None}
 
     def applied_to(self, limits: PublishLimits) -> PublishLimits:
-        """limits with this policy's fields put in their place."""
-        overrides = self.overrides()
-        return dataclasses.replace(limits, **overrides) if overrides else limits  # type: ignore[arg-type]
+        """limits with this policy's limit fields put in their place."""
+        overrides = {n: v for n in LIMIT_FIELDS if (v := getattr(self, n)) is not None}
+        return dataclasses.replace(limits, **overrides) if overrides else limits
 
     def changed(self, changes: Mapping[str, PolicyValue]) -> TenantPolicy:
         """This policy with changes (a field set to None is cleared); unknown fields refused."""
@@ -148,6 +157,7 @@ class PolicyResolver(TenantCache[TenantPolicy]):
 
 
 __all__ = [
+    "LIMIT_FIELDS",
     "NO_POLICY",
     "POLICY_FIELDS",
     "PolicyChange",

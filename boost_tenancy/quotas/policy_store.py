@@ -28,12 +28,14 @@ _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {POLICY_TABLE} ("
     "tenant TEXT PRIMARY KEY, messages_per_s DOUBLE PRECISION, bytes_per_s DOUBLE PRECISION, "
     "burst_s DOUBLE PRECISION, max_message_bytes BIGINT, max_queued_messages BIGINT, "
-    "updated_at TEXT NOT NULL, updated_by TEXT NOT NULL)",
+    "ttl_s DOUBLE PRECISION, updated_at TEXT NOT NULL, updated_by TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ("
     "tenant TEXT NOT NULL, at_us BIGINT NOT NULL, actor TEXT NOT NULL, field TEXT NOT NULL, "
     "old_value TEXT, new_value TEXT)",
     f"CREATE INDEX IF NOT EXISTS {AUDIT_TABLE}_tenant ON {AUDIT_TABLE} (tenant, at_us)",
 )
+_ADDED_COLUMNS: Final = (("max_queued_messages", "BIGINT"), ("ttl_s", "DOUBLE PRECISION"))
+"""Columns a policy table created by an earlier version lacks, added when a store opens it."""
 
 
 class PolicyStoreError(BoostTenancyError):
@@ -187,17 +189,42 @@ def open_policy_backend(url: str, *, schema: Sequence[str] = ()) -> SqlBackend:
             error=PolicyStoreError,
             what=what,
             needed_by="the policy store",
-            # A table from before the backlog quota gains its column (PostgreSQL only has
-            # ADD COLUMN IF NOT EXISTS; SQLite files are single-host and created with it).
+            # A table from before the backlog quota or the TTL gains its columns.
             schema=(
                 *_SCHEMA,
-                f"ALTER TABLE {POLICY_TABLE} ADD COLUMN IF NOT EXISTS max_queued_messages BIGINT",
+                *(
+                    f"ALTER TABLE {POLICY_TABLE} ADD COLUMN IF NOT EXISTS {name} {kind}"
+                    for name, kind in _ADDED_COLUMNS
+                ),
                 *schema,
             ),
         )
-    return SQLiteBackend(
+    backend = SQLiteBackend(
         os.fspath(parsed.target), error=PolicyStoreError, what=what, schema=(*_SCHEMA, *schema)
     )
+    try:
+        _add_sqlite_columns(backend)
+    except PolicyStoreError:
+        backend.close()
+        raise
+    return backend
+
+
+def _add_sqlite_columns(backend: SqlBackend) -> None:
+    """The columns an older SQLite policy table lacks (SQLite has no ADD COLUMN IF NOT EXISTS).
+    Two processes may both try: the loser's duplicate column is no failure."""
+    table_info = f"PRAGMA table_info({POLICY_TABLE})"
+    have = {row[1] for row in backend.execute("read columns", table_info, (), fetch=True)}
+    for name, kind in _ADDED_COLUMNS:
+        if name in have:
+            continue
+        add = f"ALTER TABLE {POLICY_TABLE} ADD COLUMN {name} {kind}"
+        try:
+            backend.execute("add column", add, (), fetch=False)
+        except PolicyStoreError:
+            now = {row[1] for row in backend.execute("read columns", table_info, (), fetch=True)}
+            if name not in now:
+                raise
 
 
 __all__ = [

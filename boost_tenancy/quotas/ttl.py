@@ -1,22 +1,27 @@
 """MessageTtl: how long a tenant's messages may wait on the broker before it expires them.
 
-Every tenant's default (BOOST_MESSAGE_TTL_S, 0 = no expiry) and per-tenant overrides set in
-code; the TenantProducer and ctx.publish stamp each message they send with the absolute expiry
+Every tenant's default (BOOST_MESSAGE_TTL_S, 0 = no expiry), per-tenant overrides set in code,
+and (PolicyTtl) the tenant's run-time policy (`boost-tenancy policy set --ttl-s`), which wins over
+both; the TenantProducer and ctx.publish stamp each message they send with the absolute expiry
 it gives (expiry.ExpiryPolicy).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from boost_tenancy.envvars import env_float
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.expiry import now_ms
 from boost_tenancy.tenancy import TenantId
+
+if TYPE_CHECKING:  # quotas.policy imports this module
+    from boost_tenancy.expiry import ExpiryPolicy
+    from boost_tenancy.quotas.policy import TenantPolicy
 
 TTL_VARIABLE: Final = "BOOST_MESSAGE_TTL_S"
 MAX_TTL_S: Final = 10 * 365 * 86_400
@@ -24,7 +29,8 @@ MAX_TTL_S: Final = 10 * 365 * 86_400
 one (expiry.LATEST_EXPIRY_MS)."""
 
 
-def _checked_seconds(what: str, seconds: object) -> float:
+def check_ttl_seconds(what: str, seconds: object) -> float:
+    """seconds as a time-to-live: a number from 0 (no expiry) to MAX_TTL_S, else ConfigError."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigError(f"{what} must be a number of seconds, got {seconds!r}")
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_TTL_S:
@@ -50,7 +56,7 @@ class MessageTtl:
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "default_s", _checked_seconds("MessageTtl.default_s", self.default_s)
+            self, "default_s", check_ttl_seconds("MessageTtl.default_s", self.default_s)
         )
         checked: dict[TenantId, float] = {}
         for raw, seconds in dict(self.per_tenant).items():
@@ -58,7 +64,7 @@ class MessageTtl:
                 tenant = TenantId.parse(raw)
             except InvalidTenantError as exc:
                 raise ConfigError(f"MessageTtl.per_tenant: {exc}") from None
-            checked[tenant] = _checked_seconds(f"MessageTtl.per_tenant[{tenant.value!r}]", seconds)
+            checked[tenant] = check_ttl_seconds(f"MessageTtl.per_tenant[{tenant.value!r}]", seconds)
         # A read-only copy: the caller's dict changing later must not change a frozen value.
         object.__setattr__(self, "per_tenant", MappingProxyType(checked))
 
@@ -94,6 +100,48 @@ class MessageTtl:
         return cls(default_s=seconds)
 
 
+class PolicyTtl:
+    """A MessageTtl under tenants' run-time policies: a tenant whose policy sets ttl_s gets that
+    (0: its messages never expire), the others the MessageTtl's. The policy is read through
+    policy_of (PolicyResolver.policy_of: from memory, never waiting for the store)."""
+
+    def __init__(self, base: MessageTtl, policy_of: Callable[[TenantId], TenantPolicy]) -> None:
+        self._base = base
+        self._policy_of = policy_of
+
+    def ttl_ms_of(self, tenant: TenantId | str) -> int | None:
+        """tenant's time-to-live in milliseconds, or None: its messages never expire."""
+        tenant_id = TenantId.parse(tenant)
+        seconds = self._policy_of(tenant_id).ttl_s
+        return self._base.ttl_ms_of(tenant_id) if seconds is None else _milliseconds(seconds)
+
+    def expiry_of(self, tenant: TenantId, now: int | None = None) -> int | None:
+        """The absolute expiry (epoch milliseconds) of a message tenant sends at now, or None."""
+        ttl_ms = self.ttl_ms_of(tenant)
+        if ttl_ms is None:
+            return None
+        return (now_ms() if now is None else now) + ttl_ms
+
+
+def effective_ttl(
+    ttl: MessageTtl, policy_of: Callable[[TenantId], TenantPolicy] | None
+) -> ExpiryPolicy | None:
+    """What producers and runners stamp expiries with: ttl under the tenants' policies when
+    there is a policy store (a policy may set a TTL whatever the default), else ttl where it
+    applies, else None (nothing to stamp)."""
+    if policy_of is not None:
+        return PolicyTtl(ttl, policy_of)
+    return ttl if ttl.applies else None
+
+
 NO_EXPIRY: Final = MessageTtl()
 
-__all__ = ["MAX_TTL_S", "NO_EXPIRY", "TTL_VARIABLE", "MessageTtl"]
+__all__ = [
+    "MAX_TTL_S",
+    "NO_EXPIRY",
+    "TTL_VARIABLE",
+    "MessageTtl",
+    "PolicyTtl",
+    "check_ttl_seconds",
+    "effective_ttl",
+]

@@ -28,6 +28,7 @@ from boost_tenancy.envvars import env_int
 from boost_tenancy.fairness.wiring import open_policies
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.quotas.backlog import BrokerBacklog
+from boost_tenancy.quotas.ttl import effective_ttl
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store
@@ -177,7 +178,10 @@ def _serve(settings: IntegrationsSettings) -> int:
                 transport,
                 routing=settings.app.routing,
                 guard=guard,
-                ttl=settings.app.message_ttl if settings.app.message_ttl.applies else None,
+                ttl=effective_ttl(
+                    settings.app.message_ttl,
+                    None if policies is None else policies.policy_of,
+                ),
             ),
             max_upload_bytes=settings.max_upload_bytes,
             guard=guard,

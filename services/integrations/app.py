@@ -30,7 +30,7 @@ from boost_tenancy import (
     TransportError,
 )
 from boost_tenancy.quotas.guard import PUBLISH_REFUSAL_REASONS
-from boost_tenancy.quotas.policy import POLICY_FIELDS
+from boost_tenancy.quotas.policy import LIMIT_FIELDS
 from services.common.auth import AuthenticationError, TenantAuthenticator
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import (
@@ -397,7 +397,7 @@ class _Routes:
                 "enforcing": budgets.enforcing or (limits is not None and not limits.unlimited),
                 "publishing": None
                 if limits is None
-                else {_camel(name): getattr(limits, name) for name in POLICY_FIELDS},
+                else {_camel(name): getattr(limits, name) for name in LIMIT_FIELDS},
                 "requests": {"inFlight": budgets.in_flight, "perMinute": budgets.per_minute},
                 "accounting": {
                     "requests": self._budget.usage(tenant),

@@ -125,15 +125,18 @@ def test_the_store_on_postgresql() -> None:
     tenant = TenantId(f"org-{uuid.uuid4().hex[:12]}")
     store = open_policy_store(dsn)
     try:
-        store.set(tenant, {"bytes_per_s": 2_048, "max_message_bytes": 64}, actor="alice")
+        store.set(
+            tenant, {"bytes_per_s": 2_048, "max_message_bytes": 64, "ttl_s": 30}, actor="alice"
+        )
         store.set(tenant, {"bytes_per_s": None}, actor="bob")
-        assert store.get(tenant) == TenantPolicy(max_message_bytes=64)
+        assert store.get(tenant) == TenantPolicy(max_message_bytes=64, ttl_s=30.0)
         newest, *older = store.history(tenant)
         assert (newest.actor, newest.field) == ("bob", "bytes_per_s")
         # One change's fields share its time: their order among themselves is not defined.
         assert sorted((c.actor, c.field) for c in older) == [
             ("alice", "bytes_per_s"),
             ("alice", "max_message_bytes"),
+            ("alice", "ttl_s"),
         ]
     finally:
         store.close()
