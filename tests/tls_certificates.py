@@ -106,3 +106,44 @@ def broker_keystore(directory: Path, authority: Authority, names: list[str]) -> 
         )
     )
     return path
+
+
+def server_pem(
+    directory: Path, authority: Authority, names: list[str], *, client: bool = False
+) -> tuple[Path, Path]:
+    """A certificate for names signed by authority, with its key, as PEM files (certificate
+    file, key file): what Python's ssl serves, or (client=True) what a client presents."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    alternatives: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alternatives.append(x509.DNSName(name))
+    usage = (
+        x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+        if client
+        else (x509.oid.ExtendedKeyUsageOID.SERVER_AUTH)
+    )
+    certificate = (
+        _validity(x509.CertificateBuilder())
+        .subject_name(_name(names[0]))
+        .issuer_name(authority.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .sign(authority.key, hashes.SHA256())
+    )
+    stem = directory / ("client" if client else "server")
+    cert_file, key_file = stem.with_suffix(".crt"), stem.with_suffix(".key")
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
