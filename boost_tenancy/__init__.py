@@ -15,7 +15,9 @@ from boost_tenancy.errors import (
     BoostTenancyError,
     ConfigError,
     InvalidTenantError,
+    MessageEncodeError,
     MessageTooLargeError,
+    ModelValidationError,
     PermanentError,
     PublishRateExceededError,
     PublishRefusedError,
@@ -24,7 +26,7 @@ from boost_tenancy.errors import (
     TransportError,
 )
 from boost_tenancy.fairness.wiring import start_metrics_server
-from boost_tenancy.messages import IncomingMessage, Message
+from boost_tenancy.messages import IncomingMessage, Message, MessageBody
 from boost_tenancy.processing.aio import AsyncMiddleware
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
@@ -49,9 +51,12 @@ __all__ = [
     "IncomingMessage",
     "InvalidTenantError",
     "Message",
+    "MessageBody",
+    "MessageEncodeError",
     "MessageTooLargeError",
     "MessageTtl",
     "Middleware",
+    "ModelValidationError",
     "PermanentError",
     "ProcessorRunner",
     "PublishGuard",

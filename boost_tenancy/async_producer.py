@@ -17,8 +17,8 @@ from types import TracebackType
 from typing import TypeVar
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.messages import Message
-from boost_tenancy.producer import JsonBody, ProducerBatch, TenantProducer
+from boost_tenancy.messages import Message, MessageBody
+from boost_tenancy.producer import ProducerBatch, TenantProducer
 from boost_tenancy.tenancy import TenantId
 
 _T = TypeVar("_T")
@@ -41,7 +41,7 @@ class AsyncProducerBatch:
         self,
         queue: str,
         tenant: TenantId | str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,
@@ -98,7 +98,7 @@ class AsyncTenantProducer:
         self,
         queue: str,
         tenant: TenantId | str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,

@@ -45,20 +45,38 @@ class MessageDecodeError(BoostTenancyError):
     """A delivered body cannot be decoded (invalid UTF-8 or JSON); the message is dead-lettered."""
 
 
-class MessageEncodeError(BoostTenancyError, ValueError):
-    """A message cannot be put on the wire as it is (a text body that is not encodable UTF-8).
-
-    Raised before any byte is written, so the connection stays healthy and the caller can settle
-    the message another way; never reported as a lost connection.
-    """
-
-
 class HandlerError(BoostTenancyError):
     """Base for errors a handler raises to tell the toolkit how to treat a failed message."""
 
 
 class PermanentError(HandlerError):
     """Retrying cannot help (invalid data, unknown document): dead-letter at once."""
+
+
+class MessageEncodeError(PermanentError, ValueError):
+    """A message cannot be put on the wire as it is: a text body that is not encodable UTF-8, or
+    a body holding a value JSON cannot carry (the error names its type and where it is).
+
+    Raised before any byte is written, so the connection stays healthy and the caller can settle
+    the message another way; never reported as a lost connection. A PermanentError: a handler
+    whose ctx.publish raises it has its message dead-lettered at once, since sending the same
+    value again cannot succeed.
+    """
+
+
+class ModelValidationError(PermanentError):
+    """A body does not fit its processor's message model (boost_tenancy.models): dead-lettered
+    at once with reason "invalid", never retried. errors lists each problem as (path, message),
+    the path naming the field ("items[0].width")."""
+
+    def __init__(self, model: str, errors: list[tuple[str, str]]) -> None:
+        self.model = model
+        self.errors = tuple(errors)
+        shown = "; ".join(f"{path or '(body)'}: {message}" for path, message in self.errors)
+        count = len(self.errors)
+        super().__init__(
+            f"body does not validate as {model} ({count} error{'s' if count != 1 else ''}): {shown}"
+        )
 
 
 class TransientError(HandlerError):

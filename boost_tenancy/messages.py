@@ -6,13 +6,14 @@ applications cannot overwrite them, so a handler cannot forge another tenant's m
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
 
+from boost_tenancy import codec
 from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
@@ -53,6 +54,37 @@ HEADER_TEXT_LIMIT: Final = 2_000
 _UNSAFE_HEADER_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 Body = str | bytes
+"""A body as it travels: text (a JMS TextMessage) or bytes (a BytesMessage)."""
+
+if TYPE_CHECKING:
+    # The default makes a bare IncomingMessage (or TenantProcessor) mean [Any] to a type checker;
+    # at run time it changes nothing, so the standard library's TypeVar is enough there.
+    from typing_extensions import TypeVar
+
+    M = TypeVar("M", default=Any)
+else:
+    from typing import TypeVar
+
+    M = TypeVar("M")
+
+
+class DataclassInstance(Protocol):
+    """Any instance of a stdlib dataclass."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+class PydanticModel(Protocol):
+    """Any pydantic v2 model instance (the `models` extra); the toolkit never imports pydantic
+    for it."""
+
+    def model_dump(self, *, mode: str = ..., by_alias: bool | None = ...) -> dict[str, Any]: ...
+
+
+MessageBody = Mapping[str, Any] | DataclassInstance | PydanticModel | str | bytes
+"""What a producer or ctx.publish sends: a mapping, a dataclass instance or a pydantic model
+(JSON with tenantUUID stamped in, values encoded by boost_tenancy.codec), or text or bytes as
+they are."""
 
 
 def check_queue_name(name: str) -> str:
@@ -157,18 +189,35 @@ def derived_id(parent_id: str, queue: str, index: int) -> str:
     return str(uuid.uuid5(_DERIVED_NAMESPACE, f"{parent_id}/{queue}/{index}"))
 
 
-def encode_json_body(tenant: TenantId, body: Mapping[str, Any]) -> str:
-    """JSON text with the tenant in the body too; a body naming another tenant is refused."""
-    check_body_tenant(body, tenant, against="the message tenant")
-    text = json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=False)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (decoded from a "\\ud83d" escape) has no UTF-8 form; the escaped
-            # JSON text carries the same value and every JSON parser reads it back.
-            text = json.dumps({**body, TENANT_PROPERTY: tenant.value}, ensure_ascii=True)
-    return text
+def json_object(body: object) -> Mapping[str, Any] | None:
+    """A body as the JSON object it is sent as: a mapping as it is, a pydantic model as its
+    JSON-mode dump by alias (what its model_validate reads back), a dataclass instance as its
+    fields; None for anything else."""
+    if isinstance(body, Mapping):
+        return body
+    if dataclasses.is_dataclass(body) and not isinstance(body, type):
+        return {item.name: getattr(body, item.name) for item in dataclasses.fields(body)}
+    dump = getattr(body, "model_dump", None)
+    if callable(dump) and hasattr(type(body), "model_fields"):
+        dumped = dump(mode="json", by_alias=True)
+        if isinstance(dumped, Mapping):
+            return cast(Mapping[str, Any], dumped)
+    return None
+
+
+def encode_json_body(
+    tenant: TenantId, body: Mapping[str, Any] | DataclassInstance | PydanticModel
+) -> str:
+    """Compact JSON text (boost_tenancy.codec) with the tenant in the body too; a body naming
+    another tenant is refused, one holding what JSON cannot carry raises MessageEncodeError."""
+    mapping = json_object(body)
+    if mapping is None:
+        raise MessageEncodeError(
+            f"cannot encode a {type(body).__name__} as a JSON object: send a mapping, a "
+            "dataclass instance or a pydantic model"
+        )
+    check_body_tenant(mapping, tenant, against="the message tenant")
+    return codec.encode({**mapping, TENANT_PROPERTY: tenant.value})
 
 
 def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
@@ -249,8 +298,12 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class IncomingMessage:
-    """A delivered message whose tenant has been checked against its subscription."""
+class IncomingMessage(Generic[M]):
+    """A delivered message whose tenant has been checked against its subscription.
+
+    IncomingMessage[M] is the message of a processor with the model M (boost_tenancy.models):
+    model holds the body validated into it.
+    """
 
     tenant: TenantId
     queue: str
@@ -262,6 +315,8 @@ class IncomingMessage:
     properties: Mapping[str, str]
     data: Any = None
     """The decoded JSON body, when the processor asks for JSON bodies."""
+    model: M = None  # type: ignore[assignment]  # no model: None, and M is then Any
+    """The body validated into the processor's model; None when it declares none."""
 
     @property
     def text(self) -> str:
@@ -284,15 +339,7 @@ def body_text(body: Body) -> str:
 
 def decode_json_body(text: str, tenant: TenantId) -> Any:
     """Parse a JSON body and check any tenant it names; raises MessageDecodeError or mismatch."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MessageDecodeError(f"body is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise MessageDecodeError("body is JSON nested too deeply to decode") from exc
-    except (ValueError, TypeError, MemoryError) as exc:
-        # e.g. an integer of more digits than Python converts (sys.set_int_max_str_digits).
-        raise MessageDecodeError(f"body is JSON that cannot be decoded: {exc}") from exc
+    data = codec.decode(text)
     if isinstance(data, dict):
         check_body_tenant(data, tenant, against="the tenantUUID property")
     return data
@@ -300,22 +347,27 @@ def decode_json_body(text: str, tenant: TenantId) -> Any:
 
 def build_message(
     tenant: TenantId | str,
-    body: Mapping[str, Any] | str | bytes,
+    body: MessageBody,
     *,
     message_id: str | None = None,
     correlation_id: str | None = None,
     properties: Mapping[str, str] | None = None,
     expires_at_ms: int | None = None,
 ) -> Message:
-    """A tenant's message; a mapping body becomes JSON text carrying tenantUUID too."""
+    """A tenant's message; a mapping, dataclass or pydantic model body becomes JSON text
+    carrying tenantUUID too."""
     tenant_id = TenantId.parse(tenant)
     payload: Body
-    if isinstance(body, Mapping):
-        payload = encode_json_body(tenant_id, body)
-    elif isinstance(body, str | bytes):
+    mapping = None if isinstance(body, str | bytes) else json_object(body)
+    if isinstance(body, str | bytes):
         payload = body
+    elif mapping is not None:
+        payload = encode_json_body(tenant_id, mapping)
     else:
-        raise TypeError(f"message body must be a mapping, str or bytes, got {type(body).__name__}")
+        raise TypeError(
+            f"message body must be a mapping, a dataclass instance, a pydantic model, str or "
+            f"bytes, got {type(body).__name__}"
+        )
     extra: dict[str, Any] = {}
     if message_id is not None:
         extra["message_id"] = message_id

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.messages import Message, PublishCheck, WireMessage, build_message
+from boost_tenancy.messages import Message, MessageBody, PublishCheck, WireMessage, build_message
 from boost_tenancy.observability.tracing import publishing, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport
 
 JsonBody = Mapping[str, Any]
+"""A JSON object body; MessageBody (messages.py) is everything a send takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class ProducerBatch:
         self,
         queue: str,
         tenant: TenantId | str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,
@@ -102,7 +103,7 @@ class TenantProducer:
         self,
         queue: str,
         tenant: TenantId | str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,
@@ -111,8 +112,10 @@ class TenantProducer:
     ) -> Message:
         """Send one message of tenant and wait for the broker's confirmation.
 
-        A mapping body becomes JSON text with tenantUUID added; a str body travels as a JMS
-        TextMessage, bytes as a BytesMessage. Pass message_id to make a re-send idempotent.
+        A mapping, dataclass or pydantic model body becomes JSON text with tenantUUID added
+        (Decimal, datetime, UUID and the other values of boost_tenancy.codec encoded); a str
+        body travels as a JMS TextMessage, bytes as a BytesMessage. Pass message_id to make a
+        re-send idempotent.
         """
         with publishing("send", queue) as span:
             admitted = self.admit(
@@ -131,7 +134,7 @@ class TenantProducer:
         self,
         queue: str,
         tenant: TenantId | str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,
@@ -196,7 +199,7 @@ class OneTenantProducer:
     def send(
         self,
         queue: str,
-        body: JsonBody | str | bytes,
+        body: MessageBody,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,

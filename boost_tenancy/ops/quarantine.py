@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import builtins
 import enum
-import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
 
+from boost_tenancy import codec
 from boost_tenancy.errors import (
     BoostTenancyError,
     ConfigError,
@@ -103,7 +103,7 @@ def _body_tenant_refusal(body: Body, tenant: TenantId) -> str | None:
     """Why body may not go to tenant (it names another), or None. A body that is not JSON text
     names no tenant."""
     try:
-        data = json.loads(body_text(body))
+        data = codec.decode(body_text(body))
     except (MessageDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict):

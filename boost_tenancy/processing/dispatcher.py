@@ -13,10 +13,16 @@ from typing import Any
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, PermanentError, TenantMismatchError
+from boost_tenancy.errors import (
+    ConfigError,
+    ModelValidationError,
+    PermanentError,
+    TenantMismatchError,
+)
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
+from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
@@ -89,6 +95,7 @@ class Dispatcher:
         """event_loop runs an async handle or AsyncMiddleware (the runner gives its own)."""
         check_processor(processor)
         self._processor = processor
+        self._model = binding_for(processor)
         self._routing = routing
         self._publish_guard = publish_guard
         self._message_ttl = message_ttl
@@ -225,6 +232,16 @@ class Dispatcher:
                 )
             except Exception as exc:  # any decoding failure is the message's, never a stall
                 return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNDECODABLE)
+        model: Any = None
+        if self._model is not None:
+            # Before the middleware and the handler, sync or async alike: a body that does not
+            # fit its model cannot be helped by a retry.
+            try:
+                model = self._model.validate(data)
+            except ModelValidationError as exc:
+                return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.INVALID)
+            except Exception as exc:  # the model's own code failed: the retry policy decides
+                return self._retry.failed(exc, attempt)
         message = IncomingMessage(
             tenant=tenant,
             queue=queue,
@@ -235,6 +252,7 @@ class Dispatcher:
             redelivered=delivery.redelivered,
             properties=delivery.properties,
             data=data,
+            model=model,
         )
         ctx = HandlerContext(
             tenant=tenant,

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import abc
 import inspect
+import typing
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.messages import IncomingMessage, PublishCheck, build_message, derived_id
+from boost_tenancy.messages import (
+    IncomingMessage,
+    M,
+    MessageBody,
+    PublishCheck,
+    build_message,
+    derived_id,
+)
+from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import TraceContext, current_trace, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
@@ -58,12 +67,15 @@ class HandlerContext:
     def publish(
         self,
         queue: str,
-        body: Mapping[str, Any] | str | bytes,
+        body: MessageBody,
         *,
         properties: Mapping[str, str] | None = None,
         delay_ms: int = 0,
     ) -> str:
         """Queue a message of this tenant for sending on success; returns its (stable) id.
+
+        A mapping, dataclass or pydantic model body is sent as JSON (boost_tenancy.codec);
+        a value JSON cannot carry raises MessageEncodeError, a PermanentError: dead-lettered.
 
         With a time-to-live it carries the absolute expiry the tenant's TTL gives it now (not
         the handled message's: what a handler publishes is a new message).
@@ -95,20 +107,38 @@ class HandlerContext:
         return tuple(self._outbox.items)
 
 
-class TenantProcessor(abc.ABC):
+class TenantProcessor(abc.ABC, Generic[M]):
     """Subclass, name the queues, implement handle. One instance serves every tenant and worker
     thread at once, so keep per-message state in locals and shared state thread-safe.
+
+    TenantProcessor[ResizeCommand] declares a message model (boost_tenancy.models): every body
+    is validated into it before handle runs, as message.model; one that does not fit is
+    dead-lettered at once, reason "invalid".
     """
 
     queues: ClassVar[tuple[str, ...]] = ()
     json_body: ClassVar[bool] = True
     """Decode bodies as JSON into message.data; an undecodable body is dead-lettered at once."""
+    model: ClassVar[type[Any] | None] = None
+    """The message model (a pydantic v2 model class or a dataclass), or None: message.data only.
+    Set by TenantProcessor[Model], or assigned directly."""
     retry_policy: ClassVar[RetryPolicy | None] = None
     """This processor's attempts, backoff and which exceptions it retries
     (resilience.retry.RetryPolicy); None uses the settings' (BOOST_MAX_ATTEMPTS, BOOST_RETRY_*)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "model" in cls.__dict__:
+            return  # assigned in the class body: it wins
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, TenantProcessor):
+                (argument,) = typing.get_args(base)
+                if isinstance(argument, type):  # not a TypeVar of a generic subclass, not Any
+                    cls.model = argument
+
     @abc.abstractmethod
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> Awaitable[None] | None:
+    def handle(self, message: IncomingMessage[M], ctx: HandlerContext) -> Awaitable[None] | None:
         """Handle one message. Raise PermanentError to dead-letter it, anything else to retry.
 
         A plain def runs on a worker thread. An async def runs on the runner's event loop while
@@ -116,7 +146,7 @@ class TenantProcessor(abc.ABC):
         calls go through `await asyncio.to_thread(...)`.
         """
 
-    def close(self) -> None:  # noqa: B027  # an optional hook, empty by default on purpose
+    def close(self) -> None:  # an optional hook, empty by default on purpose
         """Release what the processor holds (stores, clients); run() calls it after stopping."""
 
 
@@ -131,6 +161,7 @@ def check_processor(processor: TenantProcessor) -> None:
             f"{name}.handle is an async generator (it yields), and nothing would iterate it. "
             "Declare it as async def without yield, or as a plain def."
         )
+    binding_for(processor)  # a model it cannot validate with, or json_body = False with one
 
 
 __all__ = ["HandlerContext", "TenantProcessor", "check_processor"]

@@ -32,6 +32,8 @@ class DeadLetterReason(enum.StrEnum):
     PERMANENT = "permanent"
     EXHAUSTED = "exhausted"
     UNDECODABLE = "undecodable"
+    INVALID = "invalid"
+    """Its JSON body does not fit its processor's message model (ModelValidationError)."""
     TENANCY_VIOLATION = "tenancy-violation"
     UNSETTLEABLE = "unsettleable"
     """Its outcome could not be carried out (a copy the broker or the wire refused): the

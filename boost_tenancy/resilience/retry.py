@@ -16,6 +16,7 @@ import structlog
 from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
+    ModelValidationError,
     PermanentError,
     PublishRateExceededError,
     TenantMismatchError,
@@ -143,6 +144,8 @@ class RetryMiddleware:
             return Defer(
                 delay_ms=max(1, math.ceil(exc.retry_after_s * 1000)), reason="publish_rate"
             )
+        if isinstance(exc, ModelValidationError):  # the handler validating a part itself
+            return DeadLetter(error=error, reason=DeadLetterReason.INVALID)
         if self.policy.is_permanent(exc):
             return DeadLetter(error=error, reason=DeadLetterReason.PERMANENT)
         if not isinstance(exc, Exception):

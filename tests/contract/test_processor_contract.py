@@ -226,7 +226,7 @@ def test_published_output_carries_tenant_correlation_and_a_stable_derived_id(
     result = out.items[0]
     assert result.properties["tenantUUID"] == "org-B"
     assert result.correlation_id == "corr-7"
-    assert '"tenantUUID": "org-B"' in str(result.body)
+    assert '"tenantUUID":"org-B"' in str(result.body)
     assert result.properties["boostMessageId"] != sent.message_id
     from boost_tenancy.messages import derived_id
 

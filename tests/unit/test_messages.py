@@ -71,7 +71,7 @@ def test_text_and_bytes_bodies_are_sent_as_given() -> None:
 
 @pytest.mark.parametrize("body", [1, None, ["a"], 1.5])
 def test_other_body_types_are_refused(body: object) -> None:
-    with pytest.raises(TypeError, match="message body must be a mapping, str or bytes"):
+    with pytest.raises(TypeError, match="message body must be a mapping, a dataclass instance"):
         build_message(ORG_A, body)  # type: ignore[arg-type]
 
 
