@@ -6,15 +6,17 @@ The CLI (`boost-tenancy run`) and the sample services both call run_processor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from boost_tenancy.config import AppSettings
+from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
 from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.ops.queue_states import (
     QueueStateWatcher,
     SqlQueueStateStore,
     open_queue_state_store,
 )
+from boost_tenancy.ops.stats_metrics import QueueGauges
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner import ProcessorRunner
 from boost_tenancy.quotas.backlog import BrokerBacklog
@@ -42,14 +44,17 @@ def run_processor(
     """Run processor for tenants until SIGTERM/SIGINT; returns the runner's exit code.
 
     Opens the error store (unless one is given), the transport and the fairness wiring the
-    settings ask for, starts the metrics server, and closes every one of them on the way out;
-    what handlers publish gets the settings' publishing limits and message time-to-live.
+    settings ask for, starts the metrics server (with the queue gauges of the tenants' queues
+    once the transport is connected, when BOOST_QUEUE_GAUGES_S asks for them), and closes every
+    one of them on the way out; what handlers publish gets the settings' publishing limits and
+    message time-to-live.
     """
     owned_store = store is None
     error_store = open_error_store(settings.error_store_url) if store is None else store
     fairness: FairnessWiring | None = None
     backlog: BrokerBacklog | None = None
     queue_states: SqlQueueStateStore | None = None
+    gauges: QueueGauges | None = None
     try:
         fairness = FairnessWiring.build(
             settings.fairness,
@@ -68,6 +73,8 @@ def run_processor(
         # Queues operators drained or deleted (`boost-tenancy queues`) live in the policy store.
         if settings.policy_store_url:
             queue_states = open_queue_state_store(settings.policy_store_url)
+        if settings.queue_gauges_s:
+            gauges = _queue_gauges(processor, tenants, settings, transport, fairness)
         runner = ProcessorRunner(
             processor,
             transport,
@@ -87,12 +94,15 @@ def run_processor(
             queue_states=None
             if queue_states is None
             else QueueStateWatcher(queue_states, poll_s=settings.queue_state_poll_s),
+            on_connected=() if gauges is None else (_starter(gauges),),
         )
         fairness.start(runner.health)  # a metrics port in use stops here, before connecting
         if backlog is not None:
             backlog.start()
         return runner.run()
     finally:
+        if gauges is not None:
+            gauges.close()
         if queue_states is not None:
             queue_states.close()
         if backlog is not None:
@@ -101,6 +111,46 @@ def run_processor(
             fairness.close()
         if owned_store:
             error_store.close()
+
+
+def _queue_gauges(
+    processor: TenantProcessor,
+    tenants: Sequence[TenantId],
+    settings: AppSettings,
+    transport: Transport,
+    fairness: FairnessWiring,
+) -> QueueGauges:
+    """The queue gauges of the runner's tenants and its processor's queues, on its /metrics
+    with the tenant label the other families have (BOOST_METRICS_TENANT_LABEL)."""
+    if fairness.server is None:  # settings built in code; from_env refuses it already
+        raise ConfigError(
+            "BOOST_QUEUE_GAUGES_S set without BOOST_METRICS_PORT: nothing would serve the gauges"
+        )
+    gauges = QueueGauges(
+        transport,
+        tenants,
+        processor.queues,
+        routing=settings.routing,
+        refresh_s=settings.queue_gauges_s,
+    )
+    fairness.server.add_source(gauges)
+    return gauges
+
+
+def _starter(gauges: QueueGauges) -> Callable[[], None]:
+    """Starts the gauges once the runner's transport is connected: a broker that gives no queue
+    statistics stops start-up, since a setting whose mechanism is missing is an error."""
+
+    def start() -> None:
+        try:
+            gauges.start()
+        except QueueStatsUnavailableError as exc:
+            raise ConfigError(
+                f"BOOST_QUEUE_GAUGES_S={gauges.refresh_s:g} asks for queue gauges, but {exc}; "
+                "set it to 0 for this broker"
+            ) from None
+
+    return start
 
 
 __all__ = ["open_broker", "run_processor"]

@@ -78,6 +78,9 @@ class AppSettings:
     """BOOST_METRICS_HOST: the address the metrics server binds; the loopback one unless set,
     since its endpoints have no authentication (0.0.0.0 for Kubernetes probes)."""
     metrics_tenant_label: bool = False
+    queue_gauges_s: float = 0.0
+    """BOOST_QUEUE_GAUGES_S: how often a runner reads its tenants' queue statistics from the
+    broker for the queue gauges of its /metrics (ops/stats_metrics.py); 0 = not served."""
     publish: PublishLimits = field(default_factory=PublishLimits)
     """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
     unless set."""
@@ -163,6 +166,7 @@ class AppSettings:
             metrics_port=metrics_port,
             metrics_host=_metrics_host(env, metrics_port),
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
+            queue_gauges_s=_queue_gauges_s(env, metrics_port),
             publish=PublishLimits.from_env(env),
             message_ttl=MessageTtl.from_env(env),
             policy_store_url=(
@@ -193,6 +197,18 @@ def _metrics_host(env: Mapping[str, str], port: int) -> str:
             "BOOST_METRICS_HOST set without BOOST_METRICS_PORT: the metrics server is off"
         )
     return host
+
+
+def _queue_gauges_s(env: Mapping[str, str], port: int) -> float:
+    """BOOST_QUEUE_GAUGES_S: seconds between reads, 0 (the default) for none. Off unless asked
+    for, since each read asks the broker about up to four queues per tenant and queue."""
+    gauges_s = env_seconds(env, "BOOST_QUEUE_GAUGES_S", 0.0)
+    if gauges_s and not port:
+        raise ConfigError(
+            "BOOST_QUEUE_GAUGES_S set without BOOST_METRICS_PORT: the metrics server that would "
+            "serve the queue gauges is off"
+        )
+    return gauges_s
 
 
 def _usage_flush_s(env: Mapping[str, str]) -> float:

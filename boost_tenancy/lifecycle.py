@@ -1,6 +1,6 @@
-"""Running a long-lived component in the foreground: start, wait for SIGTERM/SIGINT, stop.
-
-Shared by the processor runner and the parking sweeper, so both stop the same way.
+"""Running a long-lived component: in the foreground, start, wait for SIGTERM/SIGINT, stop
+(the processor runner and the parking sweeper); in the background, a step repeated on a thread
+of its own until closed (Periodic: the readers of broker statistics).
 """
 
 from __future__ import annotations
@@ -44,3 +44,52 @@ def run_until_stopped(
         if tick is not None:
             tick()
     return stop()
+
+
+class Periodic:
+    """Calls step every interval_s on a daemon thread of its own, from start() until close().
+
+    at_start makes the first call at once rather than one interval after start. step handles
+    its own failures; one it lets through is logged and the next call comes as usual, so the
+    thread outlives a step that raises.
+    """
+
+    def __init__(
+        self, step: Callable[[], object], *, interval_s: float, name: str, at_start: bool = False
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+        self._step = step
+        self._interval_s = float(interval_s)
+        self._name = name
+        self._at_start = at_start
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    def start(self) -> None:
+        """Start the thread; does nothing if it was started already."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread, waiting for a step under way a little longer than one interval."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._interval_s + 5)
+
+    def _loop(self) -> None:
+        if self._at_start:
+            self._run_step()
+        while not self._stop.wait(self._interval_s):
+            self._run_step()
+
+    def _run_step(self) -> None:
+        try:
+            self._step()
+        except Exception:  # the thread must outlive a failing step; it runs again next time
+            log.exception("periodic_step_failed", thread=self._name)

@@ -252,6 +252,8 @@ _PROBES: Final = frozenset({"/healthz", "/readyz"})
 
 
 MetricsSource = Callable[[bool], str]
+"""More Prometheus text for /metrics, given whether tenant labels are on (HandlingMetrics,
+ops.stats_metrics.QueueGauges)."""
 
 DEFAULT_METRICS_HOST: Final = "127.0.0.1"
 """Where the server listens unless told otherwise: the endpoints have no authentication and
@@ -275,9 +277,6 @@ HealthSource = Callable[[], HealthSnapshot]
 
 class _IPv6Server(ThreadingHTTPServer):
     address_family = socket.AF_INET6
-
-
-"""More Prometheus text for /metrics, given whether tenant labels are on (HandlingMetrics)."""
 
 
 class AccountingServer:
@@ -310,6 +309,11 @@ class AccountingServer:
         self._health = health
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    def add_source(self, source: MetricsSource) -> None:
+        """Add source's families to /metrics, after the sources given before: for one that can
+        be built only once the server is (the runner's queue gauges need its transport)."""
+        self._sources = (*self._sources, source)
 
     def watch(self, health: HealthSource) -> None:
         """Answer /healthz and /readyz from health (ProcessorRunner.health), and add its

@@ -5,6 +5,7 @@ probe endpoint for a process that builds its own ProcessorRunner."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -14,6 +15,7 @@ from boost_tenancy.fairness.accounting import (
     AccountingServer,
     Event,
     HealthSource,
+    MetricsSource,
 )
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
@@ -150,17 +152,21 @@ def metrics_server(
     accounting: Accounting | None = None,
     handling: HandlingMetrics | None = None,
     tenant_label: bool = False,
+    sources: Sequence[MetricsSource] = (),
 ) -> AccountingServer:
     """The metrics and probe endpoint, not started: the accounting's counters (an empty
-    Accounting when none is given), the handling latency and in-flight when given, and with
-    health (ProcessorRunner.health) the runner's gauges, /healthz and /readyz."""
-    sources = () if handling is None else (lambda label: handling.prometheus(tenant_label=label),)
+    Accounting when none is given), the handling latency and in-flight when given, what each of
+    sources renders (ops.stats_metrics.QueueGauges), and with health (ProcessorRunner.health)
+    the runner's gauges, /healthz and /readyz."""
+    handled: tuple[MetricsSource, ...] = (
+        () if handling is None else (lambda label: handling.prometheus(tenant_label=label),)
+    )
     return AccountingServer(
         accounting if accounting is not None else Accounting(),
         port=port,
         host=host,
         tenant_label=tenant_label,
-        sources=sources,
+        sources=(*handled, *sources),
         health=health,
     )
 
@@ -173,6 +179,7 @@ def start_metrics_server(
     accounting: Accounting | None = None,
     handling: HandlingMetrics | None = None,
     tenant_label: bool = False,
+    sources: Sequence[MetricsSource] = (),
 ) -> AccountingServer:
     """metrics_server, started: serving on a daemon thread until its stop(). Port 0 picks a free
     port (server.port); a port in use is a ConfigError naming it."""
@@ -183,6 +190,7 @@ def start_metrics_server(
         accounting=accounting,
         handling=handling,
         tenant_label=tenant_label,
+        sources=sources,
     )
     server.start()
     return server

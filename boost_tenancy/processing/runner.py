@@ -161,6 +161,7 @@ class ProcessorRunner:
         publish_guard: PublishCheck | None = None,
         message_ttl: ExpiryPolicy | None = None,
         queue_states: QueueStateSource | None = None,
+        on_connected: Sequence[Callable[[], object]] = (),
     ) -> None:
         """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
         parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
@@ -174,6 +175,11 @@ class ProcessorRunner:
 
         queue_states tells which (tenant, queue) pairs operators drained or deleted: those are
         not subscribed, or drained while running (processing/draining.py).
+
+        on_connected are called in order once start() has connected the transport, before any
+        worker or subscription: what needs the broker's capabilities (known only then) starts
+        there, as the runner's queue gauges do. One that raises stops the start, the transport
+        closed again, and the error goes to the caller of start() or run().
         """
         if not processor.queues:
             raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
@@ -239,6 +245,7 @@ class ProcessorRunner:
         self._stop_requested = threading.Event()
         self._workers: list[threading.Thread] = []
         self._queue_states = queue_states
+        self._on_connected = tuple(on_connected)
         self._drains = QueueDrains(transport, self._subscribe_request)
         self._busy = 0
         self._busy_lock = threading.Lock()
@@ -296,6 +303,12 @@ class ProcessorRunner:
             return
         self._started = True
         self._transport.connect()
+        try:
+            for connected in self._on_connected:
+                connected()
+        except BaseException:
+            self._transport.close()
+            raise
         if self._event_loop is not None:
             self._event_loop.start()
         for index in range(self._settings.workers):

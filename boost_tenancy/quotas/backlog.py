@@ -22,6 +22,7 @@ from typing import Final, Protocol
 
 import structlog
 
+from boost_tenancy.lifecycle import Periodic
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Transport, queue_stats_reader
@@ -66,8 +67,7 @@ class BrokerBacklog:
         """Physical queue -> when a publish last asked about it."""
         self._depth: dict[str, tuple[int, float]] = {}
         """Physical queue -> (messages stored, when read)."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = Periodic(self.refresh, interval_s=self._refresh_s, name="boost-backlog")
         self._told = False
 
     @property
@@ -87,14 +87,10 @@ class BrokerBacklog:
         return found[0]
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="boost-backlog", daemon=True)
-            self._thread.start()
+        self._reader.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._refresh_s + 5)
+        self._reader.close()
 
     def refresh(self) -> None:
         """Read the depth of every queue asked about lately (the thread's step; tests call it)."""
@@ -123,10 +119,6 @@ class BrokerBacklog:
             for name in names:
                 found = stats.get(name)
                 self._depth[name] = (0 if found is None else found.stored, read_at)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._refresh_s):
-            self.refresh()
 
 
 __all__ = ["DEFAULT_REFRESH_S", "BacklogSource", "BrokerBacklog"]

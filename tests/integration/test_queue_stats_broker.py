@@ -1,13 +1,18 @@
 """Per-tenant queue statistics from the real ActiveMQ Classic (its statistics plugin, which the
 project's broker enables): a runner's backlog counted exactly, asking about a queue that does not
-exist creates none, and the command prints what the broker said."""
+exist creates none, the command prints what the broker said, and a runner serves the counts as
+gauges on its /metrics."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +28,7 @@ from boost_tenancy.transports.base import QueueStats
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.broker_target import stomp_env
 from tests.conftest import unique_queue, wait_until
+from tests.integration.cli_processors import GAUGES_QUEUE, RELEASE_FILE_ENV
 from tests.stats_scenario import HELD, WAITING, backlog
 
 pytestmark = [
@@ -119,3 +125,90 @@ def test_the_command_prints_the_brokers_counts(
     shown = json.loads(line)
     assert (shown["broker_queue"], shown["exists"]) == (f"tenant.{tenant.value}.{queue}", True)
     assert (shown["depth"], shown["in_flight"], shown["dead_lettered"]) == (2, 0, 0)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> str:
+    """/metrics of the runner, or nothing while it does not answer yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body: bytes = response.read()
+    except (urllib.error.URLError, ConnectionError):
+        return ""
+    return body.decode()
+
+
+def test_a_runner_serves_its_tenants_queue_depth_on_metrics(
+    stomp_settings: StompSettings, transport: StompTransport, tmp_path: Path
+) -> None:
+    tenant = new_tenant()
+    waiting = 4
+    # Sent before the runner starts: it takes one (a prefetch of one, one worker) and holds it
+    # in its handler, the others wait on the tenant's queue.
+    producer = TenantProducer(transport)
+    for n in range(1 + waiting):
+        producer.send(GAUGES_QUEUE, tenant, {"n": n})
+    port = free_port()
+    release = tmp_path / "release"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BOOST_")}
+    env.update(
+        {
+            **stomp_env(stomp_settings),
+            "BOOST_ERROR_STORE": f"sqlite:///{tmp_path / 'errors.sqlite3'}",
+            "BOOST_METRICS_PORT": str(port),
+            "BOOST_METRICS_TENANT_LABEL": "on",
+            "BOOST_QUEUE_GAUGES_S": "1",
+            "BOOST_WORKERS": "1",
+            "BOOST_PREFETCH": "1",
+            "BOOST_FAIRNESS": "off",
+            RELEASE_FILE_ENV: str(release),
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+        }
+    )
+    labels = f'{{tenant="{tenant.value}",queue="{GAUGES_QUEUE}"}}'
+    run_log = tmp_path / "run.log"
+    with run_log.open("w") as log_file:
+        runner = subprocess.Popen(
+            [
+                str(CLI),
+                "run",
+                "tests.integration.cli_processors:HoldsUntilReleased",
+                "--tenant",
+                tenant.value,
+            ],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+
+            def served(depth: int, in_flight: int) -> bool:
+                assert runner.poll() is None, run_log.read_text()
+                lines = scrape(port).splitlines()
+                return (
+                    f"boost_tenancy_queue_depth{labels} {depth}" in lines
+                    and f"boost_tenancy_queue_in_flight{labels} {in_flight}" in lines
+                )
+
+            assert wait_until(lambda: served(waiting, 1), timeout=30, interval=0.5), (
+                run_log.read_text()
+            )
+            release.touch()
+            # Read again every second: the drained queue shows within a few.
+            assert wait_until(lambda: served(0, 0), timeout=30, interval=0.5), run_log.read_text()
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(timeout=40) == 0, run_log.read_text()
+        finally:
+            release.touch()
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()

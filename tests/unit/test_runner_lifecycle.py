@@ -1,13 +1,26 @@
-"""The runner's lifecycle: run() stops on request, then lets the processor release what it holds."""
+"""The runner's lifecycle: run() stops on request, then lets the processor release what it holds;
+what it calls once connected may stop its start; Periodic, the background step it shares with
+the statistics readers, outlives a step that raises."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
+import pytest
+from structlog.testing import capture_logs
+
+from boost_tenancy import (
+    ConfigError,
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    TenantProcessor,
+)
+from boost_tenancy.lifecycle import Periodic
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.conftest import wait_until
 
 
 class Holder(TenantProcessor):
@@ -43,3 +56,55 @@ def test_run_closes_the_processor_after_stopping(tmp_path: Path) -> None:
     broker.close()
     assert codes == [0]
     assert processor.closed.is_set()
+
+
+def test_a_hook_that_raises_once_connected_stops_the_start_with_the_connection_closed(
+    tmp_path: Path,
+) -> None:
+    broker = InMemoryBroker()
+    transport = InMemoryTransport(broker)
+    calls: list[bool] = []
+
+    def connected_then_refuse() -> None:
+        calls.append(transport.is_connected)
+        raise ConfigError("refused")
+
+    runner = ProcessorRunner(
+        Holder(),
+        transport,
+        ["org-a"],
+        error_store=SQLiteErrorStore(tmp_path / "errors.sqlite3"),
+        on_connected=[lambda: calls.append(transport.is_connected), connected_then_refuse],
+    )
+    try:
+        with pytest.raises(ConfigError, match="refused"):
+            runner.start()
+        assert calls == [True, True]  # each in order, once the transport was connected
+        assert not transport.is_connected
+        assert runner.drains.subscribed() == frozenset()
+        assert runner.health().workers == 0
+    finally:
+        broker.close()
+
+
+def test_periodic_runs_at_start_then_every_interval_and_outlives_a_step_that_raises() -> None:
+    steps: list[int] = []
+
+    def step() -> None:
+        steps.append(len(steps))
+        if len(steps) == 2:
+            raise RuntimeError("second step fails")
+
+    periodic = Periodic(step, interval_s=0.02, name="test-periodic", at_start=True)
+    with capture_logs() as logs:
+        periodic.start()
+        try:
+            assert wait_until(lambda: len(steps) >= 4, timeout=5)
+        finally:
+            periodic.close()
+    assert [entry["event"] for entry in logs] == ["periodic_step_failed"]
+    assert logs[0]["thread"] == "test-periodic"
+    stopped_at = len(steps)
+    assert not wait_until(lambda: len(steps) > stopped_at, timeout=0.1)
+    with pytest.raises(ValueError, match="interval_s"):
+        Periodic(step, interval_s=0, name="never")
