@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
 from boost_tenancy.errors import ConfigError, InvalidTenantError
@@ -199,10 +200,20 @@ def _metrics_host(env: Mapping[str, str], port: int) -> str:
     return host
 
 
+MIN_QUEUE_GAUGES_S: Final = 1.0
+"""The shortest BOOST_QUEUE_GAUGES_S: a faster pace would load the broker for figures no scrape
+needs."""
+
+
 def _queue_gauges_s(env: Mapping[str, str], port: int) -> float:
     """BOOST_QUEUE_GAUGES_S: seconds between reads, 0 (the default) for none. Off unless asked
     for, since each read asks the broker about up to four queues per tenant and queue."""
     gauges_s = env_seconds(env, "BOOST_QUEUE_GAUGES_S", 0.0)
+    if 0 < gauges_s < MIN_QUEUE_GAUGES_S:
+        raise ConfigError(
+            f"BOOST_QUEUE_GAUGES_S must be 0 (off) or at least {MIN_QUEUE_GAUGES_S:g} seconds "
+            f"(each read asks the broker about every queue of every tenant), got {gauges_s:g}"
+        )
     if gauges_s and not port:
         raise ConfigError(
             "BOOST_QUEUE_GAUGES_S set without BOOST_METRICS_PORT: the metrics server that would "

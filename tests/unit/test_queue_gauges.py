@@ -256,7 +256,7 @@ def test_the_setting_is_off_unless_set(env: dict[str, str], expected: float) -> 
     assert AppSettings.from_env(env).queue_gauges_s == expected
 
 
-@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan", "100000"])
+@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan", "100000", "0.2"])
 def test_the_setting_refuses_what_is_not_a_duration_naming_it(raw: str) -> None:
     with pytest.raises(ConfigError, match="BOOST_QUEUE_GAUGES_S"):
         AppSettings.from_env({"BOOST_QUEUE_GAUGES_S": raw, "BOOST_METRICS_PORT": "9100"})
