@@ -398,6 +398,7 @@ class _Routes:
                 "publishing": None
                 if limits is None
                 else {_camel(name): getattr(limits, name) for name in LIMIT_FIELDS},
+                "messageTtlS": self._producer.ttl_s_of(tenant),
                 "requests": {"inFlight": budgets.in_flight, "perMinute": budgets.per_minute},
                 "accounting": {
                     "requests": self._budget.usage(tenant),

@@ -122,7 +122,14 @@ _SCHEMAS: Final[dict[str, Any]] = {
     },
     "Fairness": {
         "type": "object",
-        "required": ["tenant", "enforcing", "publishing", "requests", "accounting"],
+        "required": [
+            "tenant",
+            "enforcing",
+            "publishing",
+            "messageTtlS",
+            "requests",
+            "accounting",
+        ],
         "properties": {
             "tenant": {"type": "string", "description": "The caller's tenant (its token's)."},
             "enforcing": {
@@ -140,6 +147,12 @@ _SCHEMAS: Final[dict[str, Any]] = {
                     "maxMessageBytes": {"type": "integer", "minimum": 0},
                     "maxQueuedMessages": {"type": "integer", "minimum": 0},
                 },
+            },
+            "messageTtlS": {
+                "type": "number",
+                "minimum": 0,
+                "description": "How long the tenant's messages sent from here may wait on the "
+                "broker before it expires them, its run-time policy applied; 0: never.",
             },
             "requests": {
                 "type": "object",

@@ -23,6 +23,7 @@ from boost_tenancy import (
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING
 from boost_tenancy.quotas.policy import NO_POLICY, TenantPolicy
+from boost_tenancy.quotas.ttl import MessageTtl, effective_ttl
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from services.common.auth import TenantAuthenticator
@@ -113,7 +114,12 @@ def build(tmp_path: Path, budgets: RequestBudgets, limits: PublishLimits) -> Ser
         authenticator=TenantAuthenticator(hs256_settings()),
         documents=store,
         blobs=LocalBlobStore(tmp_path / "blobs"),
-        producer=TenantProducer(transport, routing=Routing(Topology.SHARED), guard=guard),
+        producer=TenantProducer(
+            transport,
+            routing=Routing(Topology.SHARED),
+            guard=guard,
+            ttl=effective_ttl(MessageTtl(), lambda tenant: policies.get(tenant, NO_POLICY)),
+        ),
         guard=guard,
         budget=budget,
     )
@@ -191,6 +197,7 @@ def test_fairness_shows_the_callers_limits_and_accounting_only(make: Any) -> Non
             "maxMessageBytes": 64,
             "maxQueuedMessages": 0,
         },
+        "messageTtlS": 0.0,
         "requests": {"inFlight": 4, "perMinute": 100},
         "accounting": {
             "requests": {
@@ -202,8 +209,10 @@ def test_fairness_shows_the_callers_limits_and_accounting_only(make: Any) -> Non
             "publishRefused": {"rate": 0, "size": 1, "backlog": 0},
         },
     }
+    server.policies[TenantId("org-b")] = TenantPolicy(ttl_s=30)
     other = server.get("/v1/fairness", "org-b").get_json()
     assert other["tenant"] == "org-b"
+    assert other["messageTtlS"] == 30.0, "its policy's time-to-live"
     assert other["publishing"]["maxMessageBytes"] == 1_000
     assert other["accounting"]["publishRefused"] == {"rate": 0, "size": 0, "backlog": 0}
     assert other["accounting"]["requests"]["admitted"] == 1
