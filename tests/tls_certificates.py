@@ -68,9 +68,11 @@ def make_authority(directory: Path, name: str) -> Authority:
     return Authority(key=key, certificate=certificate, ca_file=ca_file)
 
 
-def broker_keystore(directory: Path, authority: Authority, names: list[str]) -> Path:
-    """A PKCS12 keystore (password KEYSTORE_PASSWORD) holding a server certificate for names
-    (DNS names or IP addresses), signed by authority."""
+def _signed(
+    authority: Authority, names: list[str], usage: x509.ObjectIdentifier
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new key and its certificate for names (DNS names or IP addresses), signed by
+    authority, for usage (server or client authentication)."""
     key = ec.generate_private_key(ec.SECP256R1())
     alternatives: list[x509.GeneralName] = []
     for name in names:
@@ -86,15 +88,20 @@ def broker_keystore(directory: Path, authority: Authority, names: list[str]) -> 
         .serial_number(x509.random_serial_number())
         .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(authority.key.public_key()),
             critical=False,
         )
         .sign(authority.key, hashes.SHA256())
     )
+    return key, certificate
+
+
+def broker_keystore(directory: Path, authority: Authority, names: list[str]) -> Path:
+    """A PKCS12 keystore (password KEYSTORE_PASSWORD) holding a server certificate for names
+    (DNS names or IP addresses), signed by authority."""
+    key, certificate = _signed(authority, names, x509.oid.ExtendedKeyUsageOID.SERVER_AUTH)
     path = directory / "broker.p12"
     path.write_bytes(
         pkcs12.serialize_key_and_certificates(
@@ -113,29 +120,8 @@ def server_pem(
 ) -> tuple[Path, Path]:
     """A certificate for names signed by authority, with its key, as PEM files (certificate
     file, key file): what Python's ssl serves, or (client=True) what a client presents."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    alternatives: list[x509.GeneralName] = []
-    for name in names:
-        try:
-            alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alternatives.append(x509.DNSName(name))
-    usage = (
-        x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-        if client
-        else (x509.oid.ExtendedKeyUsageOID.SERVER_AUTH)
-    )
-    certificate = (
-        _validity(x509.CertificateBuilder())
-        .subject_name(_name(names[0]))
-        .issuer_name(authority.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .sign(authority.key, hashes.SHA256())
-    )
+    oid = x509.oid.ExtendedKeyUsageOID
+    key, certificate = _signed(authority, names, oid.CLIENT_AUTH if client else oid.SERVER_AUTH)
     stem = directory / ("client" if client else "server")
     cert_file, key_file = stem.with_suffix(".crt"), stem.with_suffix(".key")
     cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))

@@ -1,5 +1,5 @@
 """AMQP 1.0 over TLS (amqps://) to the real AMQP 1.0 broker, through a TLS terminator in front
-of it (tests/tls_proxy.py; a load balancer or stunnel does the same in front of a broker): the
+of it (tests/tls_support.py; a load balancer or stunnel does the same in front of a broker): the
 test makes its CAs and certificates, and shows a round trip over TLS configured only by
 BOOST_BROKER_* variables, a server signed by another CA refused, a certificate not naming the
 host refused unless BOOST_BROKER_VERIFY_HOST=off, and a client certificate presented where the
@@ -7,8 +7,6 @@ server requires one (refused without it)."""
 
 from __future__ import annotations
 
-import queue as queue_mod
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +14,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from boost_tenancy.errors import TransportError
-from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.registry import open_transport
 from tests.tls_certificates import make_authority, server_pem
-from tests.tls_proxy import TlsTerminator
+from tests.tls_support import TlsTerminator, refused, round_trip
 
 pytestmark = [pytest.mark.amqp_broker]
 
@@ -77,33 +73,6 @@ def client(tls: Tls, host: str, *, mutual: bool = False, **env: str) -> Transpor
             **env,
         },
     )
-
-
-def round_trip(transport: Transport) -> str:
-    """Send one message through transport to a tenant's queue and receive it back; its body."""
-    queue = f"tenant.org-tls.cmd.{uuid.uuid4().hex[:8]}"
-    body = f"over tls {uuid.uuid4().hex}"
-    received: queue_mod.Queue[Delivery] = queue_mod.Queue()
-    transport.connect()
-    try:
-        transport.send(queue, WireMessage(body=body, properties={"tenantUUID": "org-tls"}))
-        transport.subscribe(queue, selector=None, prefetch=1, on_delivery=received.put)
-        delivery = received.get(timeout=20)
-        transport.ack(delivery)
-        assert isinstance(delivery.body, str)
-        return delivery.body
-    finally:
-        transport.close()
-
-
-def refused(transport: Transport) -> bool:
-    try:
-        transport.connect()
-    except TransportError:
-        return True
-    finally:
-        transport.close()
-    return False
 
 
 def test_a_message_goes_round_trip_over_tls(tls: Tls) -> None:

@@ -8,23 +8,21 @@ connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so.
 from __future__ import annotations
 
 import os
-import queue as queue_mod
 import shutil
 import ssl
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from boost_tenancy.errors import TransportError
-from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.integration.test_local_broker import _free_port_pair
 from tests.tls_certificates import KEYSTORE_PASSWORD, broker_keystore, make_authority
+from tests.tls_support import refused
+from tests.tls_support import round_trip as tls_round_trip
 
 pytestmark = [
     pytest.mark.broker,
@@ -84,34 +82,15 @@ def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
     return StompTransport(settings)
 
 
+def over_tls(transport: Transport) -> None:
+    assert isinstance(transport, StompTransport)
+    link = transport._connection.live()
+    assert link is not None
+    assert isinstance(link._conn.transport.socket, ssl.SSLSocket), "not a TLS connection"
+
+
 def round_trip(transport: StompTransport) -> str:
-    """Send one message through transport and receive it back; its body."""
-    queue = f"tls.{uuid.uuid4().hex[:8]}"
-    body = f"over tls {uuid.uuid4().hex}"
-    received: queue_mod.Queue[Delivery] = queue_mod.Queue()
-    transport.connect()
-    try:
-        link = transport._connection.live()
-        assert link is not None
-        assert isinstance(link._conn.transport.socket, ssl.SSLSocket), "not a TLS connection"
-        transport.send(queue, WireMessage(body=body, properties={"tenantUUID": "org-tls"}))
-        transport.subscribe(queue, selector=None, prefetch=1, on_delivery=received.put)
-        delivery = received.get(timeout=20)
-        transport.ack(delivery)
-        assert isinstance(delivery.body, str)
-        return delivery.body
-    finally:
-        transport.close()
-
-
-def refused(transport: StompTransport) -> bool:
-    try:
-        transport.connect()
-    except TransportError:
-        return True
-    finally:
-        transport.close()
-    return False
+    return tls_round_trip(transport, connected=over_tls)
 
 
 def test_a_message_goes_round_trip_over_tls(tls_broker: TlsBroker) -> None:

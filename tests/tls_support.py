@@ -1,15 +1,55 @@
-"""A TLS terminator for tests: accepts TLS connections on a loopback port and forwards the
-plain bytes to a broker's plain port, as a load balancer or stunnel in front of a broker does.
-The client's TLS (CA, host name check, client certificate) is then tested against a real TLS
-server whatever the broker behind it can do itself."""
+"""What the TLS tests of both transports share: a round trip and a refusal, and a TLS terminator
+that accepts TLS connections on a loopback port and forwards the plain bytes to a broker's plain
+port, as a load balancer or stunnel in front of a broker does. The client's TLS (CA, host name
+check, client certificate) is then tested against a real TLS server whatever the broker behind
+it can do itself."""
 
 from __future__ import annotations
 
 import contextlib
+import queue as queue_mod
 import socket
 import ssl
 import threading
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.base import Delivery, Transport
+
+
+def round_trip(
+    transport: Transport, *, connected: Callable[[Transport], None] = lambda _t: None
+) -> str:
+    """Connect, send one message to a tenant's queue and receive it back; its body. connected
+    checks the connection once it is open (that it is TLS, where the transport can tell)."""
+    queue = f"tenant.org-tls.cmd.{uuid.uuid4().hex[:8]}"
+    body = f"over tls {uuid.uuid4().hex}"
+    received: queue_mod.Queue[Delivery] = queue_mod.Queue()
+    transport.connect()
+    try:
+        connected(transport)
+        transport.send(queue, WireMessage(body=body, properties={"tenantUUID": "org-tls"}))
+        transport.subscribe(queue, selector=None, prefetch=1, on_delivery=received.put)
+        delivery = received.get(timeout=20)
+        transport.ack(delivery)
+        assert isinstance(delivery.body, str)
+        return delivery.body
+    finally:
+        transport.close()
+
+
+def refused(transport: Transport) -> bool:
+    """Whether connecting is refused with a TransportError."""
+    try:
+        transport.connect()
+    except TransportError:
+        return True
+    finally:
+        transport.close()
+    return False
 
 
 class TlsTerminator:
