@@ -22,17 +22,18 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, HandlerCancelledError
+from boost_tenancy.errors import ConfigError, HandlerCancelledError, PermanentError
 from boost_tenancy.messages import IncomingMessage
 from boost_tenancy.processing.middleware import Handler, Middleware, chain
 from boost_tenancy.processing.outcomes import Ack, Outcome
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
 
 log = structlog.get_logger("boost_tenancy.processing.aio")
+T = TypeVar("T")
 
 AsyncHandler = Callable[[IncomingMessage, HandlerContext], Awaitable[Outcome]]
 """What an async middleware's call_next is: awaited, it gives the outcome of the rest."""
@@ -111,11 +112,21 @@ class _Escaped(Exception):  # noqa: N818  # a carrier, not an error of its own
         self.original = original
 
 
-async def _guarded(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
+async def _guarded(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return await coro
     except (KeyboardInterrupt, SystemExit) as exc:
         raise _Escaped(exc) from exc
+
+
+def _guarded_task(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, Any],
+    context: contextvars.Context | None = None,
+) -> asyncio.Task[Any]:
+    """The loop's task factory: every task, a delivery's or one a handler spawned and left
+    running, is guarded, so a SystemExit in any of them cannot end the loop of every tenant."""
+    return asyncio.Task(_guarded(coro), loop=loop, context=context)
 
 
 _Start = tuple[Callable[[], Coroutine[Any, Any, Outcome]], contextvars.Context]
@@ -131,6 +142,7 @@ class _Loop:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_task_factory(_guarded_task)  # type: ignore[arg-type]  # context= is passed on 3.11
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.beat = time.monotonic()
         self._lock = threading.Lock()
@@ -159,7 +171,7 @@ class _Loop:
                     return  # moved to a fresh loop while this one was blocked
             if not future.set_running_or_notify_cancel():
                 return
-            task = self.loop.create_task(_guarded(make()), context=context)
+            task = self.loop.create_task(make(), context=context)  # guarded: _guarded_task
             self._tasks.add(task)
             task.add_done_callback(lambda t: self._finished(t, future))
 
@@ -241,7 +253,15 @@ class _Loop:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_forever()
+            while True:
+                try:
+                    self.loop.run_forever()
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    # From a plain callback (loop.call_soon(sys.exit)): tasks are guarded.
+                    # The loop goes on serving every tenant's handlers.
+                    log.error("event_loop_callback_escaped", error=repr(exc))
+                    continue
+                return
         finally:
             self._teardown()
 
@@ -505,7 +525,17 @@ class _MixedChain:
 
 def _async_terminal(processor: TenantProcessor) -> AsyncHandler:
     async def call_handler(message: IncomingMessage, ctx: HandlerContext) -> Outcome:
-        await processor.handle(message, ctx)  # type: ignore[misc]  # an async def, checked
+        result: object = await processor.handle(message, ctx)  # type: ignore[misc]  # async def
+        if inspect.isawaitable(result):
+            # `return self.work(...)` without await: the work has not run, and acknowledging
+            # would lose the message (the plain-def path refuses the same).
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()
+            raise PermanentError(
+                f"{type(processor).__name__}.handle returned an awaitable it did not await; "
+                "await it inside handle"
+            )
         return Ack(outputs=ctx.outputs)
 
     return call_handler

@@ -182,6 +182,83 @@ def test_system_exit_in_an_async_handler_is_retried_and_the_loop_keeps_running(
     )
 
 
+class ForgetsAwait(TenantProcessor):
+    """Returns its work's coroutine instead of awaiting it."""
+
+    queues: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, queue: str) -> None:
+        self.queues = (queue,)
+        self.worked = False
+
+    async def _work(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        self.worked = True
+        ctx.publish(message.queue + ".out", {"done": True})
+
+    async def handle(self, message: IncomingMessage, ctx: HandlerContext) -> Any:
+        return self._work(message, ctx)
+
+
+def test_an_async_handler_returning_an_unawaited_coroutine_is_dead_lettered_not_acknowledged(
+    broker: InMemoryBroker, transport: InMemoryTransport, store: ErrorStore, runners: Any
+) -> None:
+    queue = unique_queue("aio")
+    processor = ForgetsAwait(queue)
+    runners(processor)
+    message_id = send(transport, queue, ORG_A, {})
+    assert wait_until(lambda: broker.depth(dead_letter_queue(queue)) == 1)
+    (record,) = store.failures(tenant=ORG_A, message_id=message_id)
+    assert record.outcome is FailureOutcome.DEAD_LETTER
+    assert "did not await" in record.error_text
+    assert not processor.worked
+    assert broker.depth(queue + ".out") == 0
+
+
+class SpawnsAnExit(TenantProcessor):
+    """Its first message spawns a task that raises SystemExit (or a callback that does) and
+    returns; every message is counted."""
+
+    queues: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, queue: str, how: str) -> None:
+        self.queues = (queue,)
+        self.how = how
+        self.handled: list[int] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        if message.data.get("exit"):
+
+            async def exits() -> None:
+                raise SystemExit(4)
+
+            if self.how == "task":
+                task = asyncio.get_running_loop().create_task(exits())
+                self.tasks.add(task)
+            else:
+                asyncio.get_running_loop().call_soon(exits().send, None)
+        self.handled.append(message.data["n"])
+
+
+@pytest.mark.parametrize("how", ["task", "callback"])
+def test_a_system_exit_in_what_a_handler_spawned_leaves_the_loop_serving_every_tenant(
+    broker: InMemoryBroker, transport: InMemoryTransport, store: ErrorStore, runners: Any, how: str
+) -> None:
+    queue = unique_queue("aio")
+    processor = SpawnsAnExit(queue, how)
+    runners(processor, tenants=(ORG_A, ORG_B))
+    send(transport, queue, ORG_A, {"n": 0, "exit": True})
+    assert wait_until(lambda: processor.handled == [0])
+    for n in range(1, 4):
+        send(transport, queue, ORG_B if n % 2 else ORG_A, {"n": n})
+    assert wait_until(lambda: sorted(processor.handled) == [0, 1, 2, 3], timeout=5)
+    assert wait_until(lambda: broker.depth(queue) == 0)
+    assert broker.depth(dead_letter_queue(queue)) == 0
+    assert store.failures(tenant=ORG_A) == [] and store.failures(tenant=ORG_B) == []
+    # The spawned task ended in its (contained) exit, read here so it is not reported later.
+    assert all(isinstance(t.exception(), Exception) for t in processor.tasks)
+
+
 class LogsTenant(TenantProcessor):
     queues: ClassVar[tuple[str, ...]] = ()
 
