@@ -81,6 +81,8 @@ class AsyncTenantProducer:
             max_workers=max_threads, thread_name_prefix="boost-async-producer"
         )
         self._closed = False
+        self._open_batches = 0
+        """Batches entered and not ended: their commit or abort still needs the threads."""
         self._lock = threading.Lock()
 
     @property
@@ -88,9 +90,10 @@ class AsyncTenantProducer:
         """The wrapped producer (its sends block: for threads, not for the event loop)."""
         return self._producer
 
-    def _run(self, call: Callable[[], _T]) -> asyncio.Future[_T]:
+    def _run(self, call: Callable[[], _T], *, ending: bool = False) -> asyncio.Future[_T]:
+        """call on the producer's threads; refused once closed, unless it ends a batch."""
         with self._lock:
-            if self._closed:
+            if self._closed and not ending:
                 raise ConfigError("the AsyncTenantProducer is closed")
             return asyncio.get_running_loop().run_in_executor(self._executor, call)
 
@@ -127,25 +130,44 @@ class AsyncTenantProducer:
         """Collect sends and confirm them together when the block ends (TenantProducer.batch);
         an exception, or the task's cancellation, inside the block stores nothing."""
         manager: AbstractContextManager[ProducerBatch] = self._producer.batch(atomic=atomic)
-        batch = await self._run(manager.__enter__)
+        with self._lock:
+            if self._closed:
+                raise ConfigError("the AsyncTenantProducer is closed")
+            self._open_batches += 1
         try:
-            yield AsyncProducerBatch(batch, self._run)
-        except BaseException as exc:
-            # Aborted on the producer's thread, even when this task is being cancelled.
-            abort = functools.partial(manager.__exit__, type(exc), exc, exc.__traceback__)
-            await asyncio.shield(self._run(abort))
-            raise
-        await self._run(functools.partial(manager.__exit__, None, None, None))
+            batch = await self._run(manager.__enter__, ending=True)
+            try:
+                # A send after aclose() is refused, and so the block ends in an abort.
+                yield AsyncProducerBatch(batch, self._run)
+            except BaseException as exc:
+                # Aborted on the producer's thread, even when this task is being cancelled.
+                abort = functools.partial(manager.__exit__, type(exc), exc, exc.__traceback__)
+                await asyncio.shield(self._run(abort, ending=True))
+                raise
+            await self._run(functools.partial(manager.__exit__, None, None, None), ending=True)
+        finally:
+            with self._lock:
+                self._open_batches -= 1
+                last = self._closed and self._open_batches == 0
+            if last:  # aclose() left the threads to the last batch open then
+                await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self._executor.shutdown, wait=True)
+        )
 
     async def aclose(self) -> None:
-        """Wait for the sends under way, then end the producer's threads; idempotent."""
+        """Refuse new sends and batches, wait for the sends under way, then end the producer's
+        threads; idempotent. A batch still open is committed or aborted when its block ends
+        (a send into it after aclose is refused, so it aborts), and the threads end after it."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(self._executor.shutdown, wait=True)
-        )
+            batches_open = self._open_batches > 0
+        if not batches_open:
+            await self._shutdown()
 
     async def __aenter__(self) -> AsyncTenantProducer:
         return self

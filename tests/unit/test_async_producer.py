@@ -150,6 +150,62 @@ def test_closing_waits_for_the_send_under_way_and_refuses_new_ones(
     assert broker.depth(own(queue, "org-A")) == 1
 
 
+@pytest.mark.parametrize("then", ["ends", "raises", "sends"])
+def test_a_batch_open_at_close_still_ends_in_a_commit_or_an_abort(
+    broker: InMemoryBroker, transport: InMemoryTransport, then: str
+) -> None:
+    """aclose() from inside a batch block (or from another task while it is open): the block
+    ending commits it, its own error aborts it and is what the caller sees, and a send after
+    the close is refused, aborting it; the producer's threads end after the batch."""
+    queue = unique_queue("async")
+    ended: list[str] = []
+
+    class RecordedSink:
+        def __init__(self, sink: Any) -> None:
+            self.sink = sink
+
+        def add(self, queue: str, message: Any) -> None:
+            self.sink.add(queue, message)
+
+        def commit(self) -> None:
+            ended.append("commit")
+            self.sink.commit()
+
+        def abort(self) -> None:
+            ended.append("abort")
+            self.sink.abort()
+
+    class Recording(InMemoryTransport):
+        def open_batch(self, *, atomic: bool = True) -> Any:
+            return RecordedSink(super().open_batch(atomic=atomic))
+
+    recording = Recording(broker)
+    recording.connect()
+
+    async def scenario() -> None:
+        producer = AsyncTenantProducer(TenantProducer(recording))
+        async with producer.batch(atomic=True) as b:
+            await b.send(queue, "org-A", {"n": 1})
+            await producer.aclose()
+            if then == "raises":
+                raise RuntimeError("the block's own error")
+            if then == "sends":
+                await b.send(queue, "org-A", {"n": 2})
+        with pytest.raises(ConfigError, match="closed"):
+            async with producer.batch():
+                pass
+
+    if then == "ends":
+        asyncio.run(scenario())
+        assert (ended, broker.depth(own(queue, "org-A"))) == (["commit"], 1)
+    else:
+        expected = RuntimeError if then == "raises" else ConfigError
+        with pytest.raises(expected):
+            asyncio.run(scenario())
+        assert (ended, broker.depth(own(queue, "org-A"))) == (["abort"], 0)
+    recording.close()
+
+
 def test_max_threads_must_be_positive(transport: InMemoryTransport) -> None:
     with pytest.raises(ConfigError, match="max_threads must be at least 1"):
         AsyncTenantProducer(TenantProducer(transport), max_threads=0)
