@@ -184,8 +184,10 @@ class CountingTransport:
         self._inner.send_then_ack(delivery, items)
         self.writes.items(items, moved=False)
 
-    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
-        self._inner.send_then_ack_many(moves)
+    def send_then_ack_many(
+        self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
+    ) -> Sequence[Delivery]:
+        return self._inner.send_then_ack_many(moves)
         for _delivery, items in moves:
             self.writes.items(items, moved=True)
 

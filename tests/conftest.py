@@ -337,9 +337,11 @@ def count_writes(transport: Transport) -> WriteCount:
         count.add(len(items))
         send_then_ack(delivery, items)
 
-    def counted_forward_many(moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def counted_forward_many(
+        moves: Sequence[tuple[Delivery, Sequence[Outgoing]]],
+    ) -> Sequence[Delivery]:
         count.add(sum(len(items) for _, items in moves))
-        send_then_ack_many(moves)
+        return send_then_ack_many(moves)
 
     transport.send = counted_send  # type: ignore[method-assign]
     transport.send_batch = counted_batch  # type: ignore[method-assign]

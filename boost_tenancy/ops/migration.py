@@ -67,8 +67,12 @@ def migrate_dead_letters(
                     count=len(batch) - len(mine),
                 )
             if mine:
-                transport.send_then_ack_many([(d, [Outgoing(target, copy_of(d))]) for d in mine])
-                moved += len(mine)
+                # One whose connection is gone is skipped: the broker redelivers it to this
+                # subscription after the reconnection, and it is moved (and counted) then.
+                done = transport.send_then_ack_many(
+                    [(d, [Outgoing(target, copy_of(d))]) for d in mine]
+                )
+                moved += len(done)
     finally:
         unsubscribe_all(transport, [subscription])
     log.info("dead_letters_migrated", source=source, target=target, count=moved)

@@ -227,14 +227,17 @@ class ParkedRedrive:
                     if delivery.properties.get(TENANT_PROPERTY) == move.tenant.value
                 ]
                 try:
-                    self._transport.send_then_ack_many(
+                    done = self._transport.send_then_ack_many(
                         [(d, [Outgoing(move.target, copy_of(d))]) for move, d in mine]
                     )
                 except Exception:
                     log.exception("unpark_failed", count=len(mine))
                     continue
+                moved_ids = {id(d) for d in done}  # a skipped one is redelivered, moved later
                 with self._lock:
-                    for move, _ in mine:
+                    for move, delivery in mine:
+                        if id(delivery) not in moved_ids:
+                            continue
                         key = (move.tenant, move.target)
                         self._moved[key] = self._moved.get(key, 0) + 1
         finally:

@@ -227,14 +227,31 @@ class QuarantineAdmin:
             adopted = [adopt(d, dead_letter=True) for d in deliveries]
             chosen = [a for a in adopted if a.message_id in wanted]
             _refuse(chosen, wanted, quarantine, tenant_id, force=force, read=len(deliveries))
-            self._transport.send_then_ack_many(
+            if not all(self._transport.is_live(a.delivery) for a in chosen):
+                # Its move would be skipped (the broker takes the message back): nothing moves,
+                # rather than a re-drive reported and audited that did not happen.
+                raise QuarantineRedriveError(
+                    f"the connection to the broker was lost while {quarantine} was read; "
+                    "nothing was moved: run the re-drive again"
+                )
+            done = self._transport.send_then_ack_many(
                 [(a.delivery, [Outgoing(target, _assigned(a, tenant_id))]) for a in chosen]
             )
+            # A delivery whose connection was lost meanwhile was skipped, and the broker takes it
+            # back: only the others are reported and audited as moved.
+            moved_ids = {id(d) for d in done}
+            moved = [a for a in chosen if id(a.delivery) in moved_ids]
         finally:
             # What was not chosen (and everything, after a refusal) returns to the quarantine.
             self._transport.unsubscribe(subscription)
-        self._record(chosen, queue, quarantine, tenant_id, actor=actor, force=force)
-        return [a.message_id for a in chosen]
+        self._record(moved, queue, quarantine, tenant_id, actor=actor, force=force)
+        if len(moved) < len(chosen):
+            kept = sorted({a.message_id for a in chosen} - {a.message_id for a in moved})
+            raise QuarantineRedriveError(
+                f"the connection to the broker was lost during the re-drive: {', '.join(kept)} "
+                f"stayed in {quarantine} (the others moved): run the re-drive again for them"
+            )
+        return [a.message_id for a in moved]
 
     def _record(
         self,

@@ -218,10 +218,15 @@ class InMemoryTransport:
             return
         self._broker.ack(consumer, seq)
 
-    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def send_then_ack_many(
+        self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
+    ) -> list[Delivery]:
+        moved = []
         for delivery, items in moves:
             if self.is_live(delivery):
                 self.send_then_ack(delivery, items)
+                moved.append(delivery)
+        return moved
 
     def is_live(self, delivery: Delivery) -> bool:
         consumer, seq, generation = self._token(delivery)

@@ -213,10 +213,14 @@ class Transport(Protocol):
         ack, so a crash in between duplicates messages and never loses one.
         """
 
-    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def send_then_ack_many(
+        self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
+    ) -> Sequence[Delivery]:
         """send_then_ack() for many deliveries at once: one transaction where atomic_forward holds.
 
         For bulk moves (parking, re-driving), where one broker commit per message is too slow.
+        A delivery whose connection is gone is skipped (the broker redelivers it); returns the
+        deliveries moved, so that callers report and count only those.
         """
 
     def is_live(self, delivery: Delivery) -> bool:

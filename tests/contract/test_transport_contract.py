@@ -353,9 +353,10 @@ def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
     for index in range(30):
         transport.send(queue, wire("t1", f"m{index}"))
     assert wait_until(lambda: len(inbox) == 30)
-    transport.send_then_ack_many(
+    moved = transport.send_then_ack_many(
         [(d, [(other, wire("t1", f"copy-{d.body}"), 0)]) for d in inbox.items]
     )
+    assert list(moved) == inbox.items, "it reports every delivery it moved"
     assert wait_until(lambda: len(out) == 30)
     assert sorted(map(str, out.bodies())) == sorted(f"copy-m{i}" for i in range(30))
     transport.close()
@@ -363,6 +364,23 @@ def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
     transport_factory().subscribe(queue, selector=None, prefetch=50, on_delivery=again)
     time.sleep(0.8)
     assert len(again) == 0, "every forwarded original was acknowledged"
+
+
+def test_forward_many_skips_and_leaves_out_a_delivery_of_a_lost_connection(
+    transport_factory: TransportFactory,
+) -> None:
+    """What a reconnection took back is not moved, and not reported as moved: the broker
+    redelivers it, and a caller counting or auditing moves counts only what moved."""
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
+    transport.send(queue, wire("t1", "m"))
+    assert wait_until(lambda: len(inbox) == 1)
+    (stale,) = inbox.items
+    lose_connection_now(transport)
+    assert wait_until(lambda: len(inbox) == 2, timeout=20), "redelivered after reconnecting"
+    assert transport.send_then_ack_many([(stale, [(other, wire("t1", "copy"), 0)])]) == []
 
 
 def test_text_and_byte_bodies_keep_their_kind_even_when_empty_or_alike(

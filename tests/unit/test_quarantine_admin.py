@@ -9,6 +9,7 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -214,6 +215,46 @@ def test_redrive_on_a_shared_queue_sends_to_the_shared_queue_stamped(
     ]
     (sent,) = broker.messages(queue)
     assert sent.properties[TENANT_PROPERTY] == "org-B"
+
+
+class LosesItsConnection(InMemoryTransport):
+    """Loses its connection (and gets it back) when given its next moves, before making them,
+    or before the re-drive's liveness check (early)."""
+
+    def __init__(self, broker: InMemoryBroker, *, early: bool) -> None:
+        super().__init__(broker)
+        self.early = early
+        self.checks = 0
+
+    def is_live(self, delivery: Any) -> bool:
+        self.checks += 1
+        if self.early and self.checks == 1:
+            self.drop_connection()
+        return super().is_live(delivery)
+
+    def send_then_ack_many(self, moves: Any) -> list[Any]:
+        if not self.early:
+            self.drop_connection()
+        return super().send_then_ack_many(moves)
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_redrive_that_loses_its_connection_reports_and_records_no_move(
+    broker: InMemoryBroker, store: ErrorStore, early: bool
+) -> None:
+    queue = unique_queue("cmd")
+    broker.put(
+        quarantine_queue(queue), WireMessage(body="{}", properties={MESSAGE_ID_PROPERTY: "m-1"})
+    )
+    transport = LosesItsConnection(broker, early=early)
+    transport.connect()
+    admin = QuarantineAdmin(transport, store)
+    with pytest.raises(QuarantineRedriveError, match="connection to the broker was lost"):
+        admin.redrive(queue, tenant=ORG_A, message_ids=["m-1"], actor="ops", idle_s=IDLE)
+    transport.close()
+    assert broker.depth(f"tenant.org-A.{queue}") == 0
+    assert wait_until(lambda: broker.depth(quarantine_queue(queue)) == 1), "still quarantined"
+    assert store.failures(tenant=ORG_A, outcome=FailureOutcome.REDRIVE) == []
 
 
 def test_an_unknown_id_is_refused_by_name_and_nothing_moves(quarantined: Quarantined) -> None:

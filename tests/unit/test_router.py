@@ -155,10 +155,10 @@ def test_a_message_the_wire_or_broker_refuses_is_dead_lettered_and_the_rest_rout
         ):
             raise refusal
 
-    def many(moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def many(moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> Sequence[Delivery]:
         for _, items in moves:
             refuse_poison(items)
-        real_many(moves)
+        return real_many(moves)
 
     def one(delivery: Delivery, items: Sequence[Outgoing]) -> None:
         refuse_poison(items)

@@ -307,27 +307,29 @@ class AmqpTransport:
         moves: Sequence[tuple[Delivery, Sequence[Outgoing]]],
         *,
         _raise_if_lost: bool = False,
-    ) -> None:
-        live = [(self._token(d), items) for d, items in moves if self.is_live(d)]
-        if not live:
+    ) -> list[Delivery]:
+        kept = [(d, items) for d, items in moves if self.is_live(d)]
+        if not kept:
             if _raise_if_lost and moves:
                 raise TransportError(
                     "delivery belongs to a lost connection; the broker redelivers it"
                 )
-            return
-        copies = [item for _, items in live for item in items]
-        tokens = [token for token, _ in live]
+            return []
+        moved = [d for d, _ in kept]
+        copies = [item for _, items in kept for item in items]
+        tokens = [self._token(d) for d in moved]
         if not copies:
             self._accept(tokens)
-            return
+            return moved
         if self.capabilities.atomic_forward:
             self._transaction(copies, tokens)
-            return
+            return moved
         # At least once: every copy is confirmed before the originals are accepted, so a
         # connection lost in between redelivers an original (a duplicate with the same
         # boostMessageId), never loses one.
         self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
         self._accept(tokens)
+        return moved
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._token_is_live(self._token(delivery))

@@ -326,7 +326,9 @@ class StompTransport:
             self._send_confirmed(items, f"forward of {len(items)} message(s)")
             self.ack(delivery)
 
-    def send_then_ack_many(self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> None:
+    def send_then_ack_many(
+        self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
+    ) -> list[Delivery]:
         live = []
         for delivery, items in moves:
             target = self._ack_target(delivery)
@@ -334,7 +336,7 @@ class StompTransport:
                 continue  # its connection is gone: the broker redelivers it
             live.append((delivery, items, target))
         if not live:
-            return
+            return []
         link = live[0][2][0]
         if not link.flavour.capabilities.atomic_forward:
             copies = [item for _, items, _ in live for item in items]
@@ -342,13 +344,14 @@ class StompTransport:
                 self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
             for delivery, _, _ in live:
                 self.ack(delivery)
-            return
+            return [delivery for delivery, _, _ in live]
         if any(target[0].generation != link.generation for _, _, target in live):
             raise TransportError("deliveries of different connections cannot share a transaction")
         self._transaction(
             [item for _, items, _ in live for item in items],
             (link, [target[1] for _, _, target in live]),
         )
+        return [delivery for delivery, _, _ in live]
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._ack_target(delivery) is not None
