@@ -111,7 +111,7 @@ class Dispatcher:
 
     def _call_handler(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
         result: object = self._processor.handle(message, ctx)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             # A handler that hands back a coroutine did nothing yet: acknowledging would lose
             # the message. (An async def handle runs on the event loop; this catches a plain
             # def that hands back a coroutine.)
