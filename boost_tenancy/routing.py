@@ -9,6 +9,7 @@ tenants, read through per-tenant selectors.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -133,8 +134,15 @@ class Routing:
 
     def logical(self, physical_queue: str) -> str:
         """The logical queue of a broker queue: tenant.<tenant>.<queue> becomes <queue>."""
-        split = _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
-        return physical_queue if split is None else split[1]
+        return _logical(physical_queue)
+
+
+@functools.lru_cache(maxsize=4096)
+def _logical(physical_queue: str) -> str:
+    # Asked twice for every delivery (the dispatcher, the observers), of the few queues a
+    # runner consumes: remembered, it skips parsing the tenant each time.
+    split = _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
+    return physical_queue if split is None else split[1]
 
 
 DEFAULT_ROUTING: Final = Routing()

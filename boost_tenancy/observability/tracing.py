@@ -24,8 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-import structlog
-
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import Message
 
@@ -237,9 +235,11 @@ class Processing:
 
     Without OpenTelemetry there is no span, only the context: the message's own, or a new trace
     for a message that came without one, so what the handler publishes is still one trace.
+    The caller binds the context's trace_id to the log context (the dispatcher, with the
+    delivery's other fields, in one call).
     """
 
-    __slots__ = ("_log_tokens", "_otel_token", "_settled", "_span", "_token", "context")
+    __slots__ = ("_otel_token", "_settled", "_span", "_token", "context")
 
     def __init__(
         self,
@@ -259,11 +259,11 @@ class Processing:
         context = incoming
         if _otel is not None:
             parent = _otel_context.Context()  # a worker thread's own context is never a parent
+            remote = None
             if incoming is not None:
-                parent = _otel.set_span_in_context(
-                    _otel.NonRecordingSpan(_span_context(incoming)), parent
-                )
-            span = _otel.get_tracer(_INSTRUMENTATION).start_span(
+                remote = _span_context(incoming)
+                parent = _otel.set_span_in_context(_otel.NonRecordingSpan(remote), parent)
+            span = _tracer().start_span(
                 f"process {queue}",
                 context=parent,
                 kind=_otel.SpanKind.CONSUMER,
@@ -283,10 +283,12 @@ class Processing:
             self._otel_token = _otel_context.attach(_otel.set_span_in_context(span, parent))
             # A no-op tracer (the API without an SDK) gives back the parent's context, or an
             # invalid one without a parent: then the message's own context, or a new trace.
-            context = _from_span_context(span.get_span_context(), incoming) or incoming
+            span_context = span.get_span_context()
+            if span_context is not remote or incoming is None or incoming.state:
+                context = _from_span_context(span_context, incoming) or incoming
+            # else the parent's own context came back: it reads back as the message's context
         self.context: TraceContext = context or TraceContext.new()
         self._token = _current.set(self.context)
-        self._log_tokens = structlog.contextvars.bind_contextvars(trace_id=self.context.trace_id)
 
     def settled(self, name: str, outcome: object) -> None:
         """Record how the delivery was settled (Settler.settle's name, the outcome carried out):
@@ -306,7 +308,6 @@ class Processing:
     def end(self) -> None:
         """End the span and restore the thread's context; a delivery that was never settled
         (its connection failed while settling) ends the span failed."""
-        structlog.contextvars.reset_contextvars(**self._log_tokens)
         _current.reset(self._token)
         span = self._span
         if span is None:
@@ -315,6 +316,18 @@ class Processing:
             span.set_status(_otel.Status(_otel.StatusCode.ERROR, "not settled"))
         _otel_context.detach(self._otel_token)  # type: ignore[arg-type]
         span.end()
+
+
+_process_tracer: _otel.Tracer | None = None
+
+
+def _tracer() -> _otel.Tracer:
+    """The tracer of process spans, looked up once: before a provider is set it is
+    OpenTelemetry's proxy, which turns to the provider's own tracer once one is set."""
+    global _process_tracer  # noqa: PLW0603  # one per process, like OpenTelemetry's provider
+    if _process_tracer is None:
+        _process_tracer = _otel.get_tracer(_INSTRUMENTATION)
+    return _process_tracer
 
 
 def _span_context(context: TraceContext) -> _otel.SpanContext:

@@ -118,7 +118,7 @@ class Dispatcher:
 
     def _call_handler(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
         result: object = self._processor.handle(message, ctx)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             # A handler that hands back a coroutine did nothing yet: acknowledging would lose
             # the message. (An async def handle runs on the event loop; this catches a plain
             # def that hands back a coroutine.)
@@ -146,14 +146,6 @@ class Dispatcher:
         # Handlers, logs, the error store and observers see the logical queue, whatever the
         # topology; retries and dead letters use delivery.queue, the broker queue it came from.
         queue = self._routing.logical(delivery.queue)
-        # bind/reset rather than bound_contextvars: a third of the cost, on every message.
-        tokens = structlog.contextvars.bind_contextvars(
-            tenant=tenant.value,
-            queue=queue,
-            message_id=message_id,
-            correlation_id=correlation_id,
-            attempt=attempt,
-        )
         # The process span, and the trace context what the handler publishes continues.
         trace = Processing(
             delivery.properties,
@@ -163,6 +155,16 @@ class Dispatcher:
             message_id=message_id,
             correlation_id=correlation_id,
             attempt=attempt,
+        )
+        # bind/reset rather than bound_contextvars: a third of the cost, on every message; the
+        # trace id with the rest, in one call.
+        tokens = structlog.contextvars.bind_contextvars(
+            tenant=tenant.value,
+            queue=queue,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            attempt=attempt,
+            trace_id=trace.context.trace_id,
         )
         try:
             if adopted.foreign:
