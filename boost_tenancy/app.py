@@ -65,6 +65,7 @@ def run_processor(
             policy_store_url=settings.policy_store_url,
             usage_store_url=settings.usage_store_url,
             usage_flush_s=settings.usage_flush_s,
+            publish_redis_url=settings.publish_redis_url,
         )
         transport = open_broker(settings, env)
         # The backlog quota may come from the settings or, at run time, from a tenant's policy.

@@ -23,6 +23,7 @@ from boost_tenancy.processing.aio import EventLoopSettings
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
+from boost_tenancy.quotas.shared import ENV_PUBLISH_REDIS_URL, check_redis_url
 from boost_tenancy.quotas.ttl import MessageTtl
 from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
@@ -85,6 +86,9 @@ class AppSettings:
     publish: PublishLimits = field(default_factory=PublishLimits)
     """Every tenant's publishing limits (BOOST_PUBLISH_*, BOOST_MAX_MESSAGE_BYTES); unlimited
     unless set."""
+    publish_redis_url: str = ""
+    """BOOST_PUBLISH_REDIS_URL: the Redis where every producing process takes the tenants'
+    publishing buckets (quotas/shared.py); empty means each process keeps its own."""
     message_ttl: MessageTtl = field(default_factory=MessageTtl)
     """Every tenant's message time-to-live (BOOST_MESSAGE_TTL_S); no expiry unless set.
     Per-tenant overrides are set in code (MessageTtl.for_tenant)."""
@@ -169,6 +173,7 @@ class AppSettings:
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             queue_gauges_s=_queue_gauges_s(env, metrics_port),
             publish=PublishLimits.from_env(env),
+            publish_redis_url=_publish_redis_url(env),
             message_ttl=MessageTtl.from_env(env),
             policy_store_url=(
                 env.get("BOOST_POLICY_STORE", "").strip() or env.get("BOOST_TIER_STORE", "").strip()
@@ -220,6 +225,13 @@ def _queue_gauges_s(env: Mapping[str, str], port: int) -> float:
             "serve the queue gauges is off"
         )
     return gauges_s
+
+
+def _publish_redis_url(env: Mapping[str, str]) -> str:
+    """BOOST_PUBLISH_REDIS_URL, refused unless a Redis URL. Allowed without any publishing limit
+    in the environment: operators' run-time policies may add limits later."""
+    url = env.get(ENV_PUBLISH_REDIS_URL, "").strip()
+    return check_redis_url(url) if url else ""
 
 
 def _usage_flush_s(env: Mapping[str, str]) -> float:

@@ -74,66 +74,78 @@ end
 return renewed
 """
 
-# KEYS[1] the bucket hash (tokens, ts in server microseconds); ARGV: rate/s, capacity, units,
-# idle ms. Mirrors rates.bucket_step; numbers go back as strings because Redis truncates Lua
-# numbers to integers.
-_TAKE_LUA: Final = """
-local rate = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local idle = tonumber(ARGV[4])
-local eps = tonumber(ARGV[5])
-local margin = tonumber(ARGV[6])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
-  tokens = capacity
-  ts = now
+# The token-bucket arithmetic every bucket script shares, in Lua: a bucket is a hash (tokens, ts in
+# server microseconds) and mirrors rates.bucket_step. Numbers are written and returned as strings
+# because Redis truncates Lua numbers to integers.
+BUCKET_LUA: Final = """
+local function server_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local elapsed = (now - ts) / 1000000
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(capacity, tokens + elapsed * rate)
-local admitted = 0
-local retry = 0
-if tokens + eps >= n then
-  tokens = tokens - n
-  admitted = 1
-elseif n > capacity then
-  if tokens > 0 then
-    tokens = tokens - n
-    admitted = 1
-  else
-    retry = -tokens / rate + margin
+-- The balance at now: a missing bucket is full; min() also clamps a balance down to a capacity
+-- lowered since the last take.
+local function refilled(key, rate, capacity, now)
+  local state = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens = tonumber(state[1])
+  local ts = tonumber(state[2])
+  if tokens == nil or ts == nil then return capacity end
+  local elapsed = (now - ts) / 1000000
+  if elapsed < 0 then elapsed = 0 end
+  return math.min(capacity, tokens + elapsed * rate)
+end
+-- rates.bucket_step: admitted (1 or 0), the balance after, the retry-after in seconds.
+local function step(tokens, rate, capacity, n, eps, margin)
+  if tokens + eps >= n then return 1, tokens - n, 0 end
+  if n > capacity then
+    if tokens > 0 then return 1, tokens - n, 0 end
+    return 0, tokens, -tokens / rate + margin
   end
-else
-  retry = (n - tokens) / rate
+  return 0, tokens, (n - tokens) / rate
 end
-redis.call('HSET', KEYS[1],
-  'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
 -- Kept until idle AND refilled: expiring a bucket still in deficit would forgive its debt.
-local refill_ms = 0
-if tokens < capacity then refill_ms = math.ceil((capacity - tokens) / rate * 1000) end
-redis.call('PEXPIRE', KEYS[1], idle + refill_ms)
-return {admitted, string.format('%.17g', retry)}
+local function store(key, tokens, rate, capacity, now, idle)
+  redis.call('HSET', key,
+    'tokens', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+  local refill_ms = 0
+  if tokens < capacity then refill_ms = math.ceil((capacity - tokens) / rate * 1000) end
+  redis.call('PEXPIRE', key, idle + refill_ms)
+end
 """
 
+# KEYS[1] the bucket hash; ARGV: rate/s, capacity, units, idle ms, epsilon, oversize margin.
+_TAKE_LUA: Final = (
+    BUCKET_LUA
+    + """
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local now = server_now_us()
+local tokens = refilled(KEYS[1], rate, capacity, now)
+local admitted, balance, retry = step(
+  tokens, rate, capacity, tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+store(KEYS[1], balance, rate, capacity, now, tonumber(ARGV[4]))
+return {admitted, string.format('%.17g', retry)}
+"""
+)
 
-def redis_client(url: str) -> redis.Redis:
-    """A client for a redis:// or rediss:// URL; needs the `redis` extra."""
+
+def redis_client(
+    url: str, *, variable: str = "BOOST_REDIS_URL", timeout_s: float = 2.0
+) -> redis.Redis:
+    """A client for a redis:// or rediss:// URL; needs the `redis` extra. variable names the
+    setting the URL came from in errors; timeout_s bounds every connect and every answer."""
     try:
         import redis as redis_mod  # noqa: PLC0415  # optional dependency, imported on use
     except ImportError as exc:
         raise ConfigError(
-            "BOOST_REDIS_URL needs the redis package; install the `redis` extra "
+            f"{variable} needs the redis package; install the `redis` extra "
             "(pip install 'boost-tenancy[redis]')"
         ) from exc
     try:
-        return redis_mod.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        return redis_mod.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
     except ValueError as exc:
-        raise ConfigError(f"BOOST_REDIS_URL {redact_url(url)!r} is not a Redis URL: {exc}") from exc
+        raise ConfigError(f"{variable} {redact_url(url)!r} is not a Redis URL: {exc}") from exc
 
 
 def redis_breaker(
@@ -154,7 +166,8 @@ def redis_breaker(
     return CircuitBreaker("redis", failures=failures, policy=policy, clock=clock)
 
 
-def _check_prefix(prefix: object) -> str:
+def check_prefix(prefix: object) -> str:
+    """A Redis key prefix: a non-empty word."""
     if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
         raise ConfigError(f"Redis key prefix must be a non-empty word, got {prefix!r}")
     return prefix
@@ -187,7 +200,7 @@ class RedisConcurrencyLimiter:
         if not (isinstance(lease_s, int | float) and math.isfinite(lease_s) and lease_s >= 0.001):
             raise ConfigError(f"lease_s must be at least 0.001 seconds, got {lease_s!r}")
         self._client = client
-        self._prefix = _check_prefix(prefix)
+        self._prefix = check_prefix(prefix)
         self._lease_ms = max(1, round(lease_s * 1000))
         every = lease_s / 3 if renew_every_s is None else renew_every_s
         if not (isinstance(every, int | float) and math.isfinite(every) and every > 0):
@@ -302,7 +315,7 @@ class RedisTokenBucketLimiter:
         if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
             raise ConfigError(f"idle_s must be a positive number, got {idle_s!r}")
         self._client = client
-        self._prefix = _check_prefix(prefix)
+        self._prefix = check_prefix(prefix)
         self._idle_ms = max(1, round(idle_s * 1000))
         self._policies = PolicyTable(default)
         self._take = client.register_script(_TAKE_LUA)
@@ -351,10 +364,12 @@ class RedisTokenBucketLimiter:
 
 
 __all__ = [
+    "BUCKET_LUA",
     "DEFAULT_LEASE_S",
     "DEFAULT_PREFIX",
     "RedisConcurrencyLimiter",
     "RedisTokenBucketLimiter",
+    "check_prefix",
     "redis_breaker",
     "redis_client",
 ]

@@ -28,6 +28,7 @@ from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.quotas.policy import PolicyResolver
 from boost_tenancy.quotas.policy_store import open_policy_store
+from boost_tenancy.quotas.shared import RedisPublishBuckets
 from boost_tenancy.tenancy import TenantId
 
 
@@ -45,6 +46,8 @@ class FairnessWiring:
     """Handling latency and in-flight per queue: the runner's outermost middleware."""
     usage: UsageRecorder | None = None
     """Writes the accounting's counts to the usage store (BOOST_USAGE_STORE)."""
+    publish_buckets: RedisPublishBuckets | None = None
+    """The publishing buckets every process shares (BOOST_PUBLISH_REDIS_URL)."""
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
@@ -63,9 +66,11 @@ class FairnessWiring:
         policy_store_url: str = "",
         usage_store_url: str = "",
         usage_flush_s: float = DEFAULT_FLUSH_S,
+        publish_redis_url: str = "",
     ) -> FairnessWiring:
         """The gate when fairness is given, accounting always, a metrics server on a port, the
-        policy resolver when a policy store is named."""
+        policy resolver when a policy store is named, the shared publishing buckets when a
+        publish Redis is named."""
         accounting = Accounting()
         gate: FairnessGate | None = None
         if fairness is not None:
@@ -93,6 +98,9 @@ class FairnessWiring:
             if usage_store_url
             else None
         )
+        publish_buckets = (
+            RedisPublishBuckets.from_url(publish_redis_url) if publish_redis_url else None
+        )
         return cls(
             observers=(accounting,),
             accounting=accounting,
@@ -101,6 +109,7 @@ class FairnessWiring:
             policies=policies,
             handling=handling,
             usage=usage,
+            publish_buckets=publish_buckets,
         )
 
     def start(self, health: HealthSource | None = None) -> None:
@@ -118,13 +127,20 @@ class FairnessWiring:
         self, limits: PublishLimits, *, backlog: BacklogSource | None = None
     ) -> PublishGuard:
         """A PublishGuard with limits as every tenant's default, its refusals counted in the
-        accounting (publish_refused_rate, publish_refused_size)."""
+        accounting (publish_refused_rate, publish_refused_size), its buckets in the shared
+        Redis when BOOST_PUBLISH_REDIS_URL named one."""
 
         def on_refused(tenant: TenantId, queue: str, reason: str) -> None:
             self.accounting.record(tenant, cast(Event, f"publish_refused_{reason}"))
 
         policy_of = None if self.policies is None else self.policies.policy_of
-        return PublishGuard(limits, on_refused=on_refused, policy_of=policy_of, backlog=backlog)
+        return PublishGuard(
+            limits,
+            on_refused=on_refused,
+            policy_of=policy_of,
+            backlog=backlog,
+            shared=self.publish_buckets,
+        )
 
     def close(self) -> None:
         """Stop the metrics server, close what the gate holds (tier store, Redis) and the
@@ -137,6 +153,8 @@ class FairnessWiring:
             self.policies.close()
         if self.usage is not None:
             self.usage.close()  # after the runner stopped: its last counts are written
+        if self.publish_buckets is not None:
+            self.publish_buckets.close()
 
 
 def open_policies(url: str) -> PolicyResolver | None:

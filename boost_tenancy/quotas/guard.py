@@ -2,7 +2,8 @@
 
 The order of checks: size first (a message too large is refused whatever the buckets hold), then
 the tenant's messages/s and bytes/s buckets and, where the queue has limits, the queue's, all
-taken together or not at all. Buckets are this process's. Each refusal is counted by tenant and
+taken together or not at all. Buckets are this process's, or with `shared`
+(quotas/shared.py) every producing process's, in Redis. Each refusal is counted by tenant and
 reason and told to on_refused (accounting).
 
 The check is on every send's path, so a tenant's resolved limits and its buckets sit in one
@@ -16,7 +17,9 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+import structlog
 
 from boost_tenancy.errors import (
     BacklogQuotaExceededError,
@@ -30,6 +33,11 @@ from boost_tenancy.quotas.backlog import BacklogSource
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
 from boost_tenancy.quotas.policy import TenantPolicy
 from boost_tenancy.tenancy import TenantId
+
+if TYPE_CHECKING:
+    from boost_tenancy.quotas.shared import RedisPublishBuckets
+
+log = structlog.get_logger("boost_tenancy.quotas")
 
 PUBLISH_REFUSAL_REASONS: Final = ("rate", "size", "backlog")
 
@@ -78,10 +86,15 @@ class _Lane:
     """What applies to one tenant, or to one tenant's queue: the size cap and the buckets, and
     the run-time policy they were built with (a changed policy rebuilds the lane)."""
 
-    __slots__ = ("buckets", "cap", "limits", "policy", "used_at")
+    __slots__ = ("buckets", "cap", "limits", "policy", "shared_keys", "shared_specs", "used_at")
 
     def __init__(
-        self, limits: PublishLimits, cap: int, now: float, policy: TenantPolicy | None = None
+        self,
+        limits: PublishLimits,
+        cap: int,
+        now: float,
+        policy: TenantPolicy | None = None,
+        shared: tuple[RedisPublishBuckets, str, str | None] | None = None,
     ) -> None:
         self.limits = limits
         self.policy = policy
@@ -92,6 +105,17 @@ class _Lane:
             for policy, counts_bytes in ((limits.messages, False), (limits.bytes, True))
             if not policy.unlimited
         )
+        # With shared buckets: each bucket's Redis key and its (rate/s, capacity) as the script
+        # reads them, made once per lane rather than on every publish.
+        self.shared_keys: tuple[str, ...] = ()
+        self.shared_specs: tuple[tuple[str, str], ...] = ()
+        if shared is not None:
+            backend, tenant, queue = shared
+            self.shared_keys = tuple(
+                backend.key(tenant, "bytes" if counts_bytes else "messages", queue)
+                for _, counts_bytes in self.buckets
+            )
+            self.shared_specs = tuple((repr(b.rate), repr(b.capacity)) for b, _ in self.buckets)
         self.used_at = now
 
 
@@ -108,6 +132,13 @@ class PublishGuard:
     With policy_of (a PolicyResolver's, quotas/policy.py), an operator's run-time policy of the
     tenant wins over both for the fields it sets; a changed policy is seen by the tenant's next
     publish, and restarts only that tenant's buckets.
+
+    With shared (RedisPublishBuckets), the buckets are taken in Redis, so every process using it
+    shares each tenant's rate; balances there carry over a change of limits (clamped to the new
+    capacity). When Redis cannot answer (an error, a timeout of at most the client's socket
+    timeout, or the breaker open after one) the publish is decided by this process's own
+    buckets instead, as without Redis; that is logged once per outage. Size caps and the backlog
+    quota are always decided here.
     """
 
     def __init__(
@@ -119,12 +150,15 @@ class PublishGuard:
         idle_s: float = 600.0,
         policy_of: Callable[[TenantId], TenantPolicy] | None = None,
         backlog: BacklogSource | None = None,
+        shared: RedisPublishBuckets | None = None,
     ) -> None:
         if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
             raise ConfigError(f"PublishGuard idle_s must be a positive number, got {idle_s!r}")
         self._on_refused = on_refused
         self._policy_of = policy_of
         self._backlog = backlog
+        self._shared = shared
+        self._shared_down = False
         self._clock = clock
         self._idle_s = float(idle_s)
         self._lock = threading.Lock()
@@ -223,12 +257,19 @@ class PublishGuard:
             queued = (
                 self._backlog.queued(tenant, queue) if quota and self._backlog is not None else None
             )
+            wait = 0.0
             if cap and largest > cap:
                 refusal: str | None = "size"
             elif queued is not None and queued + count > quota:
                 refusal = "backlog"
-            else:
+            elif self._shared is None:
                 refusal, wait = self._take(lanes, count, max(1, total), now)
+            else:
+                refusal = None
+        if refusal is None and self._shared is not None:
+            # Outside the lock: a Redis round trip (or a timeout) must not hold up this
+            # process's other publishes.
+            refusal, wait = self._take_shared(self._shared, lanes, count, max(1, total))
         if refusal is None:
             return
         self._refuse(tenant, queue, refusal)
@@ -262,7 +303,9 @@ class PublishGuard:
         policy = None if self._policy_of is None else self._policy_of(tenant)
         if lane is None or lane.policy is not policy:
             limits = self._own_limits(tenant, policy)
-            lane = _Lane(limits, limits.max_message_bytes, now, policy)
+            lane = _Lane(
+                limits, limits.max_message_bytes, now, policy, self._shared_of(tenant, None)
+            )
             self._lanes[tenant.value] = lane
         lane.used_at = now
         if queue not in self._queues_limited:
@@ -270,10 +313,57 @@ class PublishGuard:
         queue_lane = self._queue_lanes.get((tenant.value, queue))
         if queue_lane is None:
             limits = self.limits_for(tenant, queue)
-            queue_lane = _Lane(limits, limits.max_message_bytes, now)
+            queue_lane = _Lane(
+                limits, limits.max_message_bytes, now, shared=self._shared_of(tenant, queue)
+            )
             self._queue_lanes[(tenant.value, queue)] = queue_lane
         queue_lane.used_at = now
         return (lane, queue_lane)
+
+    def _shared_of(
+        self, tenant: TenantId, queue: str | None
+    ) -> tuple[RedisPublishBuckets, str, str | None] | None:
+        return None if self._shared is None else (self._shared, tenant.value, queue)
+
+    def _take_shared(
+        self, shared: RedisPublishBuckets, lanes: tuple[_Lane, ...], count: int, total: int
+    ) -> tuple[str | None, float]:
+        """Take from every bucket in Redis, in one script call; when Redis cannot answer, from
+        this process's buckets (see the class docstring)."""
+        if len(lanes) == 1:
+            lane = lanes[0]
+            keys, specs = lane.shared_keys, lane.shared_specs
+            units = [total if counts_bytes else count for _, counts_bytes in lane.buckets]
+        else:
+            keys = tuple(k for lane in lanes for k in lane.shared_keys)
+            specs = tuple(s for lane in lanes for s in lane.shared_specs)
+            units = [
+                total if counts_bytes else count
+                for lane in lanes
+                for _, counts_bytes in lane.buckets
+            ]
+        if not keys:
+            return None, 0.0
+        try:
+            admitted, wait = shared.take_all(keys, specs, units)
+        except Exception as exc:  # Redis unreachable, hung or failing: this process decides
+            with self._lock:
+                first, self._shared_down = not self._shared_down, True
+                local = self._take(lanes, count, total, self._clock())
+            if first:
+                log.warning(
+                    "publish_limits_shared_unavailable",
+                    error_type=type(exc).__name__,
+                    error=str(exc),
+                    fallback="per-process buckets",
+                )
+            return local
+        if self._shared_down:
+            with self._lock:
+                restored, self._shared_down = self._shared_down, False
+            if restored:
+                log.info("publish_limits_shared_restored")
+        return (None, 0.0) if admitted else ("rate", wait)
 
     @staticmethod
     def _take(

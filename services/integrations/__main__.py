@@ -28,6 +28,7 @@ from boost_tenancy.envvars import env_int
 from boost_tenancy.fairness.wiring import open_policies
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.quotas.backlog import BrokerBacklog
+from boost_tenancy.quotas.shared import RedisPublishBuckets
 from boost_tenancy.quotas.ttl import effective_ttl
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
@@ -161,10 +162,16 @@ def _serve(settings: IntegrationsSettings) -> int:
         if settings.app.publish.max_queued_messages or policies is not None
         else None
     )
+    shared = (
+        RedisPublishBuckets.from_url(settings.app.publish_redis_url)
+        if settings.app.publish_redis_url
+        else None
+    )
     guard = PublishGuard(
         settings.app.publish,
         policy_of=None if policies is None else policies.policy_of,
         backlog=backlog,
+        shared=shared,
     )
     try:
         transport.connect()
@@ -229,6 +236,8 @@ def _serve(settings: IntegrationsSettings) -> int:
             policies.close()
         if backlog is not None:
             backlog.close()
+        if shared is not None:
+            shared.close()
 
 
 def main() -> int:

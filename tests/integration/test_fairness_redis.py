@@ -38,35 +38,23 @@ from boost_tenancy.fairness.redis_backend import redis_breaker
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import unavailable, wait_until
 from tests.fairness_support import Admissions, Events
+from tests.redis_support import REDIS_URL, connect_redis, fresh_prefix
 
 pytestmark = pytest.mark.redis
 
-REDIS_URL = os.environ.get("BOOST_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[2]
 TENANT = TenantId("org-shared")
 
 
 @pytest.fixture
 def client() -> Any:
-    try:
-        import redis
-    except ImportError:
-        unavailable("the redis package is not installed (pip install 'boost-tenancy[redis]')")
-    made = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
-    try:
-        made.ping()
-    except redis.RedisError as exc:
-        unavailable(f"no Redis at BOOST_TEST_REDIS_URL={REDIS_URL}: {exc}")
-    return made
+    return connect_redis()
 
 
 @pytest.fixture
 def prefix(client: Any) -> Iterator[str]:
     """A key prefix of this test alone; its keys are deleted afterwards."""
-    chosen = f"boost-test:{uuid.uuid4().hex[:12]}"
-    yield chosen
-    for key in client.scan_iter(match=f"{chosen}:*"):
-        client.delete(key)
+    yield from fresh_prefix(client)
 
 
 def spawn(code: str, *args: str) -> subprocess.Popen[str]:
