@@ -23,6 +23,10 @@ strings, as an application passes them):
    left. The queue is bench.publish.<random>, one per invocation, SHARED (the default ROUTED
    topology would make 1,000 per-tenant broker queues); it is left on the broker, empty (ActiveMQ
    keeps an empty destination until it is deleted or the broker restarts).
+4. Buckets shared through Redis (quotas/shared.py, --redis-url): TenantProducer.send on the
+   in-memory transport as in 2, --redis-messages per configuration and round: no guard, the
+   in-memory guard, and the guard whose buckets are in Redis (one Lua script call per publish);
+   the keys (one prefix per invocation) are deleted at the end. --no-redis skips it.
 
 Interleaving: the machine is a noisy 2-core VM, so within each round every configuration's run is
 cut into --blocks blocks and the configurations take turns block by block (A1 B1 C1 A2 B2 C2 ...,
@@ -35,6 +39,7 @@ rounds; an untimed warm-up round comes first; nothing is asserted on timing.
     .venv/bin/python benchmarks/bench_publish_limits.py [--rounds 7] [--messages 10000]
         [--stomp-messages 5000] [--batch 100] [--blocks 10] [--tenants 1000] [--overrides 100]
         [--checks 20000] [--transport memory|stomp|both] [--url stomp://127.0.0.1:61613]
+        [--redis-url redis://127.0.0.1:6379/0] [--redis-messages 5000] [--no-redis]
         [--json out.json]
 
 The broker URL defaults to BOOST_BROKER_URL (stomp://127.0.0.1:61613);
@@ -67,7 +72,9 @@ from boost_tenancy import BoostTenancyError, TenantId, TenantProducer
 from boost_tenancy.messages import WireMessage, build_message
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
+from boost_tenancy.quotas.shared import RedisPublishBuckets
 from boost_tenancy.routing import Routing, Topology
+from boost_tenancy.storage import redact_url
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.options import DEFAULT_URL
 from boost_tenancy.transports.registry import open_transport, parse_transport_url
@@ -109,12 +116,18 @@ class Config:
     timeout_s: float
     warmup: bool
     transports: tuple[str, ...]
+    redis_url: str = ""
+    redis_messages: int = 5_000
     names: tuple[str, ...] = field(default=(), repr=False)
 
     def report(self) -> dict[str, Any]:
         fields = asdict(self)
         del fields["names"]
-        return {**fields, "url": parse_transport_url(self.url).redacted}
+        return {
+            **fields,
+            "url": parse_transport_url(self.url).redacted,
+            "redis_url": redact_url(self.redis_url),
+        }
 
 
 def body(index: int) -> dict[str, Any]:
@@ -142,8 +155,10 @@ class Guarded:
         return f"{held} buckets, 0 refusals"
 
 
-def make_guard(cfg: Config, queue: str, *, queue_limit: bool) -> Guarded:
-    guard = PublishGuard(DEFAULT_LIMITS)
+def make_guard(
+    cfg: Config, queue: str, *, queue_limit: bool, shared: RedisPublishBuckets | None = None
+) -> Guarded:
+    guard = PublishGuard(DEFAULT_LIMITS, shared=shared)
     step = max(1, len(cfg.names) // max(1, cfg.overrides))
     for name in cfg.names[::step][: cfg.overrides]:
         guard.set_limits(OVERRIDE_LIMITS, tenant=name)
@@ -641,6 +656,60 @@ def bench_stomp(cfg: Config, broker: Broker, queue: str) -> Outcome:
     return outcome
 
 
+# -- 4. shared buckets in Redis -------------------------------------------------------------------
+REDIS_LABELS = {
+    "base": "baseline: no guard",
+    "guard": "guard: in-memory buckets (2/check)",
+    "redis": "guard: buckets in Redis (2/check)",
+}
+
+
+def bench_redis(cfg: Config) -> tuple[list[Series], list[str], str, float]:
+    print("4. shared buckets in Redis", file=sys.stderr)
+    prefix = f"bench:{unique_queue('publish').rsplit('.', 1)[-1]}"
+    shared = RedisPublishBuckets.from_url(cfg.redis_url, prefix=prefix)
+    try:
+        shared.client.ping()
+        guarded: dict[str, Guarded | None] = {
+            "base": None,
+            "guard": make_guard(cfg, MEMORY_QUEUE, queue_limit=False),
+            "redis": make_guard(cfg, MEMORY_QUEUE, queue_limit=False, shared=shared),
+        }
+
+        def make(key: str) -> Session:
+            return MemorySession(cfg.names, guarded[key], cfg.redis_messages)
+
+        figures = rounds_of(cfg, "redis", make, cfg.redis_messages, labels=REDIS_LABELS)
+        keys = sum(1 for _ in shared.client.scan_iter(match=f"{prefix}:*", count=1000))
+    finally:
+        for key in shared.client.scan_iter(match=f"{prefix}:*", count=1000):
+            shared.client.delete(key)
+        shared.close()
+    rates, cpu = figures.rates, figures.cpu
+    target = ratio("redis guard / baseline (target >= 0.90)", rates["redis"], rates["base"])
+    rows = [
+        *rates.values(),
+        target,
+        ratio("in-memory guard / baseline", rates["guard"], rates["base"]),
+        ratio("redis guard / in-memory guard", rates["redis"], rates["guard"]),
+        per_unit_us(rates["base"], "baseline: time per message"),
+        difference_us("redis guard: added time per message", rates["redis"], rates["base"]),
+        *cpu.values(),
+    ]
+    checked = [f"{key}: {g.verify(cfg.tenants)}" for key, g in guarded.items() if g is not None]
+    if keys != 2 * cfg.tenants:
+        raise BenchmarkError(f"Redis holds {keys} bucket keys, expected {2 * cfg.tenants}")
+    verdict = verdict_line("redis", target.median, rates["redis"].median / rates["base"].median)
+    notes = [
+        f"TenantProducer.send on the in-memory transport, {cfg.redis_messages} messages per "
+        f"configuration and round; Redis {redact_url(cfg.redis_url)}, one script call per publish",
+        "guards after the rounds: " + "; ".join(checked) + f"; {keys} bucket keys in Redis",
+        *figures.failures,
+        verdict,
+    ]
+    return rows, notes, verdict, target.median
+
+
 # -- main -----------------------------------------------------------------------------------------
 def default_url() -> str:
     return os.environ.get("BOOST_BROKER_URL", "").strip() or DEFAULT_URL
@@ -670,9 +739,27 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
     parser.add_argument("--url", default=None, help=f"STOMP broker (default {default_url()})")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per broker wait")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("BOOST_PUBLISH_REDIS_URL", "").strip() or "redis://127.0.0.1:6379/0",
+        help="Redis of section 4 (default BOOST_PUBLISH_REDIS_URL, else the local one)",
+    )
+    parser.add_argument(
+        "--redis-messages", type=int, default=5_000, help="Redis: messages per config and round"
+    )
+    parser.add_argument("--no-redis", action="store_true", help="skip section 4 (Redis)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
-    for option in ("rounds", "messages", "stomp_messages", "batch", "blocks", "tenants", "checks"):
+    for option in (
+        "rounds",
+        "messages",
+        "stomp_messages",
+        "batch",
+        "blocks",
+        "tenants",
+        "checks",
+        "redis_messages",
+    ):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be at least 1")
     if not 0 <= args.overrides <= args.tenants:
@@ -691,6 +778,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, Path | None]:
         timeout_s=args.timeout,
         warmup=not args.no_warmup,
         transports=transports,
+        redis_url="" if args.no_redis else args.redis_url,
+        redis_messages=args.redis_messages,
         names=tuple(f"org-{index:05d}" for index in range(1, args.tenants + 1)),
     )
     return cfg, args.json
@@ -757,6 +846,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         section(report, "stomp", title, outcome.rows, outcome.notes)
         report["verdicts"]["stomp"] = outcome.median_ratio
         verdicts.append(outcome.verdict)
+
+    if cfg.redis_url:
+        rows, notes, verdict, median_ratio = bench_redis(cfg)
+        title = f"4. Shared buckets in Redis: TenantProducer.send ({cfg.redis_messages} messages)"
+        section(report, "redis", title, rows, notes)
+        report["verdicts"]["redis"] = median_ratio
+        verdicts.append(verdict)
 
     print("\n" + "\n".join(verdicts), flush=True)
     print(f"(run took {time.monotonic() - started:.0f} s)", flush=True)
