@@ -26,11 +26,11 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, HandlerCancelledError, PermanentError
+from boost_tenancy.errors import ConfigError, HandlerCancelledError
 from boost_tenancy.messages import IncomingMessage
 from boost_tenancy.processing.middleware import Handler, Middleware, chain
 from boost_tenancy.processing.outcomes import Ack, Outcome
-from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
+from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, refuse_unawaited
 
 log = structlog.get_logger("boost_tenancy.processing.aio")
 T = TypeVar("T")
@@ -526,16 +526,8 @@ class _MixedChain:
 def _async_terminal(processor: TenantProcessor) -> AsyncHandler:
     async def call_handler(message: IncomingMessage, ctx: HandlerContext) -> Outcome:
         result: object = await processor.handle(message, ctx)  # type: ignore[misc]  # async def
-        if inspect.isawaitable(result):
-            # `return self.work(...)` without await: the work has not run, and acknowledging
-            # would lose the message (the plain-def path refuses the same).
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()
-            raise PermanentError(
-                f"{type(processor).__name__}.handle returned an awaitable it did not await; "
-                "await it inside handle"
-            )
+        # `return self.work(...)` without await, as the plain path refuses a returned coroutine.
+        refuse_unawaited(processor, result, advice="it did not await it: await it inside handle")
         return Ack(outputs=ctx.outputs)
 
     return call_handler

@@ -6,7 +6,6 @@ chain around the handler and hands the outcome to the Settler, which carries it 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,6 @@ import structlog
 from boost_tenancy.errors import (
     ConfigError,
     ModelValidationError,
-    PermanentError,
     TenantMismatchError,
 )
 from boost_tenancy.expiry import ExpiryPolicy
@@ -26,7 +24,12 @@ from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
-from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, check_processor
+from boost_tenancy.processing.processor import (
+    HandlerContext,
+    TenantProcessor,
+    check_processor,
+    refuse_unawaited,
+)
 from boost_tenancy.processing.settle import DispatchObserver, Settler
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
@@ -117,18 +120,13 @@ class Dispatcher:
         )
 
     def _call_handler(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
-        result: object = self._processor.handle(message, ctx)
-        if result is not None and inspect.isawaitable(result):
-            # A handler that hands back a coroutine did nothing yet: acknowledging would lose
-            # the message. (An async def handle runs on the event loop; this catches a plain
-            # def that hands back a coroutine.)
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()
-            raise PermanentError(
-                f"{type(self._processor).__name__}.handle returned an awaitable; handlers must "
-                "do their work before returning, or be declared async def"
-            )
+        # An async def handle runs on the event loop; this catches a plain def that hands back
+        # a coroutine, which did nothing yet.
+        refuse_unawaited(
+            self._processor,
+            self._processor.handle(message, ctx),
+            advice="handlers must do their work before returning, or be declared async def",
+        )
         return Ack(outputs=ctx.outputs)
 
     def dispatch(self, tenant: TenantId, delivery: Delivery) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, PermanentError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import (
     IncomingMessage,
@@ -150,6 +150,17 @@ class TenantProcessor(abc.ABC, Generic[M]):
         """Release what the processor holds (stores, clients); run() calls it after stopping."""
 
 
+def refuse_unawaited(processor: TenantProcessor, result: object, *, advice: str) -> None:
+    """Raise PermanentError when handle gave back an awaitable (closed first): its work has not
+    run, and acknowledging the message would lose it. advice tells the author what to do."""
+    if result is None or not inspect.isawaitable(result):
+        return
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    raise PermanentError(f"{type(processor).__name__}.handle returned an awaitable; {advice}")
+
+
 def check_processor(processor: TenantProcessor) -> None:
     """Refuse a processor the runner cannot run correctly, before any message is taken."""
     handle = getattr(processor, "handle", None)
@@ -164,4 +175,4 @@ def check_processor(processor: TenantProcessor) -> None:
     binding_for(processor)  # a model it cannot validate with, or json_body = False with one
 
 
-__all__ = ["HandlerContext", "TenantProcessor", "check_processor"]
+__all__ = ["HandlerContext", "TenantProcessor", "check_processor", "refuse_unawaited"]
