@@ -24,6 +24,14 @@ TOKEN_EPSILON: Final = 1e-9
 OVERSIZE_MARGIN_S: Final = 0.001
 
 
+def check_idle_s(owner: str, idle_s: object) -> float:
+    """How long an unused bucket is kept, seconds: a finite number > 0, else ConfigError naming
+    owner (the class keeping the buckets)."""
+    if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
+        raise ConfigError(f"{owner} idle_s must be a positive number, got {idle_s!r}")
+    return float(idle_s)
+
+
 def check_limit(owner: object, name: str, zero_means: str) -> int | float:
     """owner.name, refused (ConfigError naming both) unless a finite number >= 0."""
     value: object = getattr(owner, name)
@@ -164,12 +172,8 @@ class TokenBucketLimiter:
         idle_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
-            raise ConfigError(
-                f"TokenBucketLimiter idle_s must be a positive number, got {idle_s!r}"
-            )
+        self._idle_s = check_idle_s("TokenBucketLimiter", idle_s)
         self._policies = PolicyTable(default)
-        self._idle_s = float(idle_s)
         self._clock = clock
         self._buckets: dict[tuple[TenantId, str], _Bucket] = {}
         self._lock = threading.Lock()

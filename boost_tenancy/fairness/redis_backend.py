@@ -25,6 +25,7 @@ from boost_tenancy.fairness.rates import (
     Admission,
     PolicyTable,
     RatePolicy,
+    check_idle_s,
     check_units,
 )
 from boost_tenancy.storage import redact_url
@@ -312,11 +313,9 @@ class RedisTokenBucketLimiter:
         idle_s: float = 600.0,
         breaker: CircuitBreaker | None = None,
     ) -> None:
-        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
-            raise ConfigError(f"idle_s must be a positive number, got {idle_s!r}")
         self._client = client
         self._prefix = check_prefix(prefix)
-        self._idle_ms = max(1, round(idle_s * 1000))
+        self._idle_ms = max(1, round(check_idle_s("RedisTokenBucketLimiter", idle_s) * 1000))
         self._policies = PolicyTable(default)
         self._take = client.register_script(_TAKE_LUA)
         self._breaker = breaker if breaker is not None else redis_breaker()

@@ -13,7 +13,6 @@ the next check resolves them again.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,11 +22,10 @@ import structlog
 
 from boost_tenancy.errors import (
     BacklogQuotaExceededError,
-    ConfigError,
     MessageTooLargeError,
     PublishRateExceededError,
 )
-from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step
+from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step, check_idle_s
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.quotas.backlog import BacklogSource
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
@@ -152,15 +150,13 @@ class PublishGuard:
         backlog: BacklogSource | None = None,
         shared: RedisPublishBuckets | None = None,
     ) -> None:
-        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
-            raise ConfigError(f"PublishGuard idle_s must be a positive number, got {idle_s!r}")
         self._on_refused = on_refused
         self._policy_of = policy_of
         self._backlog = backlog
         self._shared = shared
         self._shared_down = False
         self._clock = clock
-        self._idle_s = float(idle_s)
+        self._idle_s = check_idle_s("PublishGuard", idle_s)
         self._lock = threading.Lock()
         self._limits: dict[tuple[TenantId | None, str | None], PublishLimits] = {}
         self._queues_limited: frozenset[str] = frozenset()

@@ -6,14 +6,13 @@ Lua script, all or nothing, with the fairness layer's bucket arithmetic and the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.breaker import CircuitBreaker
-from boost_tenancy.fairness.rates import OVERSIZE_MARGIN_S, TOKEN_EPSILON
+from boost_tenancy.fairness.rates import OVERSIZE_MARGIN_S, TOKEN_EPSILON, check_idle_s
 from boost_tenancy.fairness.redis_backend import (
     BUCKET_LUA,
     DEFAULT_PREFIX,
@@ -107,12 +106,10 @@ class RedisPublishBuckets:
         idle_s: float = 600.0,
         breaker: CircuitBreaker | None = None,
     ) -> None:
-        if not (isinstance(idle_s, int | float) and math.isfinite(idle_s) and idle_s > 0):
-            raise ConfigError(f"idle_s must be a positive number, got {idle_s!r}")
         self._client = client
         self._prefix = check_prefix(prefix)
         self._head = (
-            repr(max(1, round(idle_s * 1000))),
+            repr(max(1, round(check_idle_s("RedisPublishBuckets", idle_s) * 1000))),
             repr(TOKEN_EPSILON),
             repr(OVERSIZE_MARGIN_S),
         )
