@@ -49,12 +49,31 @@ def read_expiry(value: object) -> int | None:
     return value if 0 < value <= LATEST_EXPIRY_MS else None
 
 
+def expiry_after(ttl_ms: int | None, now: int | None = None) -> int | None:
+    """The absolute expiry (epoch milliseconds) of a message with a time-to-live of ttl_ms sent
+    at now (epoch milliseconds, the wall clock by default); None for no time-to-live."""
+    if ttl_ms is None:
+        return None
+    return (now_ms() if now is None else now) + ttl_ms
+
+
 class ExpiryPolicy(Protocol):
     """The expiry a tenant's message sent now gets, or None; quotas.MessageTtl is the toolkit's."""
+
+    def ttl_ms_of(self, tenant: TenantId) -> int | None:
+        """The tenant's time-to-live in milliseconds, or None: its messages never expire."""
+        ...
 
     def expiry_of(self, tenant: TenantId, now: int | None = None) -> int | None:
         """Epoch milliseconds (now: the wall clock in epoch milliseconds, by default now_ms())."""
         ...
 
 
-__all__ = ["LATEST_EXPIRY_MS", "ExpiryPolicy", "check_expiry", "now_ms", "read_expiry"]
+__all__ = [
+    "LATEST_EXPIRY_MS",
+    "ExpiryPolicy",
+    "check_expiry",
+    "expiry_after",
+    "now_ms",
+    "read_expiry",
+]

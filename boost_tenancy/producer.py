@@ -103,8 +103,7 @@ class TenantProducer:
         """The time-to-live, in seconds, of what this producer sends for tenant now; 0: none."""
         if self._ttl is None:
             return 0.0
-        # An expiry computed at the epoch is the time-to-live itself.
-        ttl_ms = self._ttl.expiry_of(TenantId.parse(tenant), now=0)
+        ttl_ms = self._ttl.ttl_ms_of(TenantId.parse(tenant))
         return 0.0 if ttl_ms is None else ttl_ms / 1000
 
     def send(

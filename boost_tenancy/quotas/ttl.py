@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from boost_tenancy.envvars import env_float
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.expiry import now_ms
+from boost_tenancy.expiry import expiry_after
 from boost_tenancy.tenancy import TenantId
 
 if TYPE_CHECKING:  # quotas.policy imports this module
@@ -80,10 +80,7 @@ class MessageTtl:
     def expiry_of(self, tenant: TenantId, now: int | None = None) -> int | None:
         """The absolute expiry (epoch milliseconds) of a message tenant sends at now (epoch
         milliseconds, the wall clock by default), or None."""
-        ttl_ms = self.ttl_ms_of(tenant)
-        if ttl_ms is None:
-            return None
-        return (now_ms() if now is None else now) + ttl_ms
+        return expiry_after(self.ttl_ms_of(tenant), now)
 
     def for_tenant(self, tenant: TenantId | str, seconds: float) -> MessageTtl:
         """This value with tenant's time-to-live set to seconds (0: its messages never expire,
@@ -117,10 +114,7 @@ class PolicyTtl:
 
     def expiry_of(self, tenant: TenantId, now: int | None = None) -> int | None:
         """The absolute expiry (epoch milliseconds) of a message tenant sends at now, or None."""
-        ttl_ms = self.ttl_ms_of(tenant)
-        if ttl_ms is None:
-            return None
-        return (now_ms() if now is None else now) + ttl_ms
+        return expiry_after(self.ttl_ms_of(tenant), now)
 
 
 def effective_ttl(
