@@ -17,8 +17,8 @@ never forwarded. Both names are Java identifiers (JMS property names) and plain 
 from __future__ import annotations
 
 import contextvars
+import random
 import re
-import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,8 +93,12 @@ class TraceContext:
     def new(cls) -> TraceContext:
         """A new trace, for a message sent outside any. Flagged sampled ("the caller may have
         recorded"), so the first service that records spans with a parent-based sampler keeps
-        the rest of the trace instead of dropping it."""
-        return cls(secrets.token_hex(16), secrets.token_hex(8))
+        the rest of the trace instead of dropping it.
+
+        The ids come from `random` (seeded from the system's entropy, and again in a forked
+        child), as OpenTelemetry's SDK makes its own: they must be unique, not secret, and a
+        system call for each (`secrets`) cost two per message sent outside a trace."""
+        return cls(f"{random.getrandbits(128) or 1:032x}", f"{random.getrandbits(64) or 1:016x}")
 
     @classmethod
     def parse(cls, traceparent: object, tracestate: object = None) -> TraceContext | None:
@@ -263,22 +267,26 @@ class Processing:
             if incoming is not None:
                 remote = _span_context(incoming)
                 parent = _otel.set_span_in_context(_otel.NonRecordingSpan(remote), parent)
-            span = _tracer().start_span(
-                f"process {queue}",
-                context=parent,
-                kind=_otel.SpanKind.CONSUMER,
-                attributes={
-                    "messaging.system": MESSAGING_SYSTEM,
-                    "messaging.operation.type": "process",
-                    "messaging.operation.name": "process",
-                    "messaging.destination.name": destination,
-                    "messaging.message.id": message_id,
-                    "messaging.message.conversation_id": correlation_id,
-                    TENANT_ATTRIBUTE: tenant,
-                    QUEUE_ATTRIBUTE: queue,
-                    "boost.attempt": attempt,
-                },
-            )
+            span: _otel.Span
+            if _provider_set():
+                span = _tracer().start_span(
+                    f"process {queue}",
+                    context=parent,
+                    kind=_otel.SpanKind.CONSUMER,
+                    attributes={
+                        "messaging.system": MESSAGING_SYSTEM,
+                        "messaging.operation.type": "process",
+                        "messaging.operation.name": "process",
+                        "messaging.destination.name": destination,
+                        "messaging.message.id": message_id,
+                        "messaging.message.conversation_id": correlation_id,
+                        TENANT_ATTRIBUTE: tenant,
+                        QUEUE_ATTRIBUTE: queue,
+                        "boost.attempt": attempt,
+                    },
+                )
+            else:  # what the API's no-op tracer gives back, built without asking it
+                span = _otel.NonRecordingSpan(remote or _otel.INVALID_SPAN_CONTEXT)
             self._span = span
             self._otel_token = _otel_context.attach(_otel.set_span_in_context(span, parent))
             # A no-op tracer (the API without an SDK) gives back the parent's context, or an
@@ -319,6 +327,15 @@ class Processing:
 
 
 _process_tracer: _otel.Tracer | None = None
+
+
+def _provider_set() -> bool:
+    """Whether an application set a tracer provider. Until one is set, OpenTelemetry's API
+    hands out non-recording spans carrying the parent's context: the dispatcher builds that
+    span itself, at a fraction of the cost of asking the tracer for it on every message."""
+    return not isinstance(
+        _otel.get_tracer_provider(), (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider)
+    )
 
 
 def _tracer() -> _otel.Tracer:

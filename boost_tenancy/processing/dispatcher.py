@@ -6,6 +6,7 @@ chain around the handler and hands the outcome to the Settler, which carries it 
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +131,15 @@ class Dispatcher:
         return Ack(outputs=ctx.outputs)
 
     def dispatch(self, tenant: TenantId, delivery: Delivery) -> str:
-        """Handle one delivery made to tenant's subscription; returns the outcome's name."""
+        """Handle one delivery made to tenant's subscription; returns the outcome's name.
+
+        It runs in a copy of the caller's context: what it binds for its logs and its trace
+        is gone when it returns, with nothing to undo (half the cost of binding and resetting
+        each variable, on every message).
+        """
+        return contextvars.copy_context().run(self._dispatch, tenant, delivery)
+
+    def _dispatch(self, tenant: TenantId, delivery: Delivery) -> str:
         if not self._transport.is_live(delivery):
             log.info("delivery_skipped_stale", queue=delivery.queue)
             return "stale"
@@ -154,9 +163,8 @@ class Dispatcher:
             correlation_id=correlation_id,
             attempt=attempt,
         )
-        # bind/reset rather than bound_contextvars: a third of the cost, on every message; the
-        # trace id with the rest, in one call.
-        tokens = structlog.contextvars.bind_contextvars(
+        # The trace id with the rest, in one call; the context copy drops them (dispatch).
+        structlog.contextvars.bind_contextvars(
             tenant=tenant.value,
             queue=queue,
             message_id=message_id,
@@ -195,7 +203,6 @@ class Dispatcher:
             return settled
         finally:
             trace.end()
-            structlog.contextvars.reset_contextvars(**tokens)
 
     def defer(self, tenant: TenantId, delivery: Delivery, delay_ms: int, reason: str) -> str:
         """Put a delivery back without running it or counting an attempt (the fairness gate
