@@ -84,6 +84,7 @@ def run_processor(
             settings=settings.runner,
             routing=settings.routing,
             default_tenant=settings.default_tenant,
+            route_at_send=settings.send_routes,
             gate=fairness.gate,
             observers=fairness.observers,
             middleware=fairness.middleware,

@@ -71,6 +71,10 @@ class AppSettings:
     default_tenant: TenantId | None = None
     """BOOST_DEFAULT_TENANT: the tenant the router gives a message sent to a routed shared queue
     with no tenantUUID at all (legacy producers); None quarantines it."""
+    send_routes: bool = True
+    """BOOST_SEND_ROUTES (on by default): runners make the broker store their tenants' messages
+    sent to a routed shared queue in the tenants' queues at send time, where it can be told so
+    at run time (Artemis: ops/send_routes.py); off leaves every such message to the router."""
     fairness: FairnessSettings | None = field(default_factory=FairnessSettings)
     """The limits (on by default); None when BOOST_FAIRNESS=off."""
     metrics_port: int = 0
@@ -167,6 +171,11 @@ class AppSettings:
             log_level=log_level,
             routing=routing_from_env(env),
             default_tenant=default_tenant_from_env(env),
+            send_routes=(
+                env_flag(env, "BOOST_SEND_ROUTES")
+                if env.get("BOOST_SEND_ROUTES", "").strip()
+                else True
+            ),
             fairness=fairness_from_env(env),
             metrics_port=metrics_port,
             metrics_host=_metrics_host(env, metrics_port),

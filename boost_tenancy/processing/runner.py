@@ -24,6 +24,7 @@ from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.messages import PublishCheck, check_queue_name
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
+from boost_tenancy.ops.send_routes import install_send_routes, routes_of
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, EventLoopSettings
 from boost_tenancy.processing.aio import needs_event_loop as _needs_event_loop
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
@@ -157,6 +158,7 @@ class ProcessorRunner:
         routing: Routing = DEFAULT_ROUTING,
         redrive_parked: bool = True,
         route_shared: bool = True,
+        route_at_send: bool = True,
         default_tenant: TenantId | str | None = None,
         publish_guard: PublishCheck | None = None,
         message_ttl: ExpiryPolicy | None = None,
@@ -169,6 +171,11 @@ class ProcessorRunner:
         route_shared runs a TenantRouter for the processor's routed queues, whatever tenants
         this runner serves: every message sent to their shared queue goes to its tenant's queue,
         a message without a tenantUUID to default_tenant's when one is given (else quarantined).
+
+        route_at_send: where the broker takes routes at run time (the transport's
+        send_time_routes: Artemis), start() has it store this runner's tenants' messages sent
+        to the shared queues in their own queues at once (ops/send_routes.py); the router then
+        takes only what no route matches.
 
         publish_guard and message_ttl apply to what handlers publish (ctx.publish): their
         tenant's publishing limits, and the expiry its time-to-live gives each message.
@@ -206,6 +213,11 @@ class ProcessorRunner:
                 default_tenant=default_tenant,
                 observers=observers,
             )
+        self._send_routes = (
+            routes_of(routing, processor.queues, self._tenants) if route_at_send else []
+        )
+        self.send_routes_added: int | None = None
+        """How many routes start() added on the broker (0: all were there); None: none made."""
         self._redrive: ParkedRedrive | None = None
         if redrive_parked:
             self._redrive = ParkedRedrive(
@@ -309,6 +321,8 @@ class ProcessorRunner:
         except BaseException:
             self._transport.close()
             raise
+        # Before subscribing: the tenants' queues exist, and new messages go there, from now on.
+        self.send_routes_added = install_send_routes(self._transport, self._send_routes)
         if self._event_loop is not None:
             self._event_loop.start()
         for index in range(self._settings.workers):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.selectors import SelectorLike, tenant_selector
 from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
     FlowControl,
@@ -25,10 +25,18 @@ from boost_tenancy.testing.wire import (
     as_sent,
     broker_dead_letter,
     check_modelled,
+    diverted_copy,
     flow_control,
     message_headers,
 )
-from boost_tenancy.transports.base import Delivery, ListedQueue, OnDelivery, QueueStats
+from boost_tenancy.transports.artemis_management import divert_name
+from boost_tenancy.transports.base import (
+    Delivery,
+    ListedQueue,
+    OnDelivery,
+    QueueStats,
+    SendRoute,
+)
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import delivery_of
 
@@ -89,6 +97,10 @@ class InMemoryBroker:
     has passed is never delivered: when it would be, Classic moves a persistent one to
     ActiveMQ.DLQ and drops a non-persistent one; Artemis moves it to expiry_address, or drops
     it when that is None (testing/expiry.py).
+    Artemis's exclusive diverts (install_diverts, transports/artemis_management.py): a message
+    stored to a diverted queue that matches a divert's filter is stored in its target instead,
+    as a copy carrying _AMQ_ORIG_ADDRESS, _AMQ_ORIG_QUEUE (the divert's name) and
+    _AMQ_ORIG_MESSAGE_ID; one that matches none stays on the queue it was sent to.
     """
 
     def __init__(
@@ -113,6 +125,7 @@ class InMemoryBroker:
         self._consumers: list[Consumer] = []
         self._seq = itertools.count(1)
         self._rr = itertools.count()
+        self._diverts: dict[str, dict[str, tuple[SelectorLike, str]]] = {}
         self._closed = False
         self._thread = threading.Thread(
             target=self._dispatch_loop, name="memory-broker", daemon=True
@@ -140,8 +153,39 @@ class InMemoryBroker:
             now = self._clock()
             for queue, sent, delay_ms in items:
                 delay = delay_ms or _scheduled_delay(sent.message.properties)
-                self._insert(_Stored(next(self._seq), queue, sent, now + delay / 1000.0))
+                seq = next(self._seq)
+                target, routed = self._diverted(queue, sent, seq)
+                self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
             self._cond.notify_all()
+
+    def install_diverts(self, routes: Sequence[SendRoute]) -> int:
+        """Artemis only: an exclusive divert per route (named as artemis_management names it),
+        its target queue created first; a divert of that name already there is kept as it is
+        (Artemis's createDivert does nothing then). Returns how many were added."""
+        if self.flavour is not BrokerFlavour.ARTEMIS:
+            raise ValueError(f"{self.flavour.value} has no diverts")
+        added = 0
+        with self._cond:
+            for route in routes:
+                self._queues.setdefault(route.source, [])
+                self._queues.setdefault(route.target, [])
+                diverts = self._diverts.setdefault(route.source, {})
+                name = divert_name(route)
+                if name not in diverts:
+                    diverts[name] = (tenant_selector(route.tenant), route.target)
+                    added += 1
+        return added
+
+    def diverts(self, queue: str) -> dict[str, str]:
+        """The diverts on queue's address: target queue by divert name."""
+        with self._cond:
+            return {name: target for name, (_, target) in self._diverts.get(queue, {}).items()}
+
+    def _diverted(self, queue: str, sent: Sent, seq: int) -> tuple[str, Sent]:
+        for name, (selector, target) in self._diverts.get(queue, {}).items():
+            if selector.matches(sent.message.properties):
+                return target, diverted_copy(sent, address=queue, divert=name, message_id=str(seq))
+        return queue, sent
 
     def _insert(self, stored: _Stored) -> None:
         bisect.insort(self._queues.setdefault(stored.queue, []), stored)

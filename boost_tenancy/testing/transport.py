@@ -20,6 +20,7 @@ from boost_tenancy.transports.base import (
     OnDelivery,
     Outgoing,
     QueueStats,
+    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
@@ -254,6 +255,15 @@ class InMemoryTransport:
                 f"{self._broker.flavour.value} lists no queues over STOMP"
             )
         return self._broker.list_queues([check_queue_prefix(p) for p in prefixes])
+
+    # -- routes at send time (Artemis) ------------------------------------------------------------
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Artemis's exclusive diverts (SendRouteInstaller); refused on the Classic model, whose
+        capabilities do not declare send_time_routes."""
+        self._require_connected()
+        if not self.capabilities.send_time_routes:
+            raise TransportError(f"{self._broker.flavour.value} takes no routes at run time")
+        return self._broker.install_diverts(routes)
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

@@ -154,13 +154,25 @@ def message_headers(
     return headers
 
 
+def diverted_copy(sent: Sent, *, address: str, divert: str, message_id: str) -> Sent:
+    """The copy an Artemis divert routes to its forwarding address (DivertImpl.route: a new
+    message referencing the original), its properties, body and expiry the original's."""
+    return _artemis_copy(sent, address=address, queue=divert, message_id=message_id, expires=True)
+
+
 def broker_dead_letter(sent: Sent, *, queue: str, message_id: str) -> Sent:
     """The copy Artemis moves to its dead-letter address after max-delivery-attempts; without
     an expiry, as Artemis resets it on every copy it moves (QueueImpl.makeCopy)."""
+    return _artemis_copy(sent, address=queue, queue=queue, message_id=message_id, expires=False)
+
+
+def _artemis_copy(sent: Sent, *, address: str, queue: str, message_id: str, expires: bool) -> Sent:
+    """A copy Artemis makes of a message (Message.referenceOriginalMessage): the original's
+    address, queue and id as _AMQ_ORIG_* properties."""
     properties = {
         **sent.message.properties,
         "_AMQ_ORIG_QUEUE": queue,
-        "_AMQ_ORIG_ADDRESS": queue,
+        "_AMQ_ORIG_ADDRESS": address,
         "_AMQ_ORIG_MESSAGE_ID": message_id,
     }
     message = WireMessage(
@@ -168,5 +180,6 @@ def broker_dead_letter(sent: Sent, *, queue: str, message_id: str) -> Sent:
         properties=properties,
         correlation_id=sent.message.correlation_id,
         persistent=sent.message.persistent,
+        expires_at_ms=sent.message.expires_at_ms if expires else None,
     )
     return Sent(message, sent.body, sent.body_headers)

@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
 from boost_tenancy.messages import Body, WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.tenancy import TenantId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +59,13 @@ class TransportCapabilities:
     a prefix, with its counts and consumers (Classic's statistics plugin asked with a wildcard).
     Read by ops.queue_admin through queue_lister; where it is False the tenant's queues cannot
     be listed nor a drain watched, and those commands refuse with the capability named."""
+
+    send_time_routes: bool = False
+    """The transport implements SendRouteInstaller: the broker can be told at run time to store
+    a tenant's messages sent to a shared queue in the tenant's queue (Artemis: an exclusive
+    divert per tenant, made through its management address). Read by the ProcessorRunner,
+    which installs its tenants' routes at start where it holds; elsewhere the TenantRouter
+    moves those messages after they are stored (docs/fairness.md)."""
 
     def guard_selector(self, selector: SelectorLike) -> SelectorLike | None:
         """selector where the broker applies it, else None: for reads kept apart by the tenant
@@ -128,6 +136,15 @@ class SubscribeRequest:
     selector: SelectorLike | None
     prefetch: int
     on_delivery: OnDelivery
+
+
+@dataclass(frozen=True, slots=True)
+class SendRoute:
+    """Messages of tenant sent to the shared queue source are stored in target instead."""
+
+    source: str
+    tenant: TenantId
+    target: str
 
 
 class Outgoing(NamedTuple):
@@ -276,6 +293,26 @@ def check_queue_prefix(prefix: str) -> str:
         raise ConfigError(f"invalid queue prefix {prefix!r}: expected a queue name and a dot")
     check_queue_name(prefix[:-1])
     return prefix
+
+
+@runtime_checkable
+class SendRouteInstaller(Protocol):
+    """The optional operation of a transport whose capabilities declare send_time_routes."""
+
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Make the broker route each tenant's messages sent to route.source into route.target
+        from now on, creating target where it is missing; routes already in place are kept.
+        Returns how many routes were added. Raises TransportError when the broker refuses (a
+        missing permission) or the connection fails."""
+        ...
+
+
+def send_route_installer(transport: Transport) -> SendRouteInstaller | None:
+    """transport as a SendRouteInstaller where its capabilities declare send_time_routes (read
+    them after connect()), else None."""
+    if transport.capabilities.send_time_routes and isinstance(transport, SendRouteInstaller):
+        return transport
+    return None
 
 
 def queue_lister(transport: Transport) -> QueueLister:

@@ -11,6 +11,8 @@ import time
 import uuid
 from typing import Any
 
+import pytest
+
 from boost_tenancy import (
     DispatchSettings,
     HandlerContext,
@@ -336,11 +338,13 @@ def test_raw_sends_to_the_shared_queue_are_stored_per_tenant_and_tenantless_ones
     raw_send(transport_factory, queue, {"n": "bad"}, tenantUUID=INVALID_TENANT)
     router = runner.router
     assert router is not None
+    # Where the broker routes at send time (Artemis), A's messages never reach the router.
+    routed = {TenantId(b): per_tenant}
+    if runner.send_routes_added is None:
+        routed[TenantId(a)] = per_tenant
     assert wait_until(
         lambda: (
-            processor.count() == per_tenant
-            and router.routed == {TenantId(a): per_tenant, TenantId(b): per_tenant}
-            and router.quarantined == 2
+            processor.count() == per_tenant and router.routed == routed and router.quarantined == 2
         ),
         timeout=20,
     )
@@ -417,9 +421,10 @@ def test_runners_of_one_queue_compete_and_route_each_message_once(
     a, b = new_tenant("org-A"), new_tenant("org-B")
     count = 30
     first, second = Recorder(queue), Recorder(queue)
+    # The routers themselves: no diverts (Artemis would store every message apart at send time).
     runners = [
-        start_runner(transport_factory, first, [a], store),
-        start_runner(transport_factory, second, [b], store),
+        start_runner(transport_factory, first, [a], store, route_at_send=False),
+        start_runner(transport_factory, second, [b], store, route_at_send=False),
     ]
     for n in range(count):
         raw_send(transport_factory, queue, {"n": n}, tenantUUID=a if n % 2 else b)
@@ -438,7 +443,9 @@ def test_a_runner_told_not_to_route_leaves_the_shared_queue_alone(
     queue = unique_queue("cmd")
     a = new_tenant("org-A")
     processor = Recorder(queue)
-    runner = start_runner(transport_factory, processor, [a], store, route_shared=False)
+    runner = start_runner(
+        transport_factory, processor, [a], store, route_shared=False, route_at_send=False
+    )
     assert runner.router is None
     producer = TenantProducer(transport_factory())
     producer.send(queue, a, {"n": "direct"})  # a toolkit producer skips the router anyway
@@ -448,3 +455,38 @@ def test_a_runner_told_not_to_route_leaves_the_shared_queue_alone(
     shared = collect(transport_factory, queue)
     assert wait_until(lambda: len(shared) == 1)
     assert [seen[3]["n"] for seen in processor.seen] == ["direct"]
+
+
+def test_where_the_broker_routes_at_send_a_runners_tenants_need_no_router(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    """Artemis: the runner's exclusive diverts store its tenants' messages sent to the shared
+    queue in their own queues; what no divert matches stays on the shared queue."""
+    if not transport_factory().capabilities.send_time_routes:
+        pytest.skip("the broker takes no routes at run time (send_time_routes)")
+    queue = unique_queue("cmd")
+    a, b = new_tenant("org-A"), new_tenant("org-B")
+    processor = Recorder(queue)
+    runner = start_runner(transport_factory, processor, [a, b], store, route_shared=False)
+    try:
+        assert runner.send_routes_added == 2
+        for n in range(3):
+            raw_send(transport_factory, queue, {"n": n}, tenantUUID=a)
+            raw_send(transport_factory, queue, {"n": n}, tenantUUID=b)
+        raw_send(transport_factory, queue, {"n": "other"}, tenantUUID=new_tenant("org-C"))
+        assert wait_until(lambda: processor.count() == 6, timeout=20)
+    finally:
+        runner.stop(grace_s=5)
+    # In the order sent, each tenant under the logical queue; no router ran.
+    for tenant in (a, b):
+        assert [seen[3]["n"] for seen in processor.seen if seen[0] == tenant] == [0, 1, 2]
+    assert {seen[1] for seen in processor.seen} == {queue}
+    shared = collect(transport_factory, queue)
+    assert wait_until(lambda: len(shared) == 1)
+    assert json.loads(str(shared.items[0].body)) == {"n": "other"}
+    # Started again, the runner finds its routes in place.
+    again = start_runner(transport_factory, Recorder(queue), [a, b], store, route_shared=False)
+    try:
+        assert again.send_routes_added == 0
+    finally:
+        again.stop(grace_s=5)

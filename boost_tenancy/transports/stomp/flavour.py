@@ -89,6 +89,9 @@ _CAPABILITIES: Final = {
         queue_statistics=flavour is BrokerFlavour.CLASSIC,
         # The same plugin asked with a wildcard answers once per matching queue.
         queue_listing=flavour is BrokerFlavour.CLASSIC,
+        # Artemis's exclusive diverts, made through its management address
+        # (stomp/management.py); Classic routes at send time only from its configuration.
+        send_time_routes=flavour is BrokerFlavour.ARTEMIS,
     )
     for flavour in BrokerFlavour
 }

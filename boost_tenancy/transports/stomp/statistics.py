@@ -25,7 +25,7 @@ from typing import Final
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.transports.base import ListedQueue, QueueStats, check_queue_prefix
-from boost_tenancy.transports.stomp.connection import StompConnection
+from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
 from boost_tenancy.transports.stomp.link import Link
@@ -205,19 +205,16 @@ class ClassicStatistics:
     def _session(self, destinations: list[str]) -> list[list[dict[str, object]]]:
         """The plugin's maps for each destination asked (a queue name or a wildcard), in order."""
         replies = _Replies()
-        connection = StompConnection(
-            self._settings, on_open=lambda link: None, on_message=replies.on_message
-        )
-        connection.connect()
-        try:
-            link = connection.current()
-            if link.flavour is not BrokerFlavour.CLASSIC:
-                raise QueueStatsUnavailableError(
-                    f"queue statistics over STOMP need ActiveMQ Classic, not {connection.server!r}"
-                )
+
+        def refused(server: str | None) -> QueueStatsUnavailableError:
+            return QueueStatsUnavailableError(
+                f"queue statistics over STOMP need ActiveMQ Classic, not {server!r}"
+            )
+
+        flavour = BrokerFlavour.CLASSIC
+        with side_connection(self._settings, replies.on_message, flavour, refused) as opened:
+            connection, link = opened
             return self._ask(connection, link, replies, destinations)
-        finally:
-            connection.close()
 
     def _ask(
         self, connection: StompConnection, link: Link, replies: _Replies, destinations: list[str]

@@ -19,6 +19,7 @@ from boost_tenancy.transports.base import (
     OnDelivery,
     Outgoing,
     QueueStats,
+    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
@@ -35,6 +36,7 @@ from boost_tenancy.transports.stomp.frames import (
     send_frame,
 )
 from boost_tenancy.transports.stomp.link import Link
+from boost_tenancy.transports.stomp.management import ArtemisManagement
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.statistics import ClassicStatistics
@@ -371,6 +373,13 @@ class StompTransport:
         if not self.capabilities.queue_listing:
             raise QueueStatsUnavailableError(f"{self.flavour.value} lists no queues over STOMP")
         return ClassicStatistics(self._settings).list_queues(prefixes)
+
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
+        asked on a connection of their own (stomp/management.py)."""
+        if not self.capabilities.send_time_routes:
+            raise TransportError(f"{self.flavour.value} takes no routes at run time")
+        return ArtemisManagement(self._settings).install_send_routes(routes)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:

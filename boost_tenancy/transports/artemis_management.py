@@ -1,0 +1,161 @@
+"""Routing at send time on ActiveMQ Artemis: one exclusive divert per tenant on the shared
+address, created at run time through the broker's management address.
+
+A message a producer sends to the shared address `<queue>` that matches a tenant's divert
+(`tenantUUID = '<t>'`) is stored once, in `tenant.<t>.<queue>`, and never on the shared queue;
+one that matches none (an unknown tenant, no tenantUUID at all) is stored on the shared queue,
+where the runners' TenantRouter quarantines it or routes it to the default tenant, and counts it.
+That is Classic's composite queue with sendWhenNotMatched (ops/broker_routes.py), made by the
+runner for its own tenants instead of written into the broker's configuration.
+
+Why diverts and not filtered queues on the shared address: Artemis gives an ANYCAST message to
+exactly one of the address's queues whose filter matches, round robin (BindingsImpl.getNextBinding),
+so the shared queue itself, which has no filter, would take a share of every tenant's messages;
+exclusive bindings are tried before that routing (BindingsImpl.route, routeToExclusiveBindings),
+and a message one of them takes reaches no queue of the address.
+
+What Artemis does, read from its source (apache/activemq-artemis; this module is checked against
+an in-memory model of it, testing/memory.py, not against a running Artemis):
+- A management request is a message to `activemq.management` with the properties
+  _AMQ_ResourceName ("broker") and _AMQ_OperationName, a text body holding the JSON array of the
+  operation's parameters, and a reply-to; without a reply-to no reply is sent
+  (ServerSessionImpl.handleManagementMessage). The body must arrive as text: over STOMP, a SEND
+  without content-length. An overload is picked by the operation's name and the number of
+  parameters, booleans as JSON booleans (ManagementServiceImpl.invokeOperation).
+- The reply carries _AMQ_OperationSucceeded and a JSON array of one item, the result or the
+  error's text; an operation that returns nothing has no body.
+- createDivert on a name some binding (queue or divert) already has does nothing and still
+  answers success (ActiveMQServerImpl.deployDivert): divert names here never collide with a
+  queue name (`boost.divert.` prefix), and existing diverts are listed first (getDivertNames).
+- A divert whose forwarding address has no queue drops what it diverts: the tenant's queue is
+  created first (createQueue with ignoreIfExists), then its divert.
+- The diverted copy is a new message with _AMQ_ORIG_ADDRESS, _AMQ_ORIG_QUEUE (the divert's
+  name) and _AMQ_ORIG_MESSAGE_ID; its properties and body are the original's.
+- Diverts made through management are stored in the broker's journal and survive a restart.
+- The user needs the `manage` permission on activemq.management (and `send` there); without it
+  the request is refused and no reply comes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.transports.base import SendRoute
+
+MANAGEMENT_ADDRESS: Final = "activemq.management"
+RESOURCE_PROPERTY: Final = "_AMQ_ResourceName"
+OPERATION_PROPERTY: Final = "_AMQ_OperationName"
+SUCCEEDED_PROPERTY: Final = "_AMQ_OperationSucceeded"
+BROKER_RESOURCE: Final = "broker"
+DIVERT_PREFIX: Final = "boost.divert."
+"""Divert names: the target queue's name under this prefix, which no queue of the toolkit has."""
+REPLY_PREFIX: Final = "boost.management.reply."
+"""The queue a management session reads its replies from (one per session)."""
+
+
+class ManagementError(TransportError):
+    """The broker refused a management operation or answered with something unreadable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One operation of Artemis's broker control (ActiveMQServerControl) and its parameters."""
+
+    name: str
+    params: tuple[object, ...] = ()
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {RESOURCE_PROPERTY: BROKER_RESOURCE, OPERATION_PROPERTY: self.name}
+
+    @property
+    def body(self) -> str:
+        return json.dumps(list(self.params), separators=(",", ":"))
+
+
+def divert_name(route: SendRoute) -> str:
+    return DIVERT_PREFIX + route.target
+
+
+def list_diverts() -> Operation:
+    return Operation("getDivertNames")
+
+
+def create_queue(queue: str) -> Operation:
+    """A durable ANYCAST queue named as its address; nothing happens where it exists."""
+    config = {"name": queue, "address": queue, "routing-type": "ANYCAST", "durable": True}
+    return Operation("createQueue", (json.dumps(config), True))
+
+
+def create_divert(route: SendRoute) -> Operation:
+    """The exclusive divert of route's tenant from the shared address to its queue."""
+    config = {
+        "name": divert_name(route),
+        "address": route.source,
+        "forwarding-address": route.target,
+        "exclusive": True,
+        "filter-string": tenant_selector(route.tenant).render(),
+        "routing-type": "ANYCAST",
+    }
+    return Operation("createDivert", (json.dumps(config),))
+
+
+def operations(routes: Sequence[SendRoute], existing: Iterable[str]) -> list[Operation]:
+    """What makes every route in place, given the names of the diverts the broker has: each
+    shared queue (so its address exists: a divert on a missing address is dropped silently)
+    and each tenant queue, then each missing divert after its queue."""
+    have = set(existing)
+    ops: list[Operation] = []
+    for queue in dict.fromkeys(route.source for route in routes):
+        ops.append(create_queue(queue))
+    for route in routes:
+        if divert_name(route) in have:
+            continue
+        ops.append(create_queue(route.target))
+        ops.append(create_divert(route))
+    return ops
+
+
+def read_reply(operation: Operation, properties: Mapping[str, str], body: str | None) -> object:
+    """The result of operation from its reply (None for an operation that returns nothing);
+    ManagementError with the broker's text when it failed."""
+    succeeded = str(properties.get(SUCCEEDED_PROPERTY, "")).lower()
+    result: object = None
+    if body:
+        try:
+            decoded = json.loads(body)
+        except ValueError as exc:
+            raise ManagementError(
+                f"Artemis management reply to {operation.name} is not JSON: {body[:200]!r}"
+            ) from exc
+        result = decoded[0] if isinstance(decoded, list) and decoded else decoded
+    if succeeded != "true":
+        raise ManagementError(f"Artemis refused management operation {operation.name}: {result}")
+    return result
+
+
+def divert_names(result: object) -> list[str]:
+    """getDivertNames's result: a list of names."""
+    if not isinstance(result, list) or not all(isinstance(n, str) for n in result):
+        raise ManagementError(f"Artemis listed diverts as {result!r}, not a list of names")
+    return list(result)
+
+
+__all__ = [
+    "DIVERT_PREFIX",
+    "MANAGEMENT_ADDRESS",
+    "ManagementError",
+    "Operation",
+    "create_divert",
+    "create_queue",
+    "divert_name",
+    "divert_names",
+    "list_diverts",
+    "operations",
+    "read_reply",
+]

@@ -1,0 +1,155 @@
+"""Artemis's management operations over a STOMP connection of their own: the requests of
+transports/artemis_management.py sent to activemq.management, the replies read from a queue of
+the session's own.
+
+One connection per call, as for Classic's statistics (statistics.py): a refused request (no
+`manage` permission) may end the connection with an ERROR frame, which must not take the
+transport's subscriptions with it. The reply queue is an ordinary ANYCAST queue, created by the
+SUBSCRIBE (auto-create, Artemis's default) before any request names it as reply-to, and deleted
+by Artemis once the session is gone and it is empty (auto-delete, the default too). Requests go
+out together and Artemis runs them in order, so a tenant's queue exists before its divert.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.artemis_management import (
+    MANAGEMENT_ADDRESS,
+    REPLY_PREFIX,
+    Operation,
+    divert_names,
+    list_diverts,
+    operations,
+    read_reply,
+)
+from boost_tenancy.transports.base import SendRoute
+from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
+from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
+from boost_tenancy.transports.stomp.link import Link
+from boost_tenancy.transports.stomp.receipts import new_receipt
+from boost_tenancy.transports.stomp.settings import StompSettings
+
+_POLL_S = 0.05
+
+
+class _Replies:
+    """Replies by correlation id, filled on the receiving thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._replies: dict[str, tuple[dict[str, str], str]] = {}
+
+    def on_message(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        correlation = headers.get("correlation-id")
+        if correlation is None:
+            return
+        with self._cond:
+            self._replies[correlation] = (dict(headers), body.decode("utf-8", "replace"))
+            self._cond.notify_all()
+
+    def wait(
+        self, correlations: Sequence[str], timeout_s: float, alive: Callable[[], bool]
+    ) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not all(c in self._replies for c in correlations):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not alive():
+                    return False
+                self._cond.wait(min(remaining, _POLL_S))
+            return True
+
+    def get(self, correlation: str) -> tuple[dict[str, str], str]:
+        with self._cond:
+            return self._replies[correlation]
+
+
+class ArtemisManagement:
+    """Installs send-time routes on the Artemis broker the settings point at."""
+
+    def __init__(self, settings: StompSettings) -> None:
+        self._settings = settings
+
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Create what is missing of routes (SendRouteInstaller); returns the diverts added."""
+        if not routes:
+            return 0
+        replies = _Replies()
+
+        def refused(server: str | None) -> TransportError:
+            return TransportError(f"routes at send time need ActiveMQ Artemis, not {server!r}")
+
+        flavour = BrokerFlavour.ARTEMIS
+        with side_connection(self._settings, replies.on_message, flavour, refused) as opened:
+            connection, link = opened
+            session = _Session(connection, link, replies, self._settings.receipt_timeout_s)
+            existing = divert_names(session.run([list_diverts()])[0])
+            ops = operations(routes, existing)
+            session.run(ops)
+            return sum(1 for op in ops if op.name == "createDivert")
+
+
+class _Session:
+    def __init__(
+        self, connection: StompConnection, link: Link, replies: _Replies, timeout_s: float
+    ) -> None:
+        self._connection = connection
+        self._link = link
+        self._replies = replies
+        self._timeout_s = timeout_s
+        self._reply_to = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
+        receipt = new_receipt()
+        subscribe = {
+            "destination": QUEUE_PREFIX + self._reply_to,
+            "id": "management",
+            "ack": "auto",
+            "receipt": receipt,
+        }
+        connection.confirm(link, [encode_frame("SUBSCRIBE", subscribe)], receipt, "reply queue")
+
+    def _alive(self) -> bool:
+        live = self._connection.live()
+        return live is not None and live.generation == self._link.generation
+
+    def run(self, ops: Sequence[Operation]) -> list[object]:
+        """Send every operation at once, then read their results in order; the first refused
+        one raises ManagementError with the broker's text."""
+        if not ops:
+            return []
+        correlations = [f"management-{uuid.uuid4().hex}" for _ in ops]
+        receipt = new_receipt()
+        frames = [
+            encode_frame(
+                "SEND",
+                # No content-length: Artemis reads the JSON parameters only from a text body.
+                {
+                    "destination": MANAGEMENT_ADDRESS,
+                    "reply-to": self._reply_to,
+                    "correlation-id": correlation,
+                    **op.properties,
+                }
+                | ({"receipt": receipt} if i == len(ops) - 1 else {}),
+                op.body.encode(),
+            )
+            for i, (op, correlation) in enumerate(zip(ops, correlations, strict=True))
+        ]
+        what = f"{len(ops)} management request(s)"
+        self._connection.confirm(self._link, frames, receipt, what)
+        if not self._replies.wait(correlations, self._timeout_s, self._alive):
+            raise TransportError(
+                f"Artemis answered {what} only in part within {self._timeout_s}s (the user needs "
+                f"the manage permission on {MANAGEMENT_ADDRESS})"
+            )
+        return [
+            read_reply(op, *self._replies.get(correlation))
+            for op, correlation in zip(ops, correlations, strict=True)
+        ]
+
+
+__all__ = ["ArtemisManagement"]

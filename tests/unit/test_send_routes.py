@@ -1,0 +1,303 @@
+"""Routes at send time on Artemis (exclusive diverts made through the management address): the
+requests and replies, the in-memory model of what Artemis does with them, the STOMP session that
+asks, and the runner that installs its tenants' routes at start.
+
+Checked against Artemis's source and the in-memory model, not a running Artemis (none runs
+here): transports/artemis_management.py names the source of each behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from stomp.utils import parse_frame
+
+from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
+from boost_tenancy.config import AppSettings
+from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.resilience.dead_letter import quarantine_queue
+from boost_tenancy.resilience.error_store import ErrorStore
+from boost_tenancy.routing import Routing, Topology
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.artemis_management import (
+    MANAGEMENT_ADDRESS,
+    ManagementError,
+    Operation,
+    create_divert,
+    divert_name,
+    operations,
+    read_reply,
+)
+from boost_tenancy.transports.base import SendRoute, send_route_installer
+from boost_tenancy.transports.stomp import BrokerFlavour
+from boost_tenancy.transports.stomp.management import _Replies, _Session
+from tests.conftest import wait_until
+
+A, B = TenantId.parse("org-a"), TenantId.parse("org-b")
+SHARED = "cmd.docs"
+ROUTED = Routing(Topology.ROUTED)
+
+
+def route(tenant: TenantId, source: str = SHARED) -> SendRoute:
+    return SendRoute(source, tenant, ROUTED.physical(source, tenant))
+
+
+def message(tenant: str | None, body: str = "x") -> WireMessage:
+    properties = {} if tenant is None else {"tenantUUID": tenant}
+    return WireMessage(body=body, properties=properties)
+
+
+# -- requests and replies -------------------------------------------------------------------------
+
+
+def test_queues_come_before_their_diverts_and_existing_diverts_are_not_made_again() -> None:
+    ops = operations([route(A), route(B)], existing=[divert_name(route(B))])
+    assert [(op.name, json.loads(str(op.params[0]))["name"]) for op in ops] == [
+        ("createQueue", SHARED),
+        ("createQueue", "tenant.org-a.cmd.docs"),
+        ("createDivert", "boost.divert.tenant.org-a.cmd.docs"),
+    ]
+    # ignoreIfExists as a JSON boolean: a string would pick another overload of createQueue.
+    assert json.loads(ops[0].body)[1] is True
+    assert ops[0].properties == {"_AMQ_ResourceName": "broker", "_AMQ_OperationName": "createQueue"}
+
+
+def test_a_divert_is_exclusive_anycast_and_filters_on_the_tenant() -> None:
+    (config,) = json.loads(create_divert(route(A)).body)
+    assert json.loads(config) == {
+        "name": "boost.divert.tenant.org-a.cmd.docs",
+        "address": SHARED,
+        "forwarding-address": "tenant.org-a.cmd.docs",
+        "exclusive": True,
+        "filter-string": "tenantUUID = 'org-a'",
+        "routing-type": "ANYCAST",
+    }
+
+
+def test_replies_give_the_result_or_raise_the_brokers_text() -> None:
+    op = Operation("getDivertNames")
+    assert read_reply(op, {"_AMQ_OperationSucceeded": "true"}, '[["d1"]]') == ["d1"]
+    assert read_reply(op, {"_AMQ_OperationSucceeded": "true"}, None) is None
+    with pytest.raises(ManagementError, match="AMQ229019: Queue x already exists"):
+        read_reply(
+            op, {"_AMQ_OperationSucceeded": "false"}, '["AMQ229019: Queue x already exists"]'
+        )
+    with pytest.raises(ManagementError, match="not JSON"):
+        read_reply(op, {"_AMQ_OperationSucceeded": "true"}, "<html>")
+    with pytest.raises(ManagementError, match="refused"):
+        read_reply(op, {}, None)  # a reply that does not say it succeeded
+
+
+# -- the in-memory model ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def artemis() -> Iterator[InMemoryBroker]:
+    made = InMemoryBroker(flavour=BrokerFlavour.ARTEMIS)
+    yield made
+    made.close()
+
+
+def connected(broker: InMemoryBroker) -> InMemoryTransport:
+    transport = InMemoryTransport(broker)
+    transport.connect()
+    return transport
+
+
+def test_artemis_stores_a_routed_tenants_message_in_its_queue_and_the_rest_on_the_shared_one(
+    artemis: InMemoryBroker,
+) -> None:
+    transport = connected(artemis)
+    installer = send_route_installer(transport)
+    assert installer is not None
+    assert installer.install_send_routes([route(A), route(B)]) == 2
+    assert installer.install_send_routes([route(A), route(B)]) == 0  # kept as they were
+    for tenant in ("org-a", "org-b", "org-zed", None):
+        artemis.put(SHARED, message(tenant, body=f"from {tenant}"))
+    (to_a,) = artemis.messages("tenant.org-a.cmd.docs")
+    assert to_a.body == "from org-a"
+    assert to_a.properties["_AMQ_ORIG_ADDRESS"] == SHARED
+    assert to_a.properties["_AMQ_ORIG_QUEUE"] == "boost.divert.tenant.org-a.cmd.docs"
+    assert [m.body for m in artemis.messages("tenant.org-b.cmd.docs")] == ["from org-b"]
+    assert [m.body for m in artemis.messages(SHARED)] == ["from org-zed", "from None"]
+
+
+def test_classic_takes_no_routes_at_run_time(broker: InMemoryBroker) -> None:
+    transport = connected(broker)
+    assert send_route_installer(transport) is None
+    with pytest.raises(TransportError, match="no routes at run time"):
+        transport.install_send_routes([route(A)])
+
+
+# -- the STOMP session ----------------------------------------------------------------------------
+
+
+class _Link:
+    generation = 1
+
+
+class _Connection:
+    """Takes the frames a session sends and answers each request as Artemis would."""
+
+    def __init__(self, replies: _Replies, answer: Any) -> None:
+        self.frames: list[Any] = []
+        self._replies = replies
+        self._answer = answer
+
+    def live(self) -> _Link:
+        return _Link()
+
+    def confirm(self, link: object, frames: Sequence[bytes], receipt: str, what: str) -> None:
+        for raw in frames:
+            frame = parse_frame(raw)
+            self.frames.append(frame)
+            if frame.cmd == "SEND":
+                headers, body = self._answer(frame)
+                headers["correlation-id"] = frame.headers["correlation-id"]
+                threading.Thread(
+                    target=self._replies.on_message, args=(1, headers, body.encode())
+                ).start()
+
+
+def test_the_stomp_session_sends_text_requests_with_a_reply_to_and_reads_the_replies() -> None:
+    replies = _Replies()
+
+    def answer(frame: Any) -> tuple[dict[str, str], str]:
+        if frame.headers["_AMQ_OperationName"] == "getDivertNames":
+            return {"_AMQ_OperationSucceeded": "true"}, '[["boost.divert.x"]]'
+        return {"_AMQ_OperationSucceeded": "true"}, ""
+
+    connection = _Connection(replies, answer)
+    session = _Session(connection, _Link(), replies, timeout_s=5.0)  # type: ignore[arg-type]
+    subscribe = connection.frames[0]
+    assert subscribe.cmd == "SUBSCRIBE"
+    reply_queue = subscribe.headers["destination"].removeprefix("/queue/")
+    assert session.run([Operation("getDivertNames")]) == [["boost.divert.x"]]
+    request = connection.frames[1]
+    assert request.headers["destination"] == MANAGEMENT_ADDRESS
+    assert request.headers["reply-to"] == reply_queue
+    assert "content-length" not in request.headers  # Artemis reads the parameters as text only
+    body = request.body if isinstance(request.body, bytes) else request.body.encode()
+    assert json.loads(body.rstrip(b"\x00")) == []
+
+
+def test_a_refused_request_raises_with_the_brokers_text_and_a_silent_one_times_out() -> None:
+    replies = _Replies()
+    refuse = _Connection(replies, lambda f: ({"_AMQ_OperationSucceeded": "false"}, '["no"]'))
+    session = _Session(refuse, _Link(), replies, timeout_s=5.0)  # type: ignore[arg-type]
+    with pytest.raises(ManagementError, match="refused management operation createQueue: no"):
+        session.run([Operation("createQueue", ("{}", True))])
+
+    class Silent(_Connection):
+        def confirm(self, link: object, frames: Sequence[bytes], receipt: str, what: str) -> None:
+            pass  # no manage permission: Artemis sends no reply
+
+    silent = _Session(Silent(replies, None), _Link(), replies, timeout_s=0.2)  # type: ignore[arg-type]
+    with pytest.raises(TransportError, match="manage permission"):
+        silent.run([Operation("getDivertNames")])
+
+
+# -- the runner -----------------------------------------------------------------------------------
+
+
+class Docs(TenantProcessor):
+    queues = (SHARED,)
+    json_body = False
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+        self._lock = threading.Lock()
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        with self._lock:
+            self.seen.append((message.tenant.value, message.body))
+
+
+def test_a_runner_on_artemis_routes_at_send_and_its_router_takes_only_the_rest(
+    artemis: InMemoryBroker, store: ErrorStore
+) -> None:
+    processor = Docs()
+    runner = ProcessorRunner(processor, connected(artemis), [A, B], error_store=store)
+    runner.start()
+    try:
+        assert runner.send_routes_added == 2
+        for tenant in ("org-a", "org-b", "org-zed", None):
+            artemis.put(SHARED, message(tenant, body=str(tenant)))
+        assert wait_until(lambda: len(processor.seen) == 2)
+        assert sorted(processor.seen) == [("org-a", "org-a"), ("org-b", "org-b")]
+        router = runner.router
+        assert router is not None
+        # What no divert matches is the router's: a tenant this runner does not serve goes to
+        # its own queue, a message without one to quarantine; nothing of org-a or org-b.
+        assert wait_until(lambda: router.quarantined == 1)
+        assert dict(router.routed) == {TenantId.parse("org-zed"): 1}
+        assert [m.body for m in artemis.messages(quarantine_queue(SHARED))] == ["None"]
+        assert [m.body for m in artemis.messages("tenant.org-zed.cmd.docs")] == ["org-zed"]
+    finally:
+        runner.stop(grace_s=5.0)
+
+
+@pytest.mark.parametrize("flavour", [BrokerFlavour.CLASSIC, BrokerFlavour.ARTEMIS])
+def test_without_routes_at_send_the_router_moves_every_message(
+    flavour: BrokerFlavour, store: ErrorStore
+) -> None:
+    broker = InMemoryBroker(flavour=flavour)
+    processor = Docs()
+    runner = ProcessorRunner(
+        processor,
+        connected(broker),
+        [A],
+        error_store=store,
+        route_at_send=flavour is BrokerFlavour.CLASSIC,  # asked for, but Classic cannot
+    )
+    runner.start()
+    try:
+        assert runner.send_routes_added is None
+        broker.put(SHARED, message("org-a"))
+        assert wait_until(lambda: len(processor.seen) == 1)
+        router = runner.router
+        assert router is not None
+        assert wait_until(lambda: dict(router.routed) == {A: 1})
+        assert broker.diverts(SHARED) == {}
+    finally:
+        runner.stop(grace_s=5.0)
+        broker.close()
+
+
+def test_a_broker_that_refuses_the_routes_leaves_the_router_to_move_everything(
+    artemis: InMemoryBroker, store: ErrorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = connected(artemis)
+
+    def refuse(routes: Sequence[SendRoute]) -> int:
+        raise ManagementError("AMQ229032: User: app does not have permission='MANAGE'")
+
+    monkeypatch.setattr(transport, "install_send_routes", refuse)
+    processor = Docs()
+    runner = ProcessorRunner(processor, transport, [A], error_store=store)
+    runner.start()
+    try:
+        assert runner.send_routes_added is None
+        artemis.put(SHARED, message("org-a"))
+        assert wait_until(lambda: len(processor.seen) == 1)
+    finally:
+        runner.stop(grace_s=5.0)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({}, True), ({"BOOST_SEND_ROUTES": "off"}, False), ({"BOOST_SEND_ROUTES": "on"}, True)],
+)
+def test_boost_send_routes_is_on_unless_turned_off(env: Mapping[str, str], expected: bool) -> None:
+    assert AppSettings.from_env(env).send_routes is expected
+
+
+def test_boost_send_routes_refuses_anything_but_on_or_off() -> None:
+    with pytest.raises(ConfigError, match="BOOST_SEND_ROUTES"):
+        AppSettings.from_env({"BOOST_SEND_ROUTES": "sometimes"})
