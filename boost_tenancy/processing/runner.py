@@ -318,11 +318,11 @@ class ProcessorRunner:
         try:
             for connected in self._on_connected:
                 connected()
+            # Before subscribing: the tenants' queues exist, and new messages go there from now.
+            self.send_routes_added = install_send_routes(self._transport, self._send_routes)
         except BaseException:
             self._transport.close()
             raise
-        # Before subscribing: the tenants' queues exist, and new messages go there, from now on.
-        self.send_routes_added = install_send_routes(self._transport, self._send_routes)
         if self._event_loop is not None:
             self._event_loop.start()
         for index in range(self._settings.workers):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.selectors import SelectorLike, tenant_selector
+from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.testing import jms_selector
 from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
     FlowControl,
@@ -29,13 +31,12 @@ from boost_tenancy.testing.wire import (
     flow_control,
     message_headers,
 )
-from boost_tenancy.transports.artemis_management import divert_name
+from boost_tenancy.transports.artemis_management import ManagementError, Operation
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
     OnDelivery,
     QueueStats,
-    SendRoute,
 )
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import delivery_of
@@ -97,7 +98,7 @@ class InMemoryBroker:
     has passed is never delivered: when it would be, Classic moves a persistent one to
     ActiveMQ.DLQ and drops a non-persistent one; Artemis moves it to expiry_address, or drops
     it when that is None (testing/expiry.py).
-    Artemis's exclusive diverts (install_diverts, transports/artemis_management.py): a message
+    Artemis's exclusive diverts, made through its management operations (run): a message
     stored to a diverted queue that matches a divert's filter is stored in its target instead,
     as a copy carrying _AMQ_ORIG_ADDRESS, _AMQ_ORIG_QUEUE (the divert's name) and
     _AMQ_ORIG_MESSAGE_ID; one that matches none stays on the queue it was sent to.
@@ -125,7 +126,7 @@ class InMemoryBroker:
         self._consumers: list[Consumer] = []
         self._seq = itertools.count(1)
         self._rr = itertools.count()
-        self._diverts: dict[str, dict[str, tuple[SelectorLike, str]]] = {}
+        self._diverts: dict[str, dict[str, tuple[Callable[[Mapping[str, object]], bool], str]]] = {}
         self._closed = False
         self._thread = threading.Thread(
             target=self._dispatch_loop, name="memory-broker", daemon=True
@@ -154,38 +155,55 @@ class InMemoryBroker:
             for queue, sent, delay_ms in items:
                 delay = delay_ms or _scheduled_delay(sent.message.properties)
                 seq = next(self._seq)
-                target, routed = self._diverted(queue, sent, seq)
-                self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
+                for target, routed in self._diverted(queue, sent, seq):
+                    if target in self._queues or target == queue:
+                        self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
+                    # else a divert's target without a queue: Artemis drops the copy
             self._cond.notify_all()
 
-    def install_diverts(self, routes: Sequence[SendRoute]) -> int:
-        """Artemis only: an exclusive divert per route (named as artemis_management names it),
-        its target queue created first; a divert of that name already there is kept as it is
-        (Artemis's createDivert does nothing then). Returns how many were added."""
+    def run(self, ops: Sequence[Operation]) -> list[object]:
+        """Artemis only: its broker control for the management operations the toolkit asks
+        (transports/artemis_management.py), as Artemis's source has them. createQueue with
+        ignoreIfExists makes the queue where missing. createDivert does nothing, and answers
+        success all the same, where a queue or divert has its name or its address has no queue
+        (ActiveMQServerImpl.deployDivert); getDivertNames lists every divert."""
         if self.flavour is not BrokerFlavour.ARTEMIS:
-            raise ValueError(f"{self.flavour.value} has no diverts")
-        added = 0
+            raise ManagementError(f"{self.flavour.value} has no management address")
         with self._cond:
-            for route in routes:
-                self._queues.setdefault(route.source, [])
-                self._queues.setdefault(route.target, [])
-                diverts = self._diverts.setdefault(route.source, {})
-                name = divert_name(route)
-                if name not in diverts:
-                    diverts[name] = (tenant_selector(route.tenant), route.target)
-                    added += 1
-        return added
+            return [self._operate(op) for op in ops]
+
+    def _operate(self, op: Operation) -> object:
+        names = {name for diverts in self._diverts.values() for name in diverts}
+        if op.name == "getDivertNames":
+            return sorted(names)
+        config = json.loads(str(op.params[0]))
+        if op.name == "createQueue":
+            self._queues.setdefault(config["name"], [])
+            return op.params[0]
+        if op.name == "createDivert":
+            name, address = config["name"], config["address"]
+            if name not in names and name not in self._queues and address in self._queues:
+                self._diverts.setdefault(address, {})[name] = (
+                    jms_selector.parse(config["filter-string"]),
+                    config["forwarding-address"],
+                )
+            return None
+        raise ManagementError(f"AMQ229069: no operation {op.name}/{len(op.params)}")
 
     def diverts(self, queue: str) -> dict[str, str]:
         """The diverts on queue's address: target queue by divert name."""
         with self._cond:
             return {name: target for name, (_, target) in self._diverts.get(queue, {}).items()}
 
-    def _diverted(self, queue: str, sent: Sent, seq: int) -> tuple[str, Sent]:
-        for name, (selector, target) in self._diverts.get(queue, {}).items():
-            if selector.matches(sent.message.properties):
-                return target, diverted_copy(sent, address=queue, divert=name, message_id=str(seq))
-        return queue, sent
+    def _diverted(self, queue: str, sent: Sent, seq: int) -> list[tuple[str, Sent]]:
+        """Where a message sent to queue is stored: a copy for every exclusive divert whose
+        filter matches (BindingsImpl.routeToExclusiveBindings), else queue itself."""
+        copies = [
+            (target, diverted_copy(sent, address=queue, divert=name, message_id=str(seq)))
+            for name, (matches, target) in self._diverts.get(queue, {}).items()
+            if matches(sent.message.properties)
+        ]
+        return copies or [(queue, sent)]
 
     def _insert(self, stored: _Stored) -> None:
         bisect.insort(self._queues.setdefault(stored.queue, []), stored)

@@ -14,6 +14,7 @@ from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.testing.memory import Consumer, InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
+from boost_tenancy.transports.artemis_management import install
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
@@ -263,7 +264,7 @@ class InMemoryTransport:
         self._require_connected()
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self._broker.flavour.value} takes no routes at run time")
-        return self._broker.install_diverts(routes)
+        return install(self._broker, routes)
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

@@ -27,8 +27,9 @@ an in-memory model of it, testing/memory.py, not against a running Artemis):
 - createDivert on a name some binding (queue or divert) already has does nothing and still
   answers success (ActiveMQServerImpl.deployDivert): divert names here never collide with a
   queue name (`boost.divert.` prefix), and existing diverts are listed first (getDivertNames).
-- A divert whose forwarding address has no queue drops what it diverts: the tenant's queue is
-  created first (createQueue with ignoreIfExists), then its divert.
+- A divert whose forwarding address has no queue drops what it diverts, and Artemis runs each
+  request on its own: the queues are asked for first (createQueue with ignoreIfExists), and the
+  diverts only once every queue was made (install).
 - The diverted copy is a new message with _AMQ_ORIG_ADDRESS, _AMQ_ORIG_QUEUE (the divert's
   name) and _AMQ_ORIG_MESSAGE_ID; its properties and body are the original's.
 - Diverts made through management are stored in the broker's journal and survive a restart.
@@ -41,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.selectors import tenant_selector
@@ -88,7 +89,13 @@ def list_diverts() -> Operation:
 
 def create_queue(queue: str) -> Operation:
     """A durable ANYCAST queue named as its address; nothing happens where it exists."""
-    config = {"name": queue, "address": queue, "routing-type": "ANYCAST", "durable": True}
+    config = {
+        "name": queue,
+        "address": queue,
+        "routing-type": "ANYCAST",
+        "durable": True,
+        "auto-create-address": True,
+    }
     return Operation("createQueue", (json.dumps(config), True))
 
 
@@ -105,20 +112,49 @@ def create_divert(route: SendRoute) -> Operation:
     return Operation("createDivert", (json.dumps(config),))
 
 
-def operations(routes: Sequence[SendRoute], existing: Iterable[str]) -> list[Operation]:
-    """What makes every route in place, given the names of the diverts the broker has: each
-    shared queue (so its address exists: a divert on a missing address is dropped silently)
-    and each tenant queue, then each missing divert after its queue."""
+def queue_operations(routes: Sequence[SendRoute]) -> list[Operation]:
+    """Every queue the routes need, shared and tenant, made where missing: a divert on an address
+    that does not exist is silently not made, and one whose target has no queue drops what it
+    diverts. Asked every time, also for diverts already there (a target an operator deleted is
+    made again)."""
+    queues = [route.source for route in routes] + [route.target for route in routes]
+    return [create_queue(queue) for queue in dict.fromkeys(queues)]
+
+
+def divert_operations(routes: Sequence[SendRoute], existing: Iterable[str]) -> list[Operation]:
+    """The diverts of routes that the broker does not list yet. To be asked only once every
+    queue of queue_operations exists: Artemis runs each request on its own, so a divert sent
+    with a queue that failed would be made all the same, and drop its tenant's messages."""
     have = set(existing)
-    ops: list[Operation] = []
-    for queue in dict.fromkeys(route.source for route in routes):
-        ops.append(create_queue(queue))
-    for route in routes:
-        if divert_name(route) in have:
-            continue
-        ops.append(create_queue(route.target))
-        ops.append(create_divert(route))
-    return ops
+    return [create_divert(route) for route in routes if divert_name(route) not in have]
+
+
+class Runs(Protocol):
+    """A management session: sends operations together and gives their results in order, or
+    raises ManagementError at the first one refused (TransportError when the broker is gone)."""
+
+    def run(self, ops: Sequence[Operation]) -> list[object]: ...
+
+
+def install(session: Runs, routes: Sequence[SendRoute]) -> int:
+    """Make routes on the broker in three steps, each only once the one before succeeded: the
+    queues, then the missing diverts, then a listing that proves them (createDivert answers
+    success where it made nothing: a name some binding has, an address that does not exist).
+    Returns how many diverts were added; ManagementError names any that is not there."""
+    existing = divert_names(session.run([list_diverts()])[0])
+    session.run(queue_operations(routes))
+    added = divert_operations(routes, existing)
+    if not added:
+        return 0
+    session.run(added)
+    present = set(divert_names(session.run([list_diverts()])[0]))
+    missing = [divert_name(route) for route in routes if divert_name(route) not in present]
+    if missing:
+        raise ManagementError(
+            f"Artemis answered success but has no divert {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        )
+    return len(added)
 
 
 def read_reply(operation: Operation, properties: Mapping[str, str], body: str | None) -> object:
@@ -155,7 +191,9 @@ __all__ = [
     "create_queue",
     "divert_name",
     "divert_names",
+    "divert_operations",
+    "install",
     "list_diverts",
-    "operations",
+    "queue_operations",
     "read_reply",
 ]

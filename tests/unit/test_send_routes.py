@@ -31,7 +31,9 @@ from boost_tenancy.transports.artemis_management import (
     Operation,
     create_divert,
     divert_name,
-    operations,
+    divert_operations,
+    install,
+    queue_operations,
     read_reply,
 )
 from boost_tenancy.transports.base import SendRoute, send_route_installer
@@ -56,16 +58,65 @@ def message(tenant: str | None, body: str = "x") -> WireMessage:
 # -- requests and replies -------------------------------------------------------------------------
 
 
-def test_queues_come_before_their_diverts_and_existing_diverts_are_not_made_again() -> None:
-    ops = operations([route(A), route(B)], existing=[divert_name(route(B))])
-    assert [(op.name, json.loads(str(op.params[0]))["name"]) for op in ops] == [
+def test_every_queue_is_asked_for_and_only_missing_diverts() -> None:
+    queues = queue_operations([route(A), route(B)])
+    assert [(op.name, json.loads(str(op.params[0]))["name"]) for op in queues] == [
         ("createQueue", SHARED),
         ("createQueue", "tenant.org-a.cmd.docs"),
-        ("createDivert", "boost.divert.tenant.org-a.cmd.docs"),
+        ("createQueue", "tenant.org-b.cmd.docs"),
     ]
     # ignoreIfExists as a JSON boolean: a string would pick another overload of createQueue.
-    assert json.loads(ops[0].body)[1] is True
-    assert ops[0].properties == {"_AMQ_ResourceName": "broker", "_AMQ_OperationName": "createQueue"}
+    assert json.loads(queues[0].body)[1] is True
+    assert queues[0].properties == {
+        "_AMQ_ResourceName": "broker",
+        "_AMQ_OperationName": "createQueue",
+    }
+    diverts = divert_operations([route(A), route(B)], existing=[divert_name(route(B))])
+    assert [json.loads(str(op.params[0]))["name"] for op in diverts] == [divert_name(route(A))]
+
+
+class Scripted:
+    """A management session whose broker answers as told: operations by name that fail, and
+    whether createDivert makes anything."""
+
+    def __init__(self, *, failing: set[str] = frozenset(), makes_diverts: bool = True) -> None:
+        self.asked: list[str] = []
+        self.diverts: list[str] = []
+        self._failing = failing
+        self._makes = makes_diverts
+
+    def run(self, ops: Sequence[Operation]) -> list[object]:
+        results: list[object] = []
+        for op in ops:
+            self.asked.append(op.name)
+            if op.name in self._failing:
+                results.append(None)
+                failed = op
+                continue
+            if op.name == "createDivert" and self._makes:
+                self.diverts.append(json.loads(str(op.params[0]))["name"])
+            results.append(list(self.diverts) if op.name == "getDivertNames" else None)
+        if any(op.name in self._failing for op in ops):
+            raise ManagementError(f"refused {failed.name}")
+        return results
+
+
+def test_no_divert_is_asked_for_unless_every_queue_was_made() -> None:
+    # Artemis runs each request on its own: a divert sent along with a queue that failed would
+    # be made, and drop its tenant's messages.
+    session = Scripted(failing={"createQueue"})
+    with pytest.raises(ManagementError, match="createQueue"):
+        install(session, [route(A), route(B)])
+    assert "createDivert" not in session.asked
+
+
+def test_diverts_are_listed_again_and_one_answered_but_not_made_is_an_error() -> None:
+    made = Scripted()
+    assert install(made, [route(A), route(B)]) == 2
+    assert made.asked[-1] == "getDivertNames"
+    assert install(made, [route(A), route(B)]) == 0
+    with pytest.raises(ManagementError, match=r"has no divert boost\.divert\.tenant\.org-a"):
+        install(Scripted(makes_diverts=False), [route(A)])
 
 
 def test_a_divert_is_exclusive_anycast_and_filters_on_the_tenant() -> None:
@@ -126,6 +177,26 @@ def test_artemis_stores_a_routed_tenants_message_in_its_queue_and_the_rest_on_th
     assert to_a.properties["_AMQ_ORIG_QUEUE"] == "boost.divert.tenant.org-a.cmd.docs"
     assert [m.body for m in artemis.messages("tenant.org-b.cmd.docs")] == ["from org-b"]
     assert [m.body for m in artemis.messages(SHARED)] == ["from org-zed", "from None"]
+
+
+def test_artemis_drops_a_diverted_copy_whose_target_has_no_queue_and_keeps_a_taken_name(
+    artemis: InMemoryBroker,
+) -> None:
+    config = {
+        "name": "tenant.org-a.cmd.docs",  # a queue's name: Artemis makes no divert, says success
+        "address": SHARED,
+        "forwarding-address": "nowhere",
+        "exclusive": True,
+        "filter-string": "tenantUUID = 'org-a'",
+    }
+    artemis.run([Operation("createQueue", (json.dumps({"name": SHARED}), True))])
+    artemis.run([Operation("createQueue", (json.dumps({"name": "tenant.org-a.cmd.docs"}), True))])
+    assert artemis.run([Operation("createDivert", (json.dumps(config),))]) == [None]
+    assert artemis.diverts(SHARED) == {}
+    config["name"] = "boost.divert.x"
+    artemis.run([Operation("createDivert", (json.dumps(config),))])
+    artemis.put(SHARED, message("org-a"))
+    assert artemis.messages(SHARED) == [] and artemis.messages("nowhere") == []  # dropped
 
 
 def test_classic_takes_no_routes_at_run_time(broker: InMemoryBroker) -> None:

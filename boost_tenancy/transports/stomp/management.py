@@ -6,8 +6,8 @@ One connection per call, as for Classic's statistics (statistics.py): a refused 
 `manage` permission) may end the connection with an ERROR frame, which must not take the
 transport's subscriptions with it. The reply queue is an ordinary ANYCAST queue, created by the
 SUBSCRIBE (auto-create, Artemis's default) before any request names it as reply-to, and deleted
-by Artemis once the session is gone and it is empty (auto-delete, the default too). Requests go
-out together and Artemis runs them in order, so a tenant's queue exists before its divert.
+by Artemis once the session is gone and it is empty (auto-delete, the default too). The steps
+and their order are artemis_management.install's; each step's requests go out together.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     REPLY_PREFIX,
     Operation,
-    divert_names,
-    list_diverts,
-    operations,
+    install,
     read_reply,
 )
 from boost_tenancy.transports.base import SendRoute
@@ -89,10 +87,7 @@ class ArtemisManagement:
         with side_connection(self._settings, replies.on_message, flavour, refused) as opened:
             connection, link = opened
             session = _Session(connection, link, replies, self._settings.receipt_timeout_s)
-            existing = divert_names(session.run([list_diverts()])[0])
-            ops = operations(routes, existing)
-            session.run(ops)
-            return sum(1 for op in ops if op.name == "createDivert")
+            return install(session, routes)
 
 
 class _Session:
