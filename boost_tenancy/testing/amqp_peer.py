@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
+import json
 import os
 import queue as queue_module
 import socket
@@ -53,8 +54,15 @@ from proton.handlers import IOHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.testing.diverts import DivertModel
 from boost_tenancy.testing.jms_selector import UnsupportedSelectorError
 from boost_tenancy.testing.jms_selector import parse as parse_selector
+from boost_tenancy.transports.artemis_management import (
+    MANAGEMENT_ADDRESS,
+    OPERATION_PROPERTY,
+    SUCCEEDED_PROPERTY,
+    ManagementError,
+)
 
 T = TypeVar("T")
 
@@ -367,6 +375,10 @@ class _Engine:
         self._tags = itertools.count(1)
         self._txn_ids = itertools.count(1)
         self._tick_pending = False
+        self._diverts = DivertModel(self._queues.__contains__, self._make_queue)
+
+    def _make_queue(self, name: str) -> None:
+        self._declare(name, "queue")
 
     # -- plumbing ---------------------------------------------------------------------------------
     def on_peer_call(self, _event: Any) -> None:
@@ -667,12 +679,48 @@ class _Engine:
                 symbol("x-opt-jms-dest")
             )
             capability = {0: "queue", 2: "queue", 1: "topic", 3: "topic"}.get(cast(int, kind))
+        if name == MANAGEMENT_ADDRESS:  # handled before any routing (ServerSessionImpl.send)
+            self._manage(message)
+            return
         address = self._addresses.get(name) or self._declare(name, capability)
+        properties = cast(Mapping[str, object], message.properties or {})
+        if capability != "topic" and self._diverts.diverted(name, properties):
+            for divert, forward in self._diverts.targets(name, properties):
+                copy = Message()
+                copy.decode(encoded)
+                annotations: dict[Any, Any] = dict(copy.annotations or {})
+                annotations[symbol("x-opt-ORIG-ADDRESS")] = name
+                annotations[symbol("x-opt-ORIG-QUEUE")] = divert
+                copy.annotations = annotations
+                self._store(self._queue(forward), copy.encode(), copy)
+            return
         if capability != "topic" and address.anycast:
             self._store(self._queue(name), encoded, message)
         if capability != "queue":  # none at all: the message is dropped (measured)
             for subscription in list(address.subscriptions):
                 self._store(subscription, encoded, message)
+
+    def _manage(self, request: Message) -> None:
+        """A management request (testing/diverts.py answers it); the reply goes to reply_to when
+        that names an existing anycast address, with the request's correlation id, else nowhere."""
+        properties = cast(Mapping[str, object], request.properties or {})
+        try:
+            params = json.loads(str(request.body))
+            if not isinstance(params, list):
+                raise ManagementError(f"parameters are not a JSON array: {request.body!r}")
+            result = self._diverts.operate(str(properties.get(OPERATION_PROPERTY)), params)
+            succeeded, body = True, None if result is None else json.dumps([result])
+        except (ManagementError, ValueError, KeyError) as exc:
+            succeeded, body = False, json.dumps([str(exc)])
+        address = self._addresses.get(str(request.reply_to))
+        if request.reply_to is None or address is None or not address.anycast:
+            return
+        reply = Message(
+            body=body,
+            properties={SUCCEEDED_PROPERTY: succeeded},
+            correlation_id=request.correlation_id or request.id,
+        )
+        self._store(self._queue(str(request.reply_to)), reply.encode(), reply)
 
     # -- delivering -------------------------------------------------------------------------------
     def _pump(self, queue: _Queue) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import SelectorLike
-from boost_tenancy.testing import jms_selector
+from boost_tenancy.testing.diverts import DivertModel
 from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
     FlowControl,
@@ -126,7 +125,7 @@ class InMemoryBroker:
         self._consumers: list[Consumer] = []
         self._seq = itertools.count(1)
         self._rr = itertools.count()
-        self._diverts: dict[str, dict[str, tuple[Callable[[Mapping[str, object]], bool], str]]] = {}
+        self._diverts = DivertModel(self._queues.__contains__, self._make_queue)
         self._closed = False
         self._thread = threading.Thread(
             target=self._dispatch_loop, name="memory-broker", daemon=True
@@ -156,54 +155,35 @@ class InMemoryBroker:
                 delay = delay_ms or _scheduled_delay(sent.message.properties)
                 seq = next(self._seq)
                 for target, routed in self._diverted(queue, sent, seq):
-                    if target in self._queues or target == queue:
-                        self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
-                    # else a divert's target without a queue: Artemis drops the copy
+                    self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
             self._cond.notify_all()
 
     def run(self, ops: Sequence[Operation]) -> list[object]:
         """Artemis only: its broker control for the management operations the toolkit asks
-        (transports/artemis_management.py), as Artemis's source has them. createQueue with
-        ignoreIfExists makes the queue where missing. createDivert does nothing, and answers
-        success all the same, where a queue or divert has its name or its address has no queue
-        (ActiveMQServerImpl.deployDivert); getDivertNames lists every divert."""
+        (transports/artemis_management.py), as testing/diverts.py models them."""
         if self.flavour is not BrokerFlavour.ARTEMIS:
             raise ManagementError(f"{self.flavour.value} has no management address")
         with self._cond:
-            return [self._operate(op) for op in ops]
-
-    def _operate(self, op: Operation) -> object:
-        names = {name for diverts in self._diverts.values() for name in diverts}
-        if op.name == "getDivertNames":
-            return sorted(names)
-        config = json.loads(str(op.params[0]))
-        if op.name == "createQueue":
-            self._queues.setdefault(config["name"], [])
-            return op.params[0]
-        if op.name == "createDivert":
-            name, address = config["name"], config["address"]
-            if name not in names and name not in self._queues and address in self._queues:
-                self._diverts.setdefault(address, {})[name] = (
-                    jms_selector.parse(config["filter-string"]),
-                    config["forwarding-address"],
-                )
-            return None
-        raise ManagementError(f"AMQ229069: no operation {op.name}/{len(op.params)}")
+            return [self._diverts.operate(op.name, op.params) for op in ops]
 
     def diverts(self, queue: str) -> dict[str, str]:
         """The diverts on queue's address: target queue by divert name."""
         with self._cond:
-            return {name: target for name, (_, target) in self._diverts.get(queue, {}).items()}
+            return self._diverts.of(queue)
 
     def _diverted(self, queue: str, sent: Sent, seq: int) -> list[tuple[str, Sent]]:
-        """Where a message sent to queue is stored: a copy for every exclusive divert whose
-        filter matches (BindingsImpl.routeToExclusiveBindings), else queue itself."""
-        copies = [
+        """Where a message sent to queue is stored: a copy in the target of every exclusive
+        divert whose filter matches, else queue itself."""
+        properties = sent.message.properties
+        if not self._diverts.diverted(queue, properties):
+            return [(queue, sent)]
+        return [
             (target, diverted_copy(sent, address=queue, divert=name, message_id=str(seq)))
-            for name, (matches, target) in self._diverts.get(queue, {}).items()
-            if matches(sent.message.properties)
+            for name, target in self._diverts.targets(queue, properties)
         ]
-        return copies or [(queue, sent)]
+
+    def _make_queue(self, name: str) -> None:
+        self._queues.setdefault(name, [])
 
     def _insert(self, stored: _Stored) -> None:
         bisect.insort(self._queues.setdefault(stored.queue, []), stored)

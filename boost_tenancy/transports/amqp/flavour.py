@@ -56,6 +56,9 @@ class AmqpFlavour(enum.Enum):
             # RabbitMQ 3.10 reports queues over HTTP only; Artemis's management address is not
             # asked over AMQP here: no Artemis runs where it could be checked.
             queue_statistics=False,
+            # Artemis's exclusive diverts, made through its management address
+            # (amqp/management.py).
+            send_time_routes=artemis,
         )
 
     def address(self, queue: str) -> str:

@@ -20,13 +20,16 @@ from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage, encode_message
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
+from boost_tenancy.transports.amqp.management import AmqpManagementSession
 from boost_tenancy.transports.amqp.receiving import DeliveryToken, SubscriptionSpec
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.waiters import all_of, resolve
+from boost_tenancy.transports.artemis_management import install
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
+    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
@@ -192,8 +195,12 @@ class AmqpTransport:
             )
 
     def _send_confirmed(self, items: Sequence[Outgoing], what: str) -> None:
-        encoded = self._encode(items)
-        self._when_open(what, lambda done: self._engine.send(encoded, done))
+        self.send_encoded(self._encode(items), what)
+
+    def send_encoded(self, items: Sequence[tuple[str, EncodedMessage]], what: str) -> None:
+        """Send messages already encoded (management requests, amqp/management.py), confirmed
+        by the broker as every send is."""
+        self._when_open(what, lambda done: self._engine.send(items, done))
 
     def _transaction(self, items: Sequence[Outgoing], accepts: Sequence[DeliveryToken]) -> None:
         encoded = self._encode(items)
@@ -330,6 +337,18 @@ class AmqpTransport:
         self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
         self._accept(tokens)
         return moved
+
+    # -- routes at send time (Artemis) ------------------------------------------------------------
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
+        asked through the management address on this connection (amqp/management.py)."""
+        if not self.capabilities.send_time_routes:
+            raise TransportError(f"{self.server or 'the broker'} takes no routes at run time")
+        session = AmqpManagementSession(self, self._settings.confirm_timeout_s)
+        try:
+            return install(session, routes)
+        finally:
+            session.close()
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._token_is_live(self._token(delivery))

@@ -1,0 +1,73 @@
+"""Artemis's exclusive diverts and the management operations that make them, as its source has
+them (transports/artemis_management.py names where): one model for both in-process brokers,
+the in-memory one (memory.py, STOMP's view) and the AMQP peer (amqp_peer.py).
+
+- createQueue (its JSON configuration and ignoreIfExists) makes the queue where missing.
+- createDivert does nothing, and answers success all the same, where a queue or divert already
+  has its name or its address has no queue (ActiveMQServerImpl.deployDivert).
+- getDivertNames lists every divert; any other operation is refused as Artemis refuses an
+  operation it does not have (AMQ229069).
+- A message sent to an address is stored, as a copy, in the target of every exclusive divert
+  whose filter matches, and then on none of the address's queues
+  (BindingsImpl.routeToExclusiveBindings); a copy whose target has no queue is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+
+from boost_tenancy.testing import jms_selector
+from boost_tenancy.transports.artemis_management import ManagementError
+
+Matches = Callable[[Mapping[str, object]], bool]
+
+
+class DivertModel:
+    """The diverts of one broker; has_queue and make_queue are the broker's own (called with
+    the broker's lock held, as every method here is)."""
+
+    def __init__(self, has_queue: Callable[[str], bool], make_queue: Callable[[str], None]) -> None:
+        self._has_queue = has_queue
+        self._make_queue = make_queue
+        self._by_address: dict[str, dict[str, tuple[Matches, str]]] = {}
+
+    def operate(self, operation: str, params: Sequence[object]) -> object:
+        """One management operation on the broker control ("broker" resource)."""
+        names = {name for diverts in self._by_address.values() for name in diverts}
+        if operation == "getDivertNames" and not params:
+            return sorted(names)
+        if operation == "createQueue" and len(params) == 2:
+            self._make_queue(json.loads(str(params[0]))["name"])
+            return params[0]
+        if operation == "createDivert" and len(params) == 1:
+            config = json.loads(str(params[0]))
+            name, address = config["name"], config["address"]
+            if name not in names and not self._has_queue(name) and self._has_queue(address):
+                self._by_address.setdefault(address, {})[name] = (
+                    jms_selector.parse(config["filter-string"]),
+                    config["forwarding-address"],
+                )
+            return None
+        raise ManagementError(f"AMQ229069: no operation {operation}/{len(params)}")
+
+    def targets(self, address: str, properties: Mapping[str, object]) -> list[tuple[str, str]]:
+        """(divert name, target queue) of every divert on address whose filter matches; the
+        targets without a queue left out (their copies are dropped)."""
+        return [
+            (name, target)
+            for name, (matches, target) in self._by_address.get(address, {}).items()
+            if matches(properties) and self._has_queue(target)
+        ]
+
+    def diverted(self, address: str, properties: Mapping[str, object]) -> bool:
+        """Whether some exclusive divert on address takes the message (its copies may still be
+        dropped, when a target has no queue)."""
+        return any(matches(properties) for matches, _ in self._by_address.get(address, {}).values())
+
+    def of(self, address: str) -> dict[str, str]:
+        """The diverts on address: target queue by divert name."""
+        return {name: target for name, (_, target) in self._by_address.get(address, {}).items()}
+
+
+__all__ = ["DivertModel"]

@@ -1,0 +1,108 @@
+"""Artemis's management operations over the AMQP transport's own connection: the requests of
+transports/artemis_management.py sent to activemq.management, the replies read from a queue of
+the session's own.
+
+A request is an amqp-value string body (Artemis reads the JSON parameters only from a text
+body), the operation in the application properties, properties.reply_to naming the reply queue
+and a correlation id the reply carries back (ManagementServiceImpl.getCorrelationIdentity). The
+reply queue is an ordinary ANYCAST queue its receiver makes (the queue capability), detached when
+the session ends; Artemis deletes it once empty and unused. Unlike STOMP's, a refused request
+does not end the connection: Artemis rejects its transfer, which fails the send's confirmation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from proton import Message
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.amqp.encoding import EncodedMessage
+from boost_tenancy.transports.artemis_management import (
+    MANAGEMENT_ADDRESS,
+    REPLY_PREFIX,
+    Operation,
+    read_reply,
+)
+from boost_tenancy.transports.base import Delivery
+
+if TYPE_CHECKING:
+    from boost_tenancy.transports.amqp.transport import AmqpTransport
+
+_PREFETCH = 100
+
+
+class AmqpManagementSession:
+    """Runs management operations on the transport's connection; close() ends it."""
+
+    def __init__(self, transport: AmqpTransport, timeout_s: float) -> None:
+        self._transport = transport
+        self._timeout_s = timeout_s
+        self._cond = threading.Condition()
+        self._replies: dict[str, Delivery] = {}
+        self._reply_to = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
+        self._subscription = transport.subscribe(
+            self._reply_to, selector=None, prefetch=_PREFETCH, on_delivery=self._on_reply
+        )
+
+    def _on_reply(self, delivery: Delivery) -> None:
+        self._transport.ack(delivery)
+        if delivery.correlation_id is None:
+            return
+        with self._cond:
+            self._replies[delivery.correlation_id] = delivery
+            self._cond.notify_all()
+
+    def run(self, ops: Sequence[Operation]) -> list[object]:
+        """Send every operation at once, then read their results in order; the first refused
+        one raises ManagementError with the broker's text."""
+        if not ops:
+            return []
+        correlations = [f"management-{uuid.uuid4().hex}" for _ in ops]
+        requests = [
+            (MANAGEMENT_ADDRESS, self._request(op, correlation))
+            for op, correlation in zip(ops, correlations, strict=True)
+        ]
+        what = f"{len(ops)} management request(s)"
+        self._transport.send_encoded(requests, what)
+        deadline = time.monotonic() + self._timeout_s
+        with self._cond:
+            while not all(c in self._replies for c in correlations):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"Artemis answered {what} only in part within {self._timeout_s}s"
+                    )
+                self._cond.wait(remaining)
+            replies = [self._replies.pop(c) for c in correlations]
+        return [
+            read_reply(op, reply.properties, _text(reply))
+            for op, reply in zip(ops, replies, strict=True)
+        ]
+
+    def _request(self, op: Operation, correlation: str) -> EncodedMessage:
+        message = Message(
+            body=op.body,
+            properties=op.properties,
+            reply_to=self._reply_to,
+            correlation_id=correlation,
+        )
+        return EncodedMessage(message.encode())
+
+    def close(self) -> None:
+        self._transport.unsubscribe(self._subscription)
+
+
+def _text(reply: Delivery) -> str | None:
+    """A reply's body as text; None for an operation that returns nothing (a null amqp-value,
+    which the transport hands over as empty bytes)."""
+    body = reply.body
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    return text or None
+
+
+__all__ = ["AmqpManagementSession"]
