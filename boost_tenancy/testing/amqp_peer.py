@@ -376,6 +376,7 @@ class _Engine:
         self._txn_ids = itertools.count(1)
         self._tick_pending = False
         self._diverts = DivertModel(self._queues.__contains__, self._make_queue)
+        self.manage = True  # the user's manage permission on activemq.management
 
     def _make_queue(self, name: str) -> None:
         self._declare(name, "queue")
@@ -898,6 +899,12 @@ class _Engine:
             _settle(delivery, _TRANSACTIONAL_STATE, data=[txn_id, Described(_ACCEPTED[0], [])])
         elif target.address is None and message.address is None:
             _settle(delivery, Delivery.REJECTED, Condition("amqp:not-found", "no address"))
+        elif self._artemis and not self.manage and target.address == MANAGEMENT_ADDRESS:
+            refused = (
+                "AMQ229032: User: guest does not have permission='MANAGE' on address "
+                f"{MANAGEMENT_ADDRESS}"
+            )
+            _settle(delivery, Delivery.REJECTED, Condition("amqp:unauthorized-access", refused))
         else:
             self._route(target, encoded, message)
             _settle(delivery, Delivery.ACCEPTED)
@@ -1004,11 +1011,16 @@ class AmqpPeer:
         dead_letter_address: str = "DLA",
         expiry_address: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        manage: bool = True,
     ) -> None:
+        """manage: whether its user has Artemis's manage permission; without it a request to
+        activemq.management is rejected with unauthorized-access and answered by no reply
+        (ServerSessionImpl.handleManagementMessage, ProtonServerReceiverContext)."""
         self.flavour = flavour
         self._engine = _Engine(
             flavour, max_delivery_attempts, dead_letter_address, clock, expiry_address
         )
+        self._engine.manage = manage
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.setblocking(False)
         self._port: int = self._listener.getsockname()[1]

@@ -25,6 +25,7 @@ from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     ManagementError,
@@ -37,6 +38,7 @@ from boost_tenancy.transports.artemis_management import (
     read_reply,
 )
 from boost_tenancy.transports.base import SendRoute, send_route_installer
+from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import BrokerFlavour
 from boost_tenancy.transports.stomp.management import _Replies, _Session
 from tests.conftest import wait_until
@@ -372,3 +374,49 @@ def test_boost_send_routes_is_on_unless_turned_off(env: Mapping[str, str], expec
 def test_boost_send_routes_refuses_anything_but_on_or_off() -> None:
     with pytest.raises(ConfigError, match="BOOST_SEND_ROUTES"):
         AppSettings.from_env({"BOOST_SEND_ROUTES": "sometimes"})
+
+
+# -- over AMQP, against the in-process peer that models Artemis ----------------------------------
+
+
+def test_over_amqp_a_user_without_manage_is_refused_and_the_router_moves_everything(
+    store: ErrorStore,
+) -> None:
+    with AmqpPeer(manage=False) as peer:
+        transport = open_transport(peer.url)
+        transport.connect()
+        installer = send_route_installer(transport)
+        assert installer is not None
+        with pytest.raises(TransportError, match=r"AMQ229032.*MANAGE"):
+            installer.install_send_routes([route(A)])
+        processor = Docs()
+        runner = ProcessorRunner(processor, transport, [A], error_store=store)
+        runner.start()
+        try:
+            assert runner.send_routes_added is None
+            sender = open_transport(peer.url)
+            sender.connect()
+            sender.send(SHARED, message("org-a"))
+            sender.close()
+            assert wait_until(lambda: len(processor.seen) == 1)
+            router = runner.router
+            assert router is not None
+            assert dict(router.routed) == {A: 1}
+        finally:
+            runner.stop(grace_s=5.0)
+
+
+def test_over_amqp_diverted_copies_carry_the_original_address_and_divert() -> None:
+    with AmqpPeer() as peer:
+        transport = open_transport(peer.url)
+        transport.connect()
+        try:
+            assert transport.install_send_routes([route(A)]) == 1  # type: ignore[attr-defined]
+            transport.send(SHARED, message("org-a", body="diverted"))
+            (copy,) = peer.messages("tenant.org-a.cmd.docs")
+            annotations = {str(k): v for k, v in (copy.annotations or {}).items()}
+            assert annotations["x-opt-ORIG-ADDRESS"] == SHARED
+            assert annotations["x-opt-ORIG-QUEUE"] == "boost.divert.tenant.org-a.cmd.docs"
+            assert peer.messages(SHARED) == []
+        finally:
+            transport.close()
