@@ -137,6 +137,12 @@ class Routing:
         return _logical(physical_queue)
 
 
+def tenant_queue_of(physical_queue: str) -> tuple[TenantId, str] | None:
+    """(tenant, logical queue) of a per-tenant queue tenant.<tenant>.<queue>; None for any
+    other name."""
+    return _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
+
+
 @functools.lru_cache(maxsize=4096)
 def _logical(physical_queue: str) -> str:
     # Asked twice for every delivery (the dispatcher, the observers), of the few queues a

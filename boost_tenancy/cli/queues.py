@@ -1,4 +1,4 @@
-"""What concerns the broker's queues: park, stats and broker-routes."""
+"""What concerns the broker's queues: park, stats, broker-routes and send-routes."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from boost_tenancy.ops.stats import TenantStats, stats_table
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.base import send_route_installer
 
 
 def park(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -79,6 +80,44 @@ def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     return 0
 
 
+def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
+    """The routes the broker makes at send time (the runners' diverts on Artemis), one JSON
+    object each; with --remove, those listed are destroyed (their queues stay)."""
+    queues = set(values(args.queue or []))
+    only = set(tenants(args.tenant)) if args.tenant else set()
+    if args.remove and not (queues or only):
+        raise ConfigError("send-routes --remove needs --queue or --tenant: it never removes all")
+    transport = connected(settings)
+    try:
+        installer = send_route_installer(transport)
+        if installer is None:
+            raise ConfigError(
+                "this broker takes no routes at run time (send_time_routes: Artemis); on "
+                "ActiveMQ Classic, routes at send time are broker configuration (broker-routes)"
+            )
+        routes = [
+            route
+            for route in installer.send_routes()
+            if (not queues or route.source in queues) and (not only or route.tenant in only)
+        ]
+        if args.remove:
+            installer.remove_send_routes(routes)
+    finally:
+        transport.close()
+    for route in routes:
+        print(
+            json.dumps(
+                {
+                    "queue": route.source,
+                    "tenant": route.tenant.value,
+                    "target": route.target,
+                    "removed": bool(args.remove),
+                }
+            )
+        )
+    return 0
+
+
 def register(sub: Subparsers) -> None:
     cmd = sub.add_parser(
         "park",
@@ -101,6 +140,21 @@ def register(sub: Subparsers) -> None:
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument("--tenant", action="append", required=True, help=LIST_HELP)
     cmd.set_defaults(handler=broker_routes)
+
+    cmd = sub.add_parser(
+        "send-routes",
+        help="list the routes the broker makes at send time (the runners' diverts on Artemis); "
+        "--remove destroys those listed",
+    )
+    cmd.add_argument("--queue", action="append", help=f"only these logical queues; {LIST_HELP}")
+    cmd.add_argument("--tenant", action="append", help=f"only these tenants; {LIST_HELP}")
+    cmd.add_argument(
+        "--remove",
+        action="store_true",
+        help="destroy the routes listed (a tenant gone, a queue no longer routed); a runner "
+        "started again makes its own again",
+    )
+    cmd.set_defaults(handler=send_routes)
 
     cmd = sub.add_parser(
         "stats",

@@ -5,7 +5,8 @@ the in-memory one (memory.py, STOMP's view) and the AMQP peer (amqp_peer.py).
 - createQueue (its JSON configuration and ignoreIfExists) makes the queue where missing.
 - createDivert does nothing, and answers success all the same, where a queue or divert already
   has its name or its address has no queue (ActiveMQServerImpl.deployDivert).
-- getDivertNames lists every divert; any other operation is refused as Artemis refuses an
+- getDivertNames lists every divert; destroyDivert removes one (AMQ229012 for a name no
+  divert has); any other operation is refused as Artemis refuses an
   operation it does not have (AMQ229069).
 - A message sent to an address is stored, as a copy, in the target of every exclusive divert
   whose filter matches, and then on none of the address's queues
@@ -49,6 +50,11 @@ class DivertModel:
                     config["forwarding-address"],
                 )
             return None
+        if operation == "destroyDivert" and len(params) == 1:
+            for diverts in self._by_address.values():
+                if diverts.pop(str(params[0]), None) is not None:
+                    return None
+            raise ManagementError(f"AMQ229012: No binding for divert {params[0]}")
         raise ManagementError(f"AMQ229069: no operation {operation}/{len(params)}")
 
     def targets(self, address: str, properties: Mapping[str, object]) -> list[tuple[str, str]]:

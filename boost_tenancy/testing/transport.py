@@ -14,7 +14,7 @@ from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.testing.memory import Consumer, InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
-from boost_tenancy.transports.artemis_management import install
+from boost_tenancy.transports.artemis_management import install, listed, remove
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
@@ -261,10 +261,19 @@ class InMemoryTransport:
     def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
         """Artemis's exclusive diverts (SendRouteInstaller); refused on the Classic model, whose
         capabilities do not declare send_time_routes."""
+        return install(self._management(), routes)
+
+    def send_routes(self) -> list[SendRoute]:
+        return listed(self._management())
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return remove(self._management(), routes)
+
+    def _management(self) -> InMemoryBroker:
         self._require_connected()
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self._broker.flavour.value} takes no routes at run time")
-        return install(self._broker, routes)
+        return self._broker
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

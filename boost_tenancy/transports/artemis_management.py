@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from boost_tenancy.errors import TransportError
+from boost_tenancy.routing import tenant_queue_of
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import SendRoute
 
@@ -112,6 +113,22 @@ def create_divert(route: SendRoute) -> Operation:
     return Operation("createDivert", (json.dumps(config),))
 
 
+def destroy_divert(route: SendRoute) -> Operation:
+    return Operation("destroyDivert", (divert_name(route),))
+
+
+def routes_named(names: Iterable[str]) -> list[SendRoute]:
+    """The routes of the toolkit's own diverts among the broker's divert names, sorted; any other
+    divert is left out."""
+    routes = []
+    for name in sorted(names):
+        split = tenant_queue_of(name.removeprefix(DIVERT_PREFIX))
+        if name.startswith(DIVERT_PREFIX) and split is not None:
+            tenant, queue = split
+            routes.append(SendRoute(queue, tenant, name.removeprefix(DIVERT_PREFIX)))
+    return routes
+
+
 def queue_operations(routes: Sequence[SendRoute]) -> list[Operation]:
     """Every queue the routes need, shared and tenant, made where missing: a divert on an address
     that does not exist is silently not made, and one whose target has no queue drops what it
@@ -157,6 +174,20 @@ def install(session: Runs, routes: Sequence[SendRoute]) -> int:
     return len(added)
 
 
+def listed(session: Runs) -> list[SendRoute]:
+    """The routes the broker's diverts make, of the toolkit's own naming."""
+    return routes_named(divert_names(session.run([list_diverts()])[0]))
+
+
+def remove(session: Runs, routes: Sequence[SendRoute]) -> int:
+    """Destroy the diverts of routes the broker has (a tenant gone, a queue no longer routed);
+    their queues stay, with what they hold. Returns how many were destroyed."""
+    present = {divert_name(route) for route in listed(session)}
+    ops = [destroy_divert(route) for route in routes if divert_name(route) in present]
+    session.run(ops)
+    return len(ops)
+
+
 def read_reply(operation: Operation, properties: Mapping[str, str], body: str | None) -> object:
     """The result of operation from its reply (None for an operation that returns nothing);
     ManagementError with the broker's text when it failed."""
@@ -189,11 +220,15 @@ __all__ = [
     "Operation",
     "create_divert",
     "create_queue",
+    "destroy_divert",
     "divert_name",
     "divert_names",
     "divert_operations",
     "install",
     "list_diverts",
+    "listed",
     "queue_operations",
     "read_reply",
+    "remove",
+    "routes_named",
 ]

@@ -306,6 +306,15 @@ class SendRouteInstaller(Protocol):
         missing permission) or the connection fails."""
         ...
 
+    def send_routes(self) -> list[SendRoute]:
+        """The routes the broker makes now, of the toolkit's own (sorted by target)."""
+        ...
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        """Stop routing routes at send time (their queues stay, with what they hold); returns how
+        many the broker had."""
+        ...
+
 
 def send_route_installer(transport: Transport) -> SendRouteInstaller | None:
     """transport as a SendRouteInstaller where its capabilities declare send_time_routes (read

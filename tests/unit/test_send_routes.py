@@ -14,9 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
+import structlog
 from stomp.utils import parse_frame
 
 from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
+from boost_tenancy.cli import main
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import WireMessage
@@ -25,7 +27,7 @@ from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.testing.amqp_peer import AmqpPeer
+from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     ManagementError,
@@ -420,3 +422,69 @@ def test_over_amqp_diverted_copies_carry_the_original_address_and_divert() -> No
             assert peer.messages(SHARED) == []
         finally:
             transport.close()
+
+
+# -- listing and removing: transports and the operator's command -------------------------------
+
+
+def test_routes_are_listed_and_removed_on_the_in_memory_artemis(artemis: InMemoryBroker) -> None:
+    transport = connected(artemis)
+    transport.install_send_routes([route(A), route(B), route(A, source="cmd.other")])
+    assert [(r.source, r.tenant.value) for r in transport.send_routes()] == [
+        ("cmd.docs", "org-a"),
+        ("cmd.other", "org-a"),
+        ("cmd.docs", "org-b"),
+    ]
+    assert transport.remove_send_routes([route(A), route(A, source="cmd.gone")]) == 1
+    assert artemis.diverts(SHARED) == {divert_name(route(B)): "tenant.org-b.cmd.docs"}
+    artemis.put(SHARED, message("org-a"))  # no divert any more: the shared queue keeps it
+    assert len(artemis.messages(SHARED)) == 1
+    with pytest.raises(ManagementError, match="AMQ229012"):
+        artemis.run([Operation("destroyDivert", (divert_name(route(A)),))])
+
+
+def printed(out: str) -> list[dict[str, Any]]:
+    """The command's JSON lines (log lines of the test's own transport may come first)."""
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_the_send_routes_command_lists_and_removes_over_amqp(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved: dict[str, Any] = structlog.get_config()
+    try:
+        with AmqpPeer() as peer:
+            transport = open_transport(peer.url)
+            transport.connect()
+            transport.install_send_routes([route(A), route(B)])  # type: ignore[attr-defined]
+            transport.close()
+            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+            assert main(["send-routes"]) == 0
+            listed = printed(capsys.readouterr().out)
+            assert [(r["queue"], r["tenant"], r["removed"]) for r in listed] == [
+                (SHARED, "org-a", False),
+                (SHARED, "org-b", False),
+            ]
+            assert main(["send-routes", "--remove"]) == 2  # never all at once
+            assert "needs --queue or --tenant" in capsys.readouterr().err
+            assert main(["send-routes", "--remove", "--tenant", "org-a"]) == 0
+            (removed,) = printed(capsys.readouterr().out)
+            assert (removed["tenant"], removed["removed"]) == ("org-a", True)
+            assert main(["send-routes"]) == 0
+            left = [r["tenant"] for r in printed(capsys.readouterr().out)]
+            assert left == ["org-b"]
+    finally:
+        structlog.configure(**saved)
+
+
+def test_the_send_routes_command_refuses_a_broker_without_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved: dict[str, Any] = structlog.get_config()
+    try:
+        with AmqpPeer(PeerFlavour.RABBITMQ) as peer:
+            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+            assert main(["send-routes"]) == 2
+            assert "broker-routes" in capsys.readouterr().err
+    finally:
+        structlog.configure(**saved)

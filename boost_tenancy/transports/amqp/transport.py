@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
@@ -24,7 +25,7 @@ from boost_tenancy.transports.amqp.management import AmqpManagementSession
 from boost_tenancy.transports.amqp.receiving import DeliveryToken, SubscriptionSpec
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.waiters import all_of, resolve
-from boost_tenancy.transports.artemis_management import install
+from boost_tenancy.transports.artemis_management import install, listed, remove
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
@@ -35,6 +36,8 @@ from boost_tenancy.transports.base import (
     TransportCapabilities,
 )
 from boost_tenancy.transports.registry import TransportUrl
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,11 +345,20 @@ class AmqpTransport:
     def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
         """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
         asked through the management address on this connection (amqp/management.py)."""
+        return self._management(lambda session: install(session, routes))
+
+    def send_routes(self) -> list[SendRoute]:
+        return self._management(listed)
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return self._management(lambda session: remove(session, routes))
+
+    def _management(self, work: Callable[[AmqpManagementSession], T]) -> T:
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self.server or 'the broker'} takes no routes at run time")
         session = AmqpManagementSession(self, self._settings.confirm_timeout_s)
         try:
-            return install(session, routes)
+            return work(session)
         finally:
             session.close()
 

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.artemis_management import (
@@ -23,7 +24,9 @@ from boost_tenancy.transports.artemis_management import (
     REPLY_PREFIX,
     Operation,
     install,
+    listed,
     read_reply,
+    remove,
 )
 from boost_tenancy.transports.base import SendRoute
 from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
@@ -34,6 +37,7 @@ from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 
 _POLL_S = 0.05
+T = TypeVar("T")
 
 
 class _Replies:
@@ -76,8 +80,15 @@ class ArtemisManagement:
 
     def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
         """Create what is missing of routes (SendRouteInstaller); returns the diverts added."""
-        if not routes:
-            return 0
+        return self._session(lambda session: install(session, routes)) if routes else 0
+
+    def send_routes(self) -> list[SendRoute]:
+        return self._session(listed)
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return self._session(lambda session: remove(session, routes)) if routes else 0
+
+    def _session(self, work: Callable[[_Session], T]) -> T:
         replies = _Replies()
 
         def refused(server: str | None) -> TransportError:
@@ -86,8 +97,7 @@ class ArtemisManagement:
         flavour = BrokerFlavour.ARTEMIS
         with side_connection(self._settings, replies.on_message, flavour, refused) as opened:
             connection, link = opened
-            session = _Session(connection, link, replies, self._settings.receipt_timeout_s)
-            return install(session, routes)
+            return work(_Session(connection, link, replies, self._settings.receipt_timeout_s))
 
 
 class _Session:

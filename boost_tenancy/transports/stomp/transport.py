@@ -377,9 +377,18 @@ class StompTransport:
     def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
         """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
         asked on a connection of their own (stomp/management.py)."""
+        return self._management().install_send_routes(routes)
+
+    def send_routes(self) -> list[SendRoute]:
+        return self._management().send_routes()
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return self._management().remove_send_routes(routes)
+
+    def _management(self) -> ArtemisManagement:
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self.flavour.value} takes no routes at run time")
-        return ArtemisManagement(self._settings).install_send_routes(routes)
+        return ArtemisManagement(self._settings)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:
