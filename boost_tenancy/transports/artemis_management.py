@@ -44,8 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from boost_tenancy.errors import TransportError
-from boost_tenancy.routing import tenant_queue_of
+from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.routing import check_logical_queue, tenant_queue_of
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import SendRoute
 
@@ -122,10 +122,18 @@ def routes_named(names: Iterable[str]) -> list[SendRoute]:
     divert is left out."""
     routes = []
     for name in sorted(names):
-        split = tenant_queue_of(name.removeprefix(DIVERT_PREFIX))
-        if name.startswith(DIVERT_PREFIX) and split is not None:
-            tenant, queue = split
-            routes.append(SendRoute(queue, tenant, name.removeprefix(DIVERT_PREFIX)))
+        target = name.removeprefix(DIVERT_PREFIX)
+        split = tenant_queue_of(target) if name.startswith(DIVERT_PREFIX) else None
+        if split is None:
+            continue
+        tenant, queue = split
+        route = SendRoute(queue, tenant, target)
+        try:
+            check_logical_queue(queue)
+        except ConfigError:
+            continue  # tenant.t.DLQ.x and the like: not a name this toolkit gives a divert
+        if divert_name(route) == name:
+            routes.append(route)
     return routes
 
 

@@ -38,6 +38,7 @@ from boost_tenancy.transports.artemis_management import (
     install,
     queue_operations,
     read_reply,
+    routes_named,
 )
 from boost_tenancy.transports.base import SendRoute, send_route_installer
 from boost_tenancy.transports.registry import open_transport
@@ -488,3 +489,15 @@ def test_the_send_routes_command_refuses_a_broker_without_them(
             assert "broker-routes" in capsys.readouterr().err
     finally:
         structlog.configure(**saved)
+
+
+def test_only_the_toolkits_own_diverts_are_read_back_as_routes() -> None:
+    names = [
+        divert_name(route(A)),
+        "boost.divert.x",  # no tenant queue behind it
+        "boost.divert.tenant.org-a.DLQ.cmd.docs",  # a name the toolkit never gives a divert
+        "boost.divert.tenant.bad tenant.cmd.docs",
+        "other.divert.tenant.org-b.cmd.docs",
+        "tenant.org-b.cmd.docs",
+    ]
+    assert routes_named(names) == [route(A)]

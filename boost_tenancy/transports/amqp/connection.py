@@ -311,9 +311,16 @@ class AmqpConnection(Handler):
             self.receiving.incoming(link, delivery)
 
     # -- what the transport asks for ------------------------------------------------------------
-    def send(self, items: Sequence[tuple[str, EncodedMessage]], future: Future[None]) -> None:
-        """Send items in order; future resolves when the broker has accepted every one."""
-        self.sending.send(items, future)
+    def send(
+        self,
+        items: Sequence[tuple[str, EncodedMessage]],
+        future: Future[None],
+        *,
+        as_queue: bool = True,
+    ) -> None:
+        """Send items in order; future resolves when the broker has accepted every one.
+        as_queue=False: to a node that is no queue (Artemis's management address)."""
+        self.sending.send(items, future, as_queue=as_queue)
 
     def subscribe(self, specs: Sequence[SubscriptionSpec], futures: Sequence[Future[None]]) -> None:
         self.receiving.subscribe(specs, futures)

@@ -53,8 +53,8 @@ class AmqpFlavour(enum.Enum):
             atomic_forward=artemis,
             atomic_batches=artemis,
             prefetch_counts_messages=True,  # link credit counts messages on every broker
-            # RabbitMQ 3.10 reports queues over HTTP only; Artemis's management address is not
-            # asked over AMQP here: no Artemis runs where it could be checked.
+            # RabbitMQ 3.10 reports queues over HTTP only; Artemis's queue counts would come
+            # from its management address, which is asked for diverts only (below).
             queue_statistics=False,
             # Artemis's exclusive diverts, made through its management address
             # (amqp/management.py).

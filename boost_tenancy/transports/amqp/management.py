@@ -6,8 +6,12 @@ A request is an amqp-value string body (Artemis reads the JSON parameters only f
 body), the operation in the application properties, properties.reply_to naming the reply queue
 and a correlation id the reply carries back (ManagementServiceImpl.getCorrelationIdentity). The
 reply queue is an ordinary ANYCAST queue its receiver makes (the queue capability), detached when
-the session ends; Artemis deletes it once empty and unused. Unlike STOMP's, a refused request
-does not end the connection: Artemis rejects its transfer, which fails the send's confirmation.
+the session ends; Artemis deletes it once empty and unused (auto-delete-queues, its default).
+Both need auto-create-queues, Artemis's default too; where it is off the session fails and the
+runner leaves its tenants to its router. Requests go to activemq.management without the queue
+capability every other sender names: with it, Artemis would make a durable queue of that name.
+Unlike STOMP's, a refused request does not end the connection: Artemis rejects its transfer,
+which fails the send's confirmation.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import structlog
 from proton import Message
 
 from boost_tenancy.errors import TransportError
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
     from boost_tenancy.transports.amqp.transport import AmqpTransport
 
 _PREFETCH = 100
+
+log = structlog.get_logger("boost_tenancy.transports.amqp")
 
 
 class AmqpManagementSession:
@@ -68,7 +75,7 @@ class AmqpManagementSession:
             for op, correlation in zip(ops, correlations, strict=True)
         ]
         what = f"{len(ops)} management request(s)"
-        self._transport.send_encoded(requests, what)
+        self._transport.send_encoded(requests, what, as_queue=False)
         deadline = time.monotonic() + self._timeout_s
         with self._cond:
             while not all(c in self._replies for c in correlations):
@@ -94,7 +101,12 @@ class AmqpManagementSession:
         return EncodedMessage(message.encode())
 
     def close(self) -> None:
-        self._transport.unsubscribe(self._subscription)
+        """Detach the reply queue's receiver; a failure is logged, not raised over the result or
+        the error of the session (the receiver goes with the connection anyway)."""
+        try:
+            self._transport.unsubscribe(self._subscription)
+        except TransportError as exc:
+            log.warning("management_reply_queue_not_detached", error=str(exc))
 
 
 def _text(reply: Delivery) -> str | None:

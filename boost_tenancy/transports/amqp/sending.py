@@ -44,9 +44,9 @@ class Sending:
         for countdown in dict.fromkeys(confirms.values()):
             countdown.failed(error)
 
-    def _sender(self, queue: str) -> Sender:
+    def _sender(self, queue: str, as_queue: bool) -> Sender:
         engine = self._engine
-        address = engine.flavour.address(queue)
+        address = engine.flavour.address(queue) if as_queue else queue
         sender = self._senders.get(address)
         if sender is None or sender.state & Endpoint.LOCAL_CLOSED:
             sender = engine.loop.container.create_sender(
@@ -55,7 +55,11 @@ class Sending:
                 name=f"boost-send-{next(self._names)}",
                 handler=engine,  # its events straight to the engine, not looked up each time
             )
-            sender.target.capabilities.put_object(QUEUE_CAPABILITY)
+            if as_queue:
+                # Without it Artemis makes a new address multicast and drops what is sent there.
+                # A node that is no queue goes without: Artemis would make a durable queue of
+                # that name (and cannot, where auto-creation is off).
+                sender.target.capabilities.put_object(QUEUE_CAPABILITY)
             self._senders[address] = sender
         return sender
 
@@ -64,6 +68,8 @@ class Sending:
         items: Sequence[tuple[str, EncodedMessage]],
         done: Future[None],
         transaction: Any = None,
+        *,
+        as_queue: bool = True,
     ) -> None:
         """Send items in order, in transaction when one is given, and resolve done once the
         broker has settled every transfer with accepted (inside a transaction: transactional
@@ -75,7 +81,7 @@ class Sending:
         countdown = Countdown(len(items), done)
         confirms = self._confirms
         for queue, message in items:
-            sender = self._sender(queue)
+            sender = self._sender(queue, as_queue)
             if transaction is None:
                 sent = message.send(sender)
             else:

@@ -200,10 +200,12 @@ class AmqpTransport:
     def _send_confirmed(self, items: Sequence[Outgoing], what: str) -> None:
         self.send_encoded(self._encode(items), what)
 
-    def send_encoded(self, items: Sequence[tuple[str, EncodedMessage]], what: str) -> None:
-        """Send messages already encoded (management requests, amqp/management.py), confirmed
-        by the broker as every send is."""
-        self._when_open(what, lambda done: self._engine.send(items, done))
+    def send_encoded(
+        self, items: Sequence[tuple[str, EncodedMessage]], what: str, *, as_queue: bool = True
+    ) -> None:
+        """Send messages already encoded, confirmed by the broker as every send is; as_queue=
+        False sends to a node that is no queue (management requests, amqp/management.py)."""
+        self._when_open(what, lambda done: self._engine.send(items, done, as_queue=as_queue))
 
     def _transaction(self, items: Sequence[Outgoing], accepts: Sequence[DeliveryToken]) -> None:
         encoded = self._encode(items)
@@ -360,7 +362,7 @@ class AmqpTransport:
         try:
             return work(session)
         finally:
-            session.close()
+            session.close()  # logs, rather than raises over, what it cannot undo
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._token_is_live(self._token(delivery))
