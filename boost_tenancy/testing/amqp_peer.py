@@ -685,8 +685,9 @@ class _Engine:
             return
         address = self._addresses.get(name) or self._declare(name, capability)
         properties = cast(Mapping[str, object], message.properties or {})
-        if capability != "topic" and self._diverts.diverted(name, properties):
-            for divert, forward in self._diverts.targets(name, properties):
+        diverted = None if capability == "topic" else self._diverts.route(name, properties)
+        if diverted is not None:
+            for divert, forward in diverted:
                 copy = Message()
                 copy.decode(encoded)
                 annotations: dict[Any, Any] = dict(copy.annotations or {})

@@ -57,19 +57,18 @@ class DivertModel:
             raise ManagementError(f"AMQ229012: No binding for divert {params[0]}")
         raise ManagementError(f"AMQ229069: no operation {operation}/{len(params)}")
 
-    def targets(self, address: str, properties: Mapping[str, object]) -> list[tuple[str, str]]:
-        """(divert name, target queue) of every divert on address whose filter matches; the
-        targets without a queue left out (their copies are dropped)."""
-        return [
+    def route(self, address: str, properties: Mapping[str, object]) -> list[tuple[str, str]] | None:
+        """Where a message sent to address goes: None when no exclusive divert takes it (the
+        address's queues get it), else (divert name, target queue) of every divert whose filter
+        matches, the targets without a queue left out (their copies are dropped)."""
+        matched = [
             (name, target)
             for name, (matches, target) in self._by_address.get(address, {}).items()
-            if matches(properties) and self._has_queue(target)
+            if matches(properties)
         ]
-
-    def diverted(self, address: str, properties: Mapping[str, object]) -> bool:
-        """Whether some exclusive divert on address takes the message (its copies may still be
-        dropped, when a target has no queue)."""
-        return any(matches(properties) for matches, _ in self._by_address.get(address, {}).values())
+        if not matched:
+            return None
+        return [(name, target) for name, target in matched if self._has_queue(target)]
 
     def of(self, address: str) -> dict[str, str]:
         """The diverts on address: target queue by divert name."""

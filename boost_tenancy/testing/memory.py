@@ -174,12 +174,12 @@ class InMemoryBroker:
     def _diverted(self, queue: str, sent: Sent, seq: int) -> list[tuple[str, Sent]]:
         """Where a message sent to queue is stored: a copy in the target of every exclusive
         divert whose filter matches, else queue itself."""
-        properties = sent.message.properties
-        if not self._diverts.diverted(queue, properties):
+        diverted = self._diverts.route(queue, sent.message.properties)
+        if diverted is None:
             return [(queue, sent)]
         return [
             (target, diverted_copy(sent, address=queue, divert=name, message_id=str(seq)))
-            for name, target in self._diverts.targets(queue, properties)
+            for name, target in diverted
         ]
 
     def _make_queue(self, name: str) -> None:

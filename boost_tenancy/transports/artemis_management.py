@@ -40,7 +40,10 @@ an in-memory model of it, testing/memory.py, not against a running Artemis):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -196,6 +199,54 @@ def remove(session: Runs, routes: Sequence[SendRoute]) -> int:
     return len(ops)
 
 
+class Replies:
+    """The replies of a management session by correlation id, put on the transport's receiving
+    thread and taken, read, by the thread that sent the requests."""
+
+    _POLL_S: Final = 0.05
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._replies: dict[str, tuple[Mapping[str, str], str | None]] = {}
+
+    @staticmethod
+    def correlations(ops: Sequence[Operation]) -> list[str]:
+        """A new correlation id for each operation, for its request and its reply."""
+        return [f"management-{uuid.uuid4().hex}" for _ in ops]
+
+    def put(self, correlation: str | None, properties: Mapping[str, str], body: str | None) -> None:
+        """A reply arrived; one without a correlation id answers nothing asked here."""
+        if correlation is None:
+            return
+        with self._cond:
+            self._replies[correlation] = (properties, body or None)
+            self._cond.notify_all()
+
+    def results(
+        self,
+        ops: Sequence[Operation],
+        correlations: Sequence[str],
+        timeout_s: float,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> list[object]:
+        """The results of ops, in order, once every reply came (read_reply: the first refused
+        one raises ManagementError); TransportError when they do not all come within timeout_s
+        or alive() turns false (the connection they would come on is gone)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not all(c in self._replies for c in correlations):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not alive():
+                    raise TransportError(
+                        f"Artemis answered {len(ops)} management request(s) only in part within "
+                        f"{timeout_s}s (the user needs the manage permission on "
+                        f"{MANAGEMENT_ADDRESS})"
+                    )
+                self._cond.wait(min(remaining, self._POLL_S))
+            replies = [self._replies.pop(c) for c in correlations]
+        return [read_reply(op, *reply) for op, reply in zip(ops, replies, strict=True)]
+
+
 def read_reply(operation: Operation, properties: Mapping[str, str], body: str | None) -> object:
     """The result of operation from its reply (None for an operation that returns nothing);
     ManagementError with the broker's text when it failed."""
@@ -226,6 +277,7 @@ __all__ = [
     "MANAGEMENT_ADDRESS",
     "ManagementError",
     "Operation",
+    "Replies",
     "create_divert",
     "create_queue",
     "destroy_divert",

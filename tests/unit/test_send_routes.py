@@ -32,6 +32,7 @@ from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     ManagementError,
     Operation,
+    Replies,
     create_divert,
     divert_name,
     divert_operations,
@@ -43,7 +44,7 @@ from boost_tenancy.transports.artemis_management import (
 from boost_tenancy.transports.base import SendRoute, send_route_installer
 from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import BrokerFlavour
-from boost_tenancy.transports.stomp.management import _Replies, _Session
+from boost_tenancy.transports.stomp.management import _on_reply, _Session
 from tests.conftest import wait_until
 
 A, B = TenantId.parse("org-a"), TenantId.parse("org-b")
@@ -221,7 +222,7 @@ class _Link:
 class _Connection:
     """Takes the frames a session sends and answers each request as Artemis would."""
 
-    def __init__(self, replies: _Replies, answer: Any) -> None:
+    def __init__(self, replies: Replies, answer: Any) -> None:
         self.frames: list[Any] = []
         self._replies = replies
         self._answer = answer
@@ -237,12 +238,12 @@ class _Connection:
                 headers, body = self._answer(frame)
                 headers["correlation-id"] = frame.headers["correlation-id"]
                 threading.Thread(
-                    target=self._replies.on_message, args=(1, headers, body.encode())
+                    target=_on_reply(self._replies), args=(1, headers, body.encode())
                 ).start()
 
 
 def test_the_stomp_session_sends_text_requests_with_a_reply_to_and_reads_the_replies() -> None:
-    replies = _Replies()
+    replies = Replies()
 
     def answer(frame: Any) -> tuple[dict[str, str], str]:
         if frame.headers["_AMQ_OperationName"] == "getDivertNames":
@@ -264,7 +265,7 @@ def test_the_stomp_session_sends_text_requests_with_a_reply_to_and_reads_the_rep
 
 
 def test_a_refused_request_raises_with_the_brokers_text_and_a_silent_one_times_out() -> None:
-    replies = _Replies()
+    replies = Replies()
     refuse = _Connection(replies, lambda f: ({"_AMQ_OperationSucceeded": "false"}, '["no"]'))
     session = _Session(refuse, _Link(), replies, timeout_s=5.0)  # type: ignore[arg-type]
     with pytest.raises(ManagementError, match="refused management operation createQueue: no"):

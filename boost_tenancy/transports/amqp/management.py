@@ -16,8 +16,6 @@ which fails the send's confirmation.
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -31,7 +29,7 @@ from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     REPLY_PREFIX,
     Operation,
-    read_reply,
+    Replies,
 )
 from boost_tenancy.transports.base import Delivery
 
@@ -49,8 +47,7 @@ class AmqpManagementSession:
     def __init__(self, transport: AmqpTransport, timeout_s: float) -> None:
         self._transport = transport
         self._timeout_s = timeout_s
-        self._cond = threading.Condition()
-        self._replies: dict[str, Delivery] = {}
+        self._replies = Replies()
         self._reply_to = f"{REPLY_PREFIX}{uuid.uuid4().hex}"
         self._subscription = transport.subscribe(
             self._reply_to, selector=None, prefetch=_PREFETCH, on_delivery=self._on_reply
@@ -58,38 +55,20 @@ class AmqpManagementSession:
 
     def _on_reply(self, delivery: Delivery) -> None:
         self._transport.ack(delivery)
-        if delivery.correlation_id is None:
-            return
-        with self._cond:
-            self._replies[delivery.correlation_id] = delivery
-            self._cond.notify_all()
+        self._replies.put(delivery.correlation_id, delivery.properties, _text(delivery))
 
     def run(self, ops: Sequence[Operation]) -> list[object]:
         """Send every operation at once, then read their results in order; the first refused
         one raises ManagementError with the broker's text."""
         if not ops:
             return []
-        correlations = [f"management-{uuid.uuid4().hex}" for _ in ops]
+        correlations = self._replies.correlations(ops)
         requests = [
             (MANAGEMENT_ADDRESS, self._request(op, correlation))
             for op, correlation in zip(ops, correlations, strict=True)
         ]
-        what = f"{len(ops)} management request(s)"
-        self._transport.send_encoded(requests, what, as_queue=False)
-        deadline = time.monotonic() + self._timeout_s
-        with self._cond:
-            while not all(c in self._replies for c in correlations):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TransportError(
-                        f"Artemis answered {what} only in part within {self._timeout_s}s"
-                    )
-                self._cond.wait(remaining)
-            replies = [self._replies.pop(c) for c in correlations]
-        return [
-            read_reply(op, reply.properties, _text(reply))
-            for op, reply in zip(ops, replies, strict=True)
-        ]
+        self._transport.send_encoded(requests, f"{len(ops)} management request(s)", as_queue=False)
+        return self._replies.results(ops, correlations, self._timeout_s)
 
     def _request(self, op: Operation, correlation: str) -> EncodedMessage:
         message = Message(

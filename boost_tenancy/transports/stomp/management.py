@@ -12,8 +12,6 @@ and their order are artemis_management.install's; each step's requests go out to
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -23,9 +21,9 @@ from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
     REPLY_PREFIX,
     Operation,
+    Replies,
     install,
     listed,
-    read_reply,
     remove,
 )
 from boost_tenancy.transports.base import SendRoute
@@ -36,40 +34,14 @@ from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 
-_POLL_S = 0.05
 T = TypeVar("T")
 
 
-class _Replies:
-    """Replies by correlation id, filled on the receiving thread."""
+def _on_reply(replies: Replies) -> Callable[[int, Mapping[str, str], bytes], None]:
+    def on_message(generation: int, headers: Mapping[str, str], body: bytes) -> None:
+        replies.put(headers.get("correlation-id"), dict(headers), body.decode("utf-8", "replace"))
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._replies: dict[str, tuple[dict[str, str], str]] = {}
-
-    def on_message(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
-        correlation = headers.get("correlation-id")
-        if correlation is None:
-            return
-        with self._cond:
-            self._replies[correlation] = (dict(headers), body.decode("utf-8", "replace"))
-            self._cond.notify_all()
-
-    def wait(
-        self, correlations: Sequence[str], timeout_s: float, alive: Callable[[], bool]
-    ) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not all(c in self._replies for c in correlations):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not alive():
-                    return False
-                self._cond.wait(min(remaining, _POLL_S))
-            return True
-
-    def get(self, correlation: str) -> tuple[dict[str, str], str]:
-        with self._cond:
-            return self._replies[correlation]
+    return on_message
 
 
 class ArtemisManagement:
@@ -89,20 +61,20 @@ class ArtemisManagement:
         return self._session(lambda session: remove(session, routes)) if routes else 0
 
     def _session(self, work: Callable[[_Session], T]) -> T:
-        replies = _Replies()
+        replies = Replies()
 
         def refused(server: str | None) -> TransportError:
             return TransportError(f"routes at send time need ActiveMQ Artemis, not {server!r}")
 
         flavour = BrokerFlavour.ARTEMIS
-        with side_connection(self._settings, replies.on_message, flavour, refused) as opened:
+        with side_connection(self._settings, _on_reply(replies), flavour, refused) as opened:
             connection, link = opened
             return work(_Session(connection, link, replies, self._settings.receipt_timeout_s))
 
 
 class _Session:
     def __init__(
-        self, connection: StompConnection, link: Link, replies: _Replies, timeout_s: float
+        self, connection: StompConnection, link: Link, replies: Replies, timeout_s: float
     ) -> None:
         self._connection = connection
         self._link = link
@@ -127,7 +99,7 @@ class _Session:
         one raises ManagementError with the broker's text."""
         if not ops:
             return []
-        correlations = [f"management-{uuid.uuid4().hex}" for _ in ops]
+        correlations = self._replies.correlations(ops)
         receipt = new_receipt()
         frames = [
             encode_frame(
@@ -146,15 +118,7 @@ class _Session:
         ]
         what = f"{len(ops)} management request(s)"
         self._connection.confirm(self._link, frames, receipt, what)
-        if not self._replies.wait(correlations, self._timeout_s, self._alive):
-            raise TransportError(
-                f"Artemis answered {what} only in part within {self._timeout_s}s (the user needs "
-                f"the manage permission on {MANAGEMENT_ADDRESS})"
-            )
-        return [
-            read_reply(op, *self._replies.get(correlation))
-            for op, correlation in zip(ops, correlations, strict=True)
-        ]
+        return self._replies.results(ops, correlations, self._timeout_s, self._alive)
 
 
 __all__ = ["ArtemisManagement"]
