@@ -1,14 +1,16 @@
 """The Redis the tests use (BOOST_TEST_REDIS_URL): a client that skips locally when Redis is absent
-and fails under CI=true, a key prefix per test, and a server that accepts and never answers."""
+and fails under CI=true, a key prefix per test, and a proxy that hangs until told to forward."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tests.conftest import unavailable
 
@@ -37,18 +39,43 @@ def fresh_prefix(client: Any) -> Iterator[str]:
         client.delete(key)
 
 
-class SilentServer:
-    """Accepts TCP connections and never answers: a Redis that hangs."""
+class RedisSwitch:
+    """A TCP proxy in front of the real Redis that hangs (accepts, never answers) until told to
+    forward: a Redis that hangs, and then one that comes back.
 
-    def __init__(self) -> None:
+    Counts the connections it accepts: redis-py drops a connection after each timeout, so the
+    count is the number of calls that reached the hung Redis.
+    """
+
+    def __init__(self, target: str) -> None:
+        parts = urlsplit(target)
+        self._target = (parts.hostname or "127.0.0.1", parts.port or 6379)
         self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.05)
-        self.url = f"redis://127.0.0.1:{self._server.getsockname()[1]}/0"
+        self._server.settimeout(0.05)  # lets the accept loop notice close()
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@" if userinfo else ""
+        port = self._server.getsockname()[1]
+        self.url = urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{port}"))
         self.accepted = 0
-        self._held: list[socket.socket] = []
+        self._forwarding = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._thread.start()
+
+    def forward(self) -> None:
+        """From now on, new connections reach the real Redis."""
+        with self._lock:
+            self._forwarding = True
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(5)
+        self._server.close()
+        with self._lock:
+            for held in self._sockets:
+                held.close()
 
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
@@ -56,12 +83,26 @@ class SilentServer:
                 conn, _ = self._server.accept()
             except TimeoutError:
                 continue
-            self.accepted += 1
-            self._held.append(conn)
+            with self._lock:
+                self.accepted += 1
+                self._sockets.append(conn)
+                forwarding = self._forwarding
+            if forwarding:
+                upstream = socket.create_connection(self._target, timeout=5)
+                upstream.settimeout(None)
+                with self._lock:
+                    self._sockets.append(upstream)
+                for src, dst in ((conn, upstream), (upstream, conn)):
+                    threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(5)
-        self._server.close()
-        for held in self._held:
-            held.close()
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (src, dst):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)

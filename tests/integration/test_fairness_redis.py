@@ -4,12 +4,10 @@ circuit breaker against a Redis that hangs, then answers again."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import queue as queue_mod
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +17,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from structlog.testing import capture_logs
@@ -38,7 +35,7 @@ from boost_tenancy.fairness.redis_backend import redis_breaker
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import unavailable, wait_until
 from tests.fairness_support import Admissions, Events
-from tests.redis_support import REDIS_URL, connect_redis, fresh_prefix
+from tests.redis_support import REDIS_URL, RedisSwitch, connect_redis, fresh_prefix
 
 pytestmark = pytest.mark.redis
 
@@ -255,74 +252,6 @@ def test_redis_bucket_deficit_reconfiguration_and_expiry(client: Any, prefix: st
 
 
 # -- an unreachable Redis: the circuit breaker ----------------------------------------------------
-class RedisSwitch:
-    """A TCP proxy in front of the real Redis that hangs (accepts, never answers) or forwards.
-
-    Counts the connections it accepts: redis-py drops a connection after each timeout, so the
-    count is the number of calls that reached the hung Redis.
-    """
-
-    def __init__(self, target: str) -> None:
-        parts = urlsplit(target)
-        self._target = (parts.hostname or "127.0.0.1", parts.port or 6379)
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.05)  # lets the accept loop notice close()
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@" if userinfo else ""
-        port = self._server.getsockname()[1]
-        self.url = urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{port}"))
-        self.accepted = 0
-        self._forwarding = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
-        self._thread.start()
-
-    def send_then_ack(self) -> None:
-        """From now on, new connections reach the real Redis."""
-        with self._lock:
-            self._forwarding = True
-
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(5)
-        self._server.close()
-        with self._lock:
-            for held in self._sockets:
-                held.close()
-
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            with self._lock:
-                self.accepted += 1
-                self._sockets.append(conn)
-                forwarding = self._forwarding
-            if forwarding:
-                upstream = socket.create_connection(self._target, timeout=5)
-                upstream.settimeout(None)
-                with self._lock:
-                    self._sockets.append(upstream)
-                for src, dst in ((conn, upstream), (upstream, conn)):
-                    threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (src, dst):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-
 @pytest.fixture
 def switch() -> Iterator[RedisSwitch]:
     """Starts hanging; the Redis behind it is BOOST_TEST_REDIS_URL."""
@@ -472,7 +401,7 @@ def test_limits_are_enforced_again_once_redis_answers_after_the_cooldown(
     opened_at = time.monotonic()
     # Redis answers again, but the breaker keeps refusing until the cool-down is over: the
     # slots go back and the next delivery is admitted without a connection.
-    switch.send_then_ack()
+    switch.forward()
     accepted = switch.accepted
     for item in hung:
         gate.done(TENANT, item.slot)

@@ -27,7 +27,7 @@ from boost_tenancy.messages import WireMessage, build_message
 from boost_tenancy.quotas.guard import wire_size
 from boost_tenancy.quotas.policy import TenantPolicy
 from boost_tenancy.quotas.shared import RedisPublishBuckets
-from tests.redis_support import REDIS_URL, SilentServer, connect_redis, fresh_prefix
+from tests.redis_support import REDIS_URL, RedisSwitch, connect_redis, fresh_prefix
 
 A = TenantId("org-a")
 B = TenantId("org-b")
@@ -170,7 +170,7 @@ def test_a_hanging_redis_costs_one_socket_timeout_then_publishes_proceed(
 ) -> None:
     """A Redis that accepts and never answers: one publish waits the socket timeout, the rest
     go at once; when Redis answers again the shared buckets are back, logged once each way."""
-    silent = SilentServer()
+    silent = RedisSwitch(REDIS_URL)  # never told to forward: a Redis that hangs
     try:
         breaker = redis_breaker(BreakerPolicy(cooldown_s=0.5, max_cooldown_s=0.5))
         hung = RedisPublishBuckets(
