@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +30,8 @@ the broker then drops the connection instead of converting the message."""
 _APT_TIMEOUT_S: Final = 1800.0
 
 
-def _run_apt(command: list[str], env: Mapping[str, str]) -> None:
+def _run_apt(command: list[str], env: Mapping[str, str], packages: Sequence[str]) -> None:
+    yourself = f"install it yourself: apt-get install {' '.join(packages)}"
     try:
         result = subprocess.run(
             command,
@@ -43,27 +44,22 @@ def _run_apt(command: list[str], env: Mapping[str, str]) -> None:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LocalBrokerError(
-            f"`{' '.join(command)}` failed ({exc}); install it yourself: apt-get install activemq"
-        ) from exc
+        raise LocalBrokerError(f"`{' '.join(command)}` failed ({exc}); {yourself}") from exc
     if result.returncode != 0:
         output = "\n".join(result.stdout.splitlines()[-20:])
         raise LocalBrokerError(
-            f"`{' '.join(command)}` failed with exit code {result.returncode}; install it "
-            f"yourself: apt-get install activemq\n{output}"
+            f"`{' '.join(command)}` failed with exit code {result.returncode}; {yourself}\n{output}"
         )
 
 
-def install_activemq(jar: Path = ACTIVEMQ_JAR) -> None:
-    """Install the Debian package activemq with apt-get, as root or through passwordless sudo.
-
-    jar is the launcher the package must leave behind; its absence afterwards is an error.
-    """
+def install_packages(packages: Sequence[str], *, why: str) -> None:
+    """Install Debian packages with apt-get, as root or through passwordless sudo; why says
+    what needs them, in the error when they cannot be installed."""
+    wanted = " ".join(packages)
     apt_get = shutil.which("apt-get")
     if apt_get is None:
         raise LocalBrokerError(
-            f"ActiveMQ is not installed ({jar} is missing) and apt-get is not available: "
-            "install ActiveMQ Classic 5.17 (Debian: apt-get install activemq)"
+            f"{why}, and apt-get is not available: install it (Debian: apt-get install {wanted})"
         )
     env = dict(os.environ)
     if os.geteuid() == 0:
@@ -75,15 +71,23 @@ def install_activemq(jar: Path = ACTIVEMQ_JAR) -> None:
         prefix = ["sudo", "-n", "DEBIAN_FRONTEND=noninteractive"]
     else:
         raise LocalBrokerError(
-            f"ActiveMQ is not installed ({jar} is missing) and installing it needs root: "
-            "run `apt-get install activemq` as root"
+            f"{why}, and installing it needs root: run `apt-get install {wanted}` as root"
         )
     # A fresh machine (or container) has empty package lists, so install alone would not find it.
-    _run_apt([*prefix, apt_get, "update"], env)
+    _run_apt([*prefix, apt_get, "update"], env, packages)
+    _run_apt([*prefix, apt_get, "install", "-y", *packages], env, packages)
+
+
+def install_activemq(jar: Path = ACTIVEMQ_JAR) -> None:
+    """Install the Debian package activemq with apt-get, as root or through passwordless sudo.
+
+    jar is the launcher the package must leave behind; its absence afterwards is an error.
+    """
     # The JSON jars are only Recommends of the package: named, so a system that skips
     # recommended packages still gets them.
-    _run_apt(
-        [*prefix, apt_get, "install", "-y", "activemq", "libxstream-java", "libjettison-java"], env
+    install_packages(
+        ["activemq", "libxstream-java", "libjettison-java"],
+        why=f"ActiveMQ is not installed ({jar} is missing)",
     )
     if not jar.is_file():
         raise LocalBrokerError(f"apt-get installed activemq but {jar} is still missing")

@@ -17,6 +17,8 @@ from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.ops.broker_routes import classic_routing_plugin
+from boost_tenancy.routing import check_logical_queue
 from boost_tenancy.transports.options import (
     DEFAULT_URL,
     ENV_URL,
@@ -25,6 +27,7 @@ from boost_tenancy.transports.options import (
 )
 from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp.settings import SCHEMES, TLS_SCHEMES
+from services.common.contract import ROUTED_QUEUES
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_STOMP_PORT: Final = 61613
@@ -40,6 +43,9 @@ ENV_KEYSTORE: Final = "BOOST_BROKER_KEYSTORE"
 ENV_KEYSTORE_PASSWORD: Final = "BOOST_BROKER_KEYSTORE_PASSWORD"  # noqa: S105 (a variable's name)
 ENV_HEAP_MB: Final = "BOOST_BROKER_HEAP_MB"
 ENV_ROUTES: Final = "BOOST_BROKER_ROUTES"
+ENV_ROUTED_QUEUES: Final = "BOOST_BROKER_ROUTED_QUEUES"
+NO_ROUTED_QUEUES: Final = "none"
+"""BOOST_BROKER_ROUTED_QUEUES=none: the broker's tenant routing plugin is left out."""
 
 # The Debian package runs the broker with log4j 1.2 (liblog4j1.2-java behind slf4j-log4j12), not
 # the log4j 2 of the upstream tarball, so a log4j2.properties would be ignored and the broker
@@ -139,6 +145,9 @@ class LocalBrokerSettings:
     (printed by `boost-tenancy broker-routes`), put into the broker's configuration as is."""
     keystore: BrokerKeystore | None = None
     """Given, the STOMP connector is stomp+ssl:// (TLS) with this certificate; else plain."""
+    routed_queues: tuple[str, ...] = ROUTED_QUEUES
+    """Shared queues whose messages the project's broker plugin stores per tenant at send time,
+    every tenant (brokers/classic); by default the sample pipeline's. Empty: no plugin."""
 
     def __post_init__(self) -> None:
         _check_host(self.host, "host")
@@ -148,6 +157,8 @@ class LocalBrokerSettings:
         _check_heap(self.heap_mb, "heap_mb")
         if not (math.isfinite(self.start_timeout_s) and self.start_timeout_s > 0):
             raise ConfigError(f"start_timeout_s={self.start_timeout_s!r} must be a positive number")
+        for queue in self.routed_queues:
+            check_logical_queue(queue)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalBrokerSettings:
@@ -192,6 +203,7 @@ class LocalBrokerSettings:
         _check_heap(heap_mb, ENV_HEAP_MB)
         routes_raw = env.get(ENV_ROUTES, "")
         return cls(
+            routed_queues=_routed_queues_from_env(env),
             home=home,
             host=host,
             stomp_port=stomp_port,
@@ -233,6 +245,29 @@ def _keystore_from_env(env: Mapping[str, str], tls: bool) -> BrokerKeystore | No
         return BrokerKeystore(path=Path(path).expanduser(), password=password)
     except ConfigError as exc:
         raise ConfigError(f"{ENV_KEYSTORE}: {exc}") from None
+
+
+def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
+    raw = env.get(ENV_ROUTED_QUEUES, "").strip()
+    if not raw:
+        return ROUTED_QUEUES
+    if raw == NO_ROUTED_QUEUES:
+        return ()
+    queues = tuple(part.strip() for part in raw.split(","))
+    for queue in queues:
+        try:
+            check_logical_queue(queue)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{ENV_ROUTED_QUEUES}={raw!r}: {exc} (a comma-separated list of shared queues, "
+                f"or {NO_ROUTED_QUEUES})"
+            ) from None
+    return queues
+
+
+def _routing_plugin(queues: tuple[str, ...]) -> str:
+    """The <plugins> entry of the tenant routing plugin, or nothing."""
+    return classic_routing_plugin(queues, indent="  ") if queues else ""
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -295,6 +330,7 @@ def render_config(settings: LocalBrokerSettings) -> str:
         "@OPENWIRE_PORT@": str(settings.openwire_port),
         "@MEMORY_LIMIT_MB@": str(settings.memory_limit_mb),
         "@DESTINATION_INTERCEPTORS@": _routes_element(settings.routes),
+        "@ROUTING_PLUGIN@": _routing_plugin(settings.routed_queues),
     }
     rendered = template
     for placeholder, value in values.items():

@@ -69,6 +69,7 @@ from devtools.broker_settings import (
     LocalBrokerSettings,
     render_config,
 )
+from devtools.classic_plugin import build_plugin
 
 JAVA_MISSING_MESSAGE: Final = (
     "Java is missing: install a JRE 11+ (Debian: apt-get install default-jre-headless)"
@@ -104,7 +105,9 @@ class LocalBroker:
         self.pid_file = self.home / "broker.pid"
         self.log_file = self.logs_dir / "broker.log"
         self.console_file = self.logs_dir / "broker.out"
+        self.lib_dir = self.home / "lib"
         self._java: str | None = None
+        self._plugin_jar: Path | None = None
         # Kept so a broker started by this process is reaped: an unreaped child stays a zombie,
         # which signal 0 reports as alive.
         self._process: subprocess.Popen[bytes] | None = None
@@ -249,6 +252,8 @@ class LocalBroker:
         heap = self.settings.heap_mb
         # The launcher adds activemq.classpath to the broker's class path (os.pathsep-separated).
         extra = [str(jar) for jar in STOMP_JSON_JARS if jar.is_file()]
+        if self._plugin_jar is not None:
+            extra.append(str(self._plugin_jar))
         return [
             java,
             f"-Xms{min(128, heap)}M",
@@ -268,6 +273,7 @@ class LocalBroker:
     def _launch(self) -> int:
         for directory in (self.conf_dir, self.data_dir, self.logs_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        self._plugin_jar = build_plugin(self.lib_dir) if self.settings.routed_queues else None
         (self.conf_dir / "activemq.xml").write_text(render_config(self.settings), encoding="utf-8")
         (self.conf_dir / "log4j.properties").write_text(LOG4J_PROPERTIES, encoding="utf-8")
         with self.console_file.open("wb") as console:

@@ -11,7 +11,10 @@ from boost_tenancy.app import open_broker
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.ops.broker_routes import classic_destination_interceptors
+from boost_tenancy.ops.broker_routes import (
+    classic_destination_interceptors,
+    classic_routing_plugin,
+)
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.ops.stats import TenantStats, stats_table
 from boost_tenancy.resilience.error_store import open_error_store
@@ -76,7 +79,10 @@ def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
                 f"queue {queue!r} is shared (BOOST_ROUTING): broker routes serve routed queues, "
                 "whose runners read tenant.<tenant>.<queue>"
             )
-    sys.stdout.write(classic_destination_interceptors(queues, tenants(args.tenant)))
+    if args.tenant:
+        sys.stdout.write(classic_destination_interceptors(queues, tenants(args.tenant)))
+    else:
+        sys.stdout.write(classic_routing_plugin(queues))
     return 0
 
 
@@ -134,11 +140,17 @@ def register(sub: Subparsers) -> None:
 
     cmd = sub.add_parser(
         "broker-routes",
-        help="print the ActiveMQ Classic <destinationInterceptors> element that stores each "
-        "tenant's messages of shared queues in its own queue at send time",
+        help="print the ActiveMQ Classic configuration that stores each tenant's messages of "
+        "shared queues in its own queue at send time: the project's plugin element (every "
+        "tenant), or with --tenant a <destinationInterceptors> element for those tenants",
     )
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
-    cmd.add_argument("--tenant", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument(
+        "--tenant",
+        action="append",
+        help="route only these tenants, with Classic's own composite queues (no plugin); "
+        + LIST_HELP,
+    )
     cmd.set_defaults(handler=broker_routes)
 
     cmd = sub.add_parser(

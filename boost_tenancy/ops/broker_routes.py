@@ -13,11 +13,17 @@ The queues are the ROUTED topology's own (tenant.<tenant>.<queue>), so runners, 
 operators need no change: the broker does what the router would, before the message is stored.
 Every tenant and queue must be listed; a tenant added later is routed by the TenantRouter until
 the broker's configuration lists it.
+
+The project's broker plugin (brokers/classic, TenantRoutingPlugin) routes every tenant instead,
+with only the queues listed: a message of a routed queue whose tenantUUID is a valid tenant id is
+stored in tenant.<tenant>.<queue> at send time, whatever the tenant; anything else stays on the
+shared queue for the TenantRouter, as above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 from xml.sax.saxutils import quoteattr
 
 from boost_tenancy.errors import ConfigError
@@ -26,6 +32,28 @@ from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId
 
 _ROUTED = Routing(default=Topology.ROUTED)
+
+ROUTING_PLUGIN_CLASS: Final = "io.boosttenancy.activemq.TenantRoutingPlugin"
+"""The Classic broker plugin of brokers/classic: routes every tenant of the queues it lists."""
+
+
+def classic_routing_plugin(queues: Iterable[str], *, indent: str = "    ") -> str:
+    """The Spring <bean> element, for the <plugins> element of a Classic <broker>, that makes
+    the project's TenantRoutingPlugin route every tenant's messages of queues to
+    tenant.<tenant>.<queue> at send time. Queue names are checked as logical queues; none is a
+    ConfigError."""
+    queue_names = sorted({check_logical_queue(q) for q in queues})
+    if not queue_names:
+        raise ConfigError("broker routes: no queue given")
+    return (
+        f"<!-- Printed by boost-tenancy broker-routes: every tenant's messages of these queues to "
+        f"tenant.<tenant>.<queue>; no valid {TENANT_PROPERTY}, or none, stays on the shared queue "
+        "for the TenantRouter. List it before <authorizationPlugin>. -->\n"
+        f'<bean xmlns="http://www.springframework.org/schema/beans" '
+        f"class={quoteattr(ROUTING_PLUGIN_CLASS)}>\n"
+        f'{indent}<property name="queues" value={quoteattr(",".join(queue_names))}/>\n'
+        "</bean>\n"
+    )
 
 
 def classic_destination_interceptors(

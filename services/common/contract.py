@@ -28,6 +28,25 @@ EVT_READY: Final = "evt.document.ready"
 EVT_NEEDS_REVIEW: Final = "evt.document.needs.review"
 EVT_FAILED: Final = "evt.document.failed"
 
+ROUTED_QUEUES: Final = (
+    CMD_DOCUMENT_PROCESS,
+    CMD_DOCUMENT_RETRY,
+    CMD_THUMBNAIL_GENERATE,
+    CMD_EXTRACT_TEXT,
+    CMD_INTERPRET,
+    EVT_TEXT_EXTRACTED,
+    EVT_TEXT_ERROR,
+    EVT_INTERPRETED,
+    EVT_INTERPRETATION_ERROR,
+    EVT_PROCESSING_STARTED,
+    EVT_READY,
+    EVT_NEEDS_REVIEW,
+    EVT_FAILED,
+)
+"""Every queue of the pipeline: all routed (the default topology), so the project's Classic
+broker stores each tenant's messages sent to them in its own queue at send time (its
+TenantRoutingPlugin, docs/fairness.md)."""
+
 # Bodies, by queue (every field required unless marked optional):
 #   cmd.document.process       {documentUUID, blobKey, fileName, contentType}
 #   cmd.document.retry         {documentUUID}

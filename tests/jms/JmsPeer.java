@@ -1,5 +1,6 @@
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Enumeration;
 import java.util.List;
@@ -83,6 +84,12 @@ public final class JmsPeer {
                 }
                 send(args[1], args[2], args[3], args[4], properties);
                 return 0;
+            case "send-each":
+                if (args.length < 5) {
+                    throw new UsageException("send-each needs brokerUrl, queue, text, tenant...");
+                }
+                sendEach(args[1], args[2], args[3], Arrays.copyOfRange(args, 4, args.length));
+                return 0;
             case "receive":
                 if (args.length != 6) {
                     throw new UsageException(
@@ -108,6 +115,28 @@ public final class JmsPeer {
             throw new UsageException(name + " must be positive: " + value);
         }
         return parsed;
+    }
+
+    /** One producer bound to the queue sends one message per tenant, in order: the way a JMS
+     * service sends, its destination fixed for every message. */
+    private static void sendEach(String brokerUrl, String queueName, String text, String[] tenants)
+            throws JMSException {
+        Connection connection = new ActiveMQConnectionFactory(brokerUrl).createConnection();
+        try {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            MessageProducer producer = session.createProducer(session.createQueue(queueName));
+            producer.setDeliveryMode(DeliveryMode.PERSISTENT);
+            for (String tenant : tenants) {
+                TextMessage message = session.createTextMessage(text);
+                if (!tenant.isEmpty()) {
+                    message.setStringProperty(TENANT_PROPERTY, tenant);
+                }
+                producer.send(message);
+            }
+            System.out.println("{\"sent\":" + tenants.length + "}");
+        } finally {
+            connection.close();
+        }
     }
 
     private static void send(

@@ -123,6 +123,17 @@ class JmsPeer:
         message_id: str = result["jmsMessageId"]
         return message_id
 
+    def send_each(self, broker_url: str, queue: str, text: str, tenants: Sequence[str]) -> None:
+        """One JMS producer bound to queue sends a persistent TextMessage per tenant, in order
+        (an empty tenant: no tenantUUID property)."""
+        stdout = _run(
+            self._command("send-each", broker_url, queue, text, *tenants),
+            JVM_OVERHEAD_S,
+            f"JMS sends to {queue}",
+        )
+        if json.loads(stdout.strip() or "{}").get("sent") != len(tenants):
+            raise RuntimeError(f"JMS send-each printed unexpected output: {stdout!r}")
+
     def receive(
         self,
         broker_url: str,

@@ -14,7 +14,13 @@ import structlog
 
 from boost_tenancy.cli import main
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.ops.broker_routes import classic_destination_interceptors
+from boost_tenancy.ops.broker_routes import (
+    ROUTING_PLUGIN_CLASS,
+    classic_destination_interceptors,
+    classic_routing_plugin,
+)
+
+BEANS_NS = "http://www.springframework.org/schema/beans"
 
 
 @pytest.fixture(autouse=True)
@@ -86,3 +92,35 @@ def test_the_command_refuses_a_shared_queue(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "queue 'cmd.a' is shared" in captured.err
+
+
+def plugin_queues(element: str) -> str | None:
+    bean = ET.fromstring(element.split("-->", 1)[1])
+    assert bean.get("class") == ROUTING_PLUGIN_CLASS
+    (prop,) = bean.iter(f"{{{BEANS_NS}}}property")
+    assert prop.get("name") == "queues"
+    return prop.get("value")
+
+
+def test_without_tenants_the_command_prints_the_plugin_for_every_tenant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["broker-routes", "--queue", "cmd.b,cmd.a", "--queue", "cmd.a"]) == 0
+    assert plugin_queues(capsys.readouterr().out) == "cmd.a,cmd.b"
+
+
+@pytest.mark.parametrize(
+    ("queues", "problem"),
+    [
+        ([], "no queue given"),
+        (["tenant.acme.cmd"], "reserved for per-tenant"),
+        (["DLQ.cmd"], "reserved for dead-letter"),
+        (["cmd.>"], "invalid queue name"),
+        (["cmd.a,cmd.b"], "invalid queue name"),
+    ],
+)
+def test_the_plugin_takes_logical_queues_only(queues: list[str], problem: str) -> None:
+    """One name per queue, never a wildcard or a list of Classic's own syntax: the plugin must
+    not route a queue the toolkit reads as shared, nor one of its own namespaces."""
+    with pytest.raises(BoostTenancyError, match=problem):
+        classic_routing_plugin(queues)

@@ -1,0 +1,149 @@
+/*
+ * boost-tenancy: routing at send time on ActiveMQ Classic, for every tenant, with no tenant listed.
+ *
+ * A message sent to a routed shared queue <queue> whose tenantUUID property is a valid tenant id
+ * is stored once, in tenant.<tenant>.<queue>, before anything is stored on <queue>: no backlog
+ * of one tenant can sit in front of another's, and no router moves it later. A message with no
+ * tenantUUID, or one that is not a valid tenant id, is stored on <queue> itself, where the
+ * runners' routers quarantine it, or give it to the default tenant, and count it.
+ *
+ * Which shared queues are routed is the broker's configuration (queues, Classic's destination
+ * syntax: names separated by commas, with the * and > wildcards); tenants are not listed, so a
+ * new tenant needs no change here. Names in the toolkit's own namespaces are never routed:
+ * tenant.<t>.*, parked.<t>.*, DLQ.*, *.quarantine, ActiveMQ.*, and temporary queues.
+ *
+ *   <plugins>
+ *     <bean xmlns="http://www.springframework.org/schema/beans"
+ *           class="io.boosttenancy.activemq.TenantRoutingPlugin">
+ *       <property name="queues" value="cmd.document.process,cmd.thumbnail"/>
+ *     </bean>
+ *   </plugins>
+ *
+ * List it first in <plugins>, before <authorizationPlugin>: Classic runs the plugin listed last
+ * first, so the authorization plugin then checks the producer's right to write to the queue it
+ * named, and the tenant's queue is created by the broker itself where it is missing.
+ *
+ * docs/fairness.md ("Routing at send time on Classic") explains the choice and its limits.
+ */
+package io.boosttenancy.activemq;
+
+import java.util.regex.Pattern;
+
+import org.apache.activemq.broker.Broker;
+import org.apache.activemq.broker.BrokerFilter;
+import org.apache.activemq.broker.BrokerPlugin;
+import org.apache.activemq.broker.ProducerBrokerExchange;
+import org.apache.activemq.command.ActiveMQDestination;
+import org.apache.activemq.command.ActiveMQQueue;
+import org.apache.activemq.command.Message;
+import org.apache.activemq.filter.DestinationFilter;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+public class TenantRoutingPlugin implements BrokerPlugin {
+
+    private static final Logger LOG = LoggerFactory.getLogger(TenantRoutingPlugin.class);
+
+    /** The message property that names a message's tenant. */
+    public static final String TENANT_PROPERTY = "tenantUUID";
+    /** The toolkit's tenant grammar (boost_tenancy/tenancy.py): 1 to 64 of [A-Za-z0-9_-],
+     * starting and ending with a letter or digit; no dot, no quote, nothing a name could break. */
+    static final Pattern TENANT = Pattern.compile("[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?");
+    /** The toolkit's queue names (boost_tenancy/messages.py). */
+    static final Pattern QUEUE = Pattern.compile("[A-Za-z0-9._-]{1,200}");
+    static final String TENANT_PREFIX = "tenant.";
+    static final String PARKED_PREFIX = "parked.";
+
+    private String queues = "";
+    private DestinationFilter routed;
+
+    /** The routed shared queues, in Classic's destination syntax ("a,b.>"); none by default. */
+    public void setQueues(String queues) {
+        this.queues = queues == null ? "" : queues.trim();
+    }
+
+    public String getQueues() {
+        return queues;
+    }
+
+    @Override
+    public Broker installPlugin(Broker broker) {
+        if (queues.isEmpty()) {
+            LOG.warn("boost-tenancy tenant routing: no queues configured, nothing is routed");
+            routed = null;
+        } else {
+            routed = DestinationFilter.parseFilter(new ActiveMQQueue(queues));
+            LOG.info("boost-tenancy tenant routing: routing {} to tenant.<tenantUUID>.<queue>", queues);
+        }
+        return new Router(broker, routed);
+    }
+
+    /** Whether name is in one of the toolkit's own namespaces (never a shared queue). */
+    static boolean reserved(String name) {
+        return name.startsWith("ActiveMQ.")
+            || name.startsWith("DLQ.")
+            || name.endsWith(".quarantine")
+            || tenantPrefixed(name, TENANT_PREFIX)
+            || tenantPrefixed(name, PARKED_PREFIX);
+    }
+
+    private static boolean tenantPrefixed(String name, String prefix) {
+        if (!name.startsWith(prefix)) {
+            return false;
+        }
+        int dot = name.indexOf('.', prefix.length());
+        return dot > prefix.length()
+            && dot < name.length() - 1
+            && TENANT.matcher(name.substring(prefix.length(), dot)).matches();
+    }
+
+    /** tenant.<tenant>.<queue> for a message of a routed queue, or null to store it as sent. */
+    static String target(String queue, Object tenant) {
+        if (!(tenant instanceof String) || !TENANT.matcher((String) tenant).matches()) {
+            return null;
+        }
+        String name = TENANT_PREFIX + tenant + "." + queue;
+        return QUEUE.matcher(name).matches() ? name : null;
+    }
+
+    static final class Router extends BrokerFilter {
+        private final DestinationFilter routed;
+
+        Router(Broker next, DestinationFilter routed) {
+            super(next);
+            this.routed = routed;
+        }
+
+        @Override
+        public void send(ProducerBrokerExchange exchange, Message message) throws Exception {
+            ActiveMQDestination destination = message.getDestination();
+            if (routed != null
+                    && destination != null
+                    && destination.isQueue()
+                    && !destination.isTemporary()
+                    && !destination.isComposite()
+                    && routed.matches(destination)
+                    && !reserved(destination.getPhysicalName())) {
+                String target = target(destination.getPhysicalName(), message.getProperty(TENANT_PROPERTY));
+                if (target != null) {
+                    ActiveMQQueue tenantQueue = new ActiveMQQueue(target);
+                    if (getDestinations(tenantQueue).isEmpty()) {
+                        // Made by the broker itself: a producer allowed to write to <queue> needs
+                        // no right to create queues under tenant.<tenant>. (the authorization
+                        // plugin, listed after this one, has checked its write to <queue>).
+                        addDestination(getAdminConnectionContext(), tenantQueue, true);
+                    }
+                    // The message itself, readdressed: stored once, in the tenant's queue. The
+                    // original destination stays readable (original-destination over STOMP).
+                    message.setOriginalDestination(destination);
+                    message.setDestination(tenantQueue);
+                    // A producer bound to <queue> has its region destination cached on the
+                    // exchange; a mutable exchange makes the broker look the destination up from
+                    // the message (as Classic's own composite destinations do).
+                    exchange.setMutable(true);
+                }
+            }
+            super.send(exchange, message);
+        }
+    }
+}

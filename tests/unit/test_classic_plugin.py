@@ -1,0 +1,119 @@
+"""The local broker's tenant routing plugin: which queues it is configured with, where it goes in
+activemq.xml, and its build from brokers/classic (compiled for real where a JDK and the broker's
+jars are installed; CI installs both)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.ops.broker_routes import ROUTING_PLUGIN_CLASS
+from devtools import classic_plugin
+from devtools.broker_settings import LocalBrokerError, LocalBrokerSettings, render_config
+from devtools.classic_plugin import build_plugin, source_digest
+from devtools.local_broker import LocalBroker
+from services.common.contract import CMD_DOCUMENT_PROCESS, ROUTED_QUEUES
+
+CORE_NS = "{http://activemq.apache.org/schema/core}"
+BEANS_NS = "{http://www.springframework.org/schema/beans}"
+
+
+def plugins_of(settings: LocalBrokerSettings) -> list[str]:
+    broker = ET.fromstring(render_config(settings)).find(f"{CORE_NS}broker")
+    assert broker is not None
+    plugins = broker.find(f"{CORE_NS}plugins")
+    assert plugins is not None
+    return [child.get("class") or child.tag for child in plugins]
+
+
+def routed_queues_of(settings: LocalBrokerSettings) -> str | None:
+    broker = ET.fromstring(render_config(settings)).find(f"{CORE_NS}broker")
+    assert broker is not None
+    (bean,) = broker.iter(f"{BEANS_NS}bean")
+    (prop,) = bean.iter(f"{BEANS_NS}property")
+    return prop.get("value")
+
+
+def test_by_default_the_pipeline_queues_are_routed_by_the_plugin(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings(home=tmp_path)
+    assert CMD_DOCUMENT_PROCESS in settings.routed_queues
+    # First in <plugins>: Classic runs the last one first, so an authorization plugin listed
+    # after it checks the queue the producer named.
+    assert plugins_of(settings) == [ROUTING_PLUGIN_CLASS, f"{CORE_NS}statisticsBrokerPlugin"]
+    assert routed_queues_of(settings) == ",".join(sorted(ROUTED_QUEUES))
+
+
+def test_none_leaves_the_plugin_out(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env({"BOOST_BROKER_ROUTED_QUEUES": "none"})
+    assert settings.routed_queues == ()
+    assert plugins_of(settings) == [f"{CORE_NS}statisticsBrokerPlugin"]
+
+
+def test_the_variable_names_the_queues(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env({"BOOST_BROKER_ROUTED_QUEUES": " cmd.a , cmd.b"})
+    assert settings.routed_queues == ("cmd.a", "cmd.b")
+    assert routed_queues_of(settings) == "cmd.a,cmd.b"
+
+
+@pytest.mark.parametrize("raw", ["cmd.>", "cmd.a,,cmd.b", "tenant.acme.cmd", "DLQ.cmd"])
+def test_a_bad_queue_is_refused_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ConfigError, match=r"BOOST_BROKER_ROUTED_QUEUES="):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_ROUTED_QUEUES": raw})
+
+
+def test_settings_refuse_a_reserved_queue(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="reserved"):
+        LocalBrokerSettings(home=tmp_path, routed_queues=("DLQ.cmd",))
+
+
+def test_the_digest_follows_the_sources(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "A.java"
+    source.parent.mkdir()
+    source.write_text("class A {}")
+    before = source_digest(tmp_path / "src")
+    assert source_digest(tmp_path / "src") == before
+    source.write_text("class A { int x; }")
+    assert source_digest(tmp_path / "src") != before
+
+
+def test_missing_sources_are_an_error(tmp_path: Path) -> None:
+    with pytest.raises(LocalBrokerError, match="sources are missing"):
+        build_plugin(tmp_path / "lib", root=tmp_path / "nothing")
+
+
+def test_a_compile_error_is_reported_with_javac_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("javac") is None:
+        pytest.skip("no javac here")
+    monkeypatch.setattr(classic_plugin, "_BROKER_JARS", ())
+    source = tmp_path / "src" / "Broken.java"
+    source.parent.mkdir()
+    source.write_text("class Broken { void f() { return 1; } }")
+    with pytest.raises(LocalBrokerError, match=r"javac` exited with 1[\s\S]*Broken.java"):
+        build_plugin(tmp_path / "lib", root=tmp_path / "src")
+    assert not list((tmp_path / "lib").glob("*.jar"))
+
+
+def test_the_plugin_builds_once_and_goes_on_the_brokers_class_path(tmp_path: Path) -> None:
+    missing = [str(p) for p in classic_plugin._BROKER_JARS if not p.is_file()]
+    if (missing or shutil.which("javac") is None) and os.environ.get("CI") != "true":
+        pytest.skip(f"no JDK or broker jars here ({missing})")
+    lib = tmp_path / "lib"
+    (lib).mkdir()
+    (lib / "boost-tenancy-classic-0000000000000000.jar").write_bytes(b"an older build")
+    jar = build_plugin(lib)
+    assert jar.name == f"boost-tenancy-classic-{source_digest()}.jar"
+    assert [p.name for p in lib.iterdir()] == [jar.name]  # the older build removed
+    built_at = jar.stat().st_mtime_ns
+    assert build_plugin(lib) == jar
+    assert jar.stat().st_mtime_ns == built_at  # the same sources: not built again
+    broker = LocalBroker(LocalBrokerSettings(home=tmp_path / "home"))
+    broker._plugin_jar = jar
+    (classpath,) = [a for a in broker.command() if a.startswith("-Dactivemq.classpath=")]
+    assert str(jar) in classpath.split("=", 1)[1].split(os.pathsep)
