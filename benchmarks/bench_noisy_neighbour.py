@@ -19,11 +19,13 @@ tenant's messages behind it on the shared queue); a third case sends the heavy t
 alongside the modest tenant's instead, at 50x its rate, so the volume is the same but spread.
 
     .venv/bin/python benchmarks/bench_noisy_neighbour.py [--modest 100] [--ratio 50]
-        [--rate 20] [--wait 30] [--only routed,shared,per_tenant,broker_routes] [--json out.json]
+        [--rate 20] [--wait 30] [--only routed,shared,per_tenant,broker_routes,plugin]
+        [--json out.json]
 
 broker_routes runs the routed rows against a Classic broker of the benchmark's own, started with
 scripts/broker and the element `boost-tenancy broker-routes` prints for its queues and both tenants
-(routing at send time, docs/fairness.md).
+(routing at send time, docs/fairness.md); plugin does so with the project's tenant routing plugin
+configured with the queue alone (BOOST_BROKER_ROUTED_QUEUES), no tenant listed.
 
 The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613).
 """
@@ -353,6 +355,9 @@ class Scenario:
     broker_routes: bool = False
     """Run against the benchmark's own Classic broker started with `boost-tenancy broker-routes`
     for the queue and both tenants (queue and routes_port are set once it runs)."""
+    plugin: bool = False
+    """Run against the benchmark's own Classic broker whose tenant routing plugin routes the
+    queue, every tenant, none listed (BOOST_BROKER_ROUTED_QUEUES)."""
     queue: str | None = None
     routes_port: int | None = None
 
@@ -536,36 +541,57 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
             for heavy in ("running", "stopped")
         ),
     ]
+    with_plugin = "routed + routing plugin"
+    plugin = [
+        Scenario(with_plugin, "alone", Topology.ROUTED, "none", plugin=True),
+        *(
+            Scenario(with_plugin, name, Topology.ROUTED, heavy, backlog, plugin=True)
+            for name, backlog in (
+                ("beside heavy, queued while running", "during"),
+                ("beside heavy, queued before start", "before"),
+                (f"beside heavy, sent alongside ({ratio}x rate)", "alongside"),
+            )
+            for heavy in ("running", "stopped")
+        ),
+    ]
     chosen = {
         "routed": routed,
         "shared": shared,
         "per_tenant": per_tenant,
         "broker_routes": broker_routes,
+        "plugin": plugin,
     }
     return [s for name in only for s in chosen[name]]
 
 
 @contextmanager
 def routes_broker(chosen: list[Scenario], home: Path) -> Iterator[list[Scenario]]:
-    """A Classic broker of its own, routing both tenants of every broker_routes scenario's queue
-    at send time (the element `boost-tenancy broker-routes` prints); the scenarios set to use it.
-    Started with scripts/broker in a home of its own, on free ports."""
-    if not any(s.broker_routes for s in chosen):
+    """A Classic broker of its own, routing at send time both tenants of every broker_routes
+    scenario's queue (the element `boost-tenancy broker-routes` prints) and every tenant of every
+    plugin scenario's queue (the project's tenant routing plugin, the queue alone listed); the
+    scenarios set to use it. Started with scripts/broker in a home of its own, on free ports."""
+    if not any(s.broker_routes or s.plugin for s in chosen):
         yield chosen
         return
     queues = {
-        i: f"nn.routes.{uuid.uuid4().hex[:8]}" for i, s in enumerate(chosen) if s.broker_routes
+        i: f"nn.{'routes' if s.broker_routes else 'plugin'}.{uuid.uuid4().hex[:8]}"
+        for i, s in enumerate(chosen)
+        if s.broker_routes or s.plugin
     }
-    routes = home / "routes.xml"
-    routes.write_text(classic_destination_interceptors(queues.values(), [MODEST, HEAVY]))
     stomp_port, openwire_port = free_ports(2)
+    plugin_queues = [queues[i] for i, s in enumerate(chosen) if s.plugin]
     env = {
         **os.environ,
         "BOOST_BROKER_HOME": str(home / "broker"),
         "BOOST_BROKER_URL": f"stomp://127.0.0.1:{stomp_port}",
         "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
-        "BOOST_BROKER_ROUTES": str(routes),
+        "BOOST_BROKER_ROUTED_QUEUES": ",".join(plugin_queues) if plugin_queues else "none",
     }
+    routes_queues = [queues[i] for i, s in enumerate(chosen) if s.broker_routes]
+    if routes_queues:
+        routes = home / "routes.xml"
+        routes.write_text(classic_destination_interceptors(routes_queues, [MODEST, HEAVY]))
+        env["BOOST_BROKER_ROUTES"] = str(routes)
     script = str(Path(__file__).resolve().parents[1] / "scripts" / "broker")
     subprocess.run([script, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
     try:
@@ -598,13 +624,14 @@ def main() -> int:
         "--only",
         default="routed,shared,per_tenant",
         help="topologies to run, comma-separated (routed is the default configuration); "
-        "broker_routes starts a Classic broker of its own routing tenants at send time",
+        "broker_routes starts a Classic broker of its own routing the two tenants at send time, "
+        "plugin one whose tenant routing plugin routes every tenant of the queue",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
     only = [name.strip() for name in args.only.split(",") if name.strip()]
-    if unknown := set(only) - {"routed", "shared", "per_tenant", "broker_routes"}:
+    if unknown := set(only) - {"routed", "shared", "per_tenant", "broker_routes", "plugin"}:
         parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
     defaults = app_settings(broker_env())
     fairness = defaults.fairness
