@@ -528,32 +528,24 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
         Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "running"),
         Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "stopped"),
     ]
-    routes = "routed + broker routes"
-    broker_routes = [
-        Scenario(routes, "alone", Topology.ROUTED, "none", broker_routes=True),
-        *(
-            Scenario(routes, name, Topology.ROUTED, heavy, backlog, broker_routes=True)
-            for name, backlog in (
-                ("beside heavy, queued while running", "during"),
-                ("beside heavy, queued before start", "before"),
-                (f"beside heavy, sent alongside ({ratio}x rate)", "alongside"),
-            )
-            for heavy in ("running", "stopped")
-        ),
-    ]
-    with_plugin = "routed + routing plugin"
-    plugin = [
-        Scenario(with_plugin, "alone", Topology.ROUTED, "none", plugin=True),
-        *(
-            Scenario(with_plugin, name, Topology.ROUTED, heavy, backlog, plugin=True)
-            for name, backlog in (
-                ("beside heavy, queued while running", "during"),
-                ("beside heavy, queued before start", "before"),
-                (f"beside heavy, sent alongside ({ratio}x rate)", "alongside"),
-            )
-            for heavy in ("running", "stopped")
-        ),
-    ]
+
+    def routed_on_own_broker(label: str, **own_broker: bool) -> list[Scenario]:
+        """The routed rows against the benchmark's own broker (broker_routes or plugin)."""
+        return [
+            Scenario(label, "alone", Topology.ROUTED, "none", **own_broker),
+            *(
+                Scenario(label, name, Topology.ROUTED, heavy, backlog, **own_broker)
+                for name, backlog in (
+                    ("beside heavy, queued while running", "during"),
+                    ("beside heavy, queued before start", "before"),
+                    (f"beside heavy, sent alongside ({ratio}x rate)", "alongside"),
+                )
+                for heavy in ("running", "stopped")
+            ),
+        ]
+
+    broker_routes = routed_on_own_broker("routed + broker routes", broker_routes=True)
+    plugin = routed_on_own_broker("routed + routing plugin", plugin=True)
     chosen = {
         "routed": routed,
         "shared": shared,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from devtools.broker_settings import LocalBrokerError
+from devtools.commands import run_checked
 
 ACTIVEMQ_HOME: Final = Path("/usr/share/activemq")
 """Where the Debian package ``activemq`` installs ActiveMQ Classic."""
@@ -31,25 +31,8 @@ _APT_TIMEOUT_S: Final = 1800.0
 
 
 def _run_apt(command: list[str], env: Mapping[str, str], packages: Sequence[str]) -> None:
-    yourself = f"install it yourself: apt-get install {' '.join(packages)}"
-    try:
-        result = subprocess.run(
-            command,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=_APT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LocalBrokerError(f"`{' '.join(command)}` failed ({exc}); {yourself}") from exc
-    if result.returncode != 0:
-        output = "\n".join(result.stdout.splitlines()[-20:])
-        raise LocalBrokerError(
-            f"`{' '.join(command)}` failed with exit code {result.returncode}; {yourself}\n{output}"
-        )
+    advice = f"install it yourself: apt-get install {' '.join(packages)}"
+    run_checked(command, timeout_s=_APT_TIMEOUT_S, advice=advice, env=env)
 
 
 def install_packages(packages: Sequence[str], *, why: str) -> None:

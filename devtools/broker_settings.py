@@ -16,9 +16,10 @@ from typing import Final
 from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
+from boost_tenancy.config import routing_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import classic_routing_plugin
-from boost_tenancy.routing import check_logical_queue
+from boost_tenancy.routing import Topology, check_logical_queue
 from boost_tenancy.transports.options import (
     DEFAULT_URL,
     ENV_URL,
@@ -248,9 +249,13 @@ def _keystore_from_env(env: Mapping[str, str], tls: bool) -> BrokerKeystore | No
 
 
 def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
+    """BOOST_BROKER_ROUTED_QUEUES, never a queue BOOST_ROUTING makes shared: its runners (a Java
+    service's selector consumer) read the shared queue, which the plugin would leave empty. The
+    default list leaves such a queue out; a list naming one is refused."""
+    routing = routing_from_env(env)
     raw = env.get(ENV_ROUTED_QUEUES, "").strip()
     if not raw:
-        return ROUTED_QUEUES
+        return tuple(q for q in ROUTED_QUEUES if routing.topology(q) is not Topology.SHARED)
     if raw == NO_ROUTED_QUEUES:
         return ()
     queues = tuple(part.strip() for part in raw.split(","))
@@ -262,6 +267,12 @@ def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
                 f"{ENV_ROUTED_QUEUES}={raw!r}: {exc} (a comma-separated list of shared queues, "
                 f"or {NO_ROUTED_QUEUES})"
             ) from None
+        if routing.topology(queue) is Topology.SHARED:
+            raise ConfigError(
+                f"{ENV_ROUTED_QUEUES}={raw!r}: queue {queue!r} is shared (BOOST_ROUTING, "
+                "BOOST_ROUTING_OVERRIDES): its consumers read the shared queue, which the plugin "
+                "would leave empty"
+            )
     return queues
 
 

@@ -3,21 +3,22 @@
 TenantRoutingPlugin stores each tenant's messages of the routed shared queues in
 tenant.<tenant>.<queue> at send time (docs/fairness.md). It is compiled here, against the
 installed broker's own jars, with the JDK's javac (apt-get installs a JDK where javac is
-missing), into <broker home>/lib/boost-tenancy-classic-<source digest>.jar: a jar already built
-from the same source is reused.
+missing), into <broker home>/lib/boost-tenancy-classic-<digest>.jar: a jar already built from
+the same sources against the same broker jars is reused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Final
 
 from devtools.activemq_install import ACTIVEMQ_HOME, install_packages
 from devtools.broker_settings import LocalBrokerError
+from devtools.commands import run_checked
 
 SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent / "brokers" / "classic" / "src"
 """The plugin's Java sources."""
@@ -43,13 +44,17 @@ def _sources(root: Path) -> list[Path]:
     return sources
 
 
-def source_digest(root: Path = SOURCE_ROOT) -> str:
-    """A digest of the plugin's sources: the jar built from them carries it in its name."""
+def build_digest(root: Path = SOURCE_ROOT) -> str:
+    """A digest of what the jar is built from, the plugin's sources and the broker's jars (name
+    and size: a broker upgraded in place rebuilds it); the jar carries it in its name."""
     digest = hashlib.sha256()
     for path in _sources(root):
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
+    for jar in _BROKER_JARS:
+        size = jar.stat().st_size if jar.is_file() else -1
+        digest.update(f"\0{jar}\0{size}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -67,29 +72,17 @@ def _jdk_tools() -> tuple[str, str]:
 
 
 def _run(command: list[str]) -> None:
-    try:
-        result = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=_BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LocalBrokerError(f"building the broker plugin: `{command[0]}` failed: {exc}") from exc
-    if result.returncode != 0:
-        output = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
-        raise LocalBrokerError(
-            f"building the broker plugin: `{Path(command[0]).name}` exited with "
-            f"{result.returncode}\n{output}"
-        )
+    run_checked(
+        command,
+        timeout_s=_BUILD_TIMEOUT_S,
+        advice=f"the broker plugin ({SOURCE_ROOT}) was not built",
+    )
 
 
 def build_plugin(lib_dir: Path, root: Path = SOURCE_ROOT) -> Path:
     """The plugin's jar in lib_dir, compiled from root's sources unless already built from
     them; older builds there are removed."""
-    jar_path = lib_dir / f"boost-tenancy-classic-{source_digest(root)}.jar"
+    jar_path = lib_dir / f"boost-tenancy-classic-{build_digest(root)}.jar"
     if jar_path.is_file():
         return jar_path
     missing = [str(p) for p in _BROKER_JARS if not p.is_file()]
@@ -99,7 +92,9 @@ def build_plugin(lib_dir: Path, root: Path = SOURCE_ROOT) -> Path:
         )
     javac, jar = _jdk_tools()
     lib_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="boost-plugin-") as tmp:
+    # Built beside its final name and renamed into it: an interrupted build never leaves a jar
+    # of that name behind to be reused.
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=lib_dir) as tmp:
         classes = Path(tmp) / "classes"
         classes.mkdir()
         classpath = ":".join(str(p) for p in _BROKER_JARS)
@@ -109,5 +104,5 @@ def build_plugin(lib_dir: Path, root: Path = SOURCE_ROOT) -> Path:
         _run([jar, "--create", "--file", str(partial), "-C", str(classes), "."])
         for old in lib_dir.glob("boost-tenancy-classic-*.jar"):
             old.unlink()
-        shutil.move(str(partial), jar_path)
+        os.replace(partial, jar_path)
     return jar_path

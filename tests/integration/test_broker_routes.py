@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import os
-import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import stomp
 
-from boost_tenancy import (
-    HandlerContext,
-    IncomingMessage,
-    ProcessorRunner,
-    RunnerSettings,
-    TenantId,
-    TenantProcessor,
-)
+from boost_tenancy import ProcessorRunner, RunnerSettings, TenantId
 from boost_tenancy.cli import main as cli_main
 from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.conftest import recorded, wait_until
-from tests.integration.test_local_broker import _free_port_pair
+from tests.integration.send_time_support import Recorder, own_broker, read_back
+from tests.integration.send_time_support import raw_send as send_to
 
 pytestmark = [
     pytest.mark.broker,
@@ -49,26 +37,12 @@ LIGHT_COUNT = 20
 
 @pytest.fixture(scope="module")
 def routed_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StompSettings]:
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
     home = tmp_path_factory.mktemp("routed-broker")
     routes = home / "routes.xml"
     routes.write_text(broker_routes("--queue", QUEUE, "--tenant", ",".join(LISTED)))
-    stomp_port, openwire_port = _free_port_pair()
-    broker = LocalBroker(
-        LocalBrokerSettings(
-            home=home / "broker",
-            stomp_port=stomp_port,
-            openwire_port=openwire_port,
-            routes=routes,
-        )
-    )
-    broker.start()
-    try:
-        yield StompSettings(host="127.0.0.1", port=stomp_port)
-    finally:
-        broker.stop(timeout_s=10)
+    # No tenant routing plugin: the composite queues alone route.
+    with own_broker(home, routes=routes, routed_queues=()) as (settings, _):
+        yield settings
 
 
 def broker_routes(*args: str) -> str:
@@ -79,56 +53,8 @@ def broker_routes(*args: str) -> str:
     return out.getvalue()
 
 
-class Recorder(TenantProcessor):
-    def __init__(self) -> None:
-        self.queues = (QUEUE,)
-        self.seen: list[int] = []
-        self._lock = threading.Lock()
-
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        with self._lock:
-            self.seen.append(message.data["n"])
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.seen)
-
-
 def raw_send(settings: StompSettings, messages: list[tuple[str | None, int]]) -> None:
-    """Plain STOMP sends to the shared queue, as a Java service sends."""
-    connection = stomp.Connection12([(settings.host, settings.port)], auto_content_length=False)
-    connection.connect(wait=True)
-    for tenant, n in messages:
-        headers = {"persistent": "true"}
-        if tenant is not None:
-            headers["tenantUUID"] = tenant
-        connection.send(f"/queue/{QUEUE}", json.dumps({"n": n}), headers=headers)
-    connection.disconnect()  # waits for its receipt: the broker holds every message
-
-
-Frame = tuple[dict[str, str], int]
-"""A message read back: its headers and the n of its body."""
-
-
-def count_on(settings: StompSettings, queue: str, expected: int, timeout: float) -> list[Frame]:
-    """What queue holds, read until expected came or timeout passed."""
-    frames: list[Frame] = []
-    lock = threading.Lock()
-
-    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            with lock:
-                frames.append((dict(frame.headers), json.loads(frame.body)["n"]))
-
-    connection = stomp.Connection12([(settings.host, settings.port)])
-    connection.set_listener("l", Listener())
-    connection.connect(wait=True)
-    connection.subscribe(f"/queue/{queue}", id=uuid.uuid4().hex, ack="auto")
-    try:
-        wait_until(lambda: len(frames) >= expected, timeout=timeout)
-    finally:
-        connection.disconnect()
-    return frames
+    send_to(settings, QUEUE, messages)
 
 
 def test_listed_tenants_are_stored_in_their_queues_at_send_time(
@@ -138,13 +64,13 @@ def test_listed_tenants_are_stored_in_their_queues_at_send_time(
     light, heavy = LISTED
     raw_send(routed_broker, [(heavy, n) for n in range(HEAVY_COUNT)])
     raw_send(routed_broker, [(light, n) for n in range(LIGHT_COUNT)])
-    light_frames = count_on(routed_broker, f"tenant.{light}.{QUEUE}", LIGHT_COUNT, 10)
+    light_frames = read_back(routed_broker, f"tenant.{light}.{QUEUE}", LIGHT_COUNT, 10)
     assert [n for _, n in light_frames] == list(range(LIGHT_COUNT))  # in the order sent
     assert {h["tenantUUID"] for h, _ in light_frames} == {light}
-    heavy_frames = count_on(routed_broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)
+    heavy_frames = read_back(routed_broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)
     assert sorted(n for _, n in heavy_frames) == list(range(HEAVY_COUNT))
     assert {(h["tenantUUID"], h["persistent"]) for h, _ in heavy_frames} == {(heavy, "true")}
-    assert count_on(routed_broker, QUEUE, 1, timeout=1.0) == []
+    assert read_back(routed_broker, QUEUE, 1, timeout=1.0) == []
 
 
 def test_unmatched_messages_stay_on_the_shared_queue_for_the_router(
@@ -158,7 +84,7 @@ def test_unmatched_messages_stay_on_the_shared_queue_for_the_router(
         + [(light, n) for n in range(LIGHT_COUNT)]
         + [(unlisted, 1), (None, -1)],
     )
-    processor = Recorder()
+    processor = Recorder(QUEUE)
     store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
     runner = ProcessorRunner(
         processor,
@@ -181,6 +107,6 @@ def test_unmatched_messages_stay_on_the_shared_queue_for_the_router(
         store.close()
     assert record.queue == QUEUE
     assert sorted(processor.seen) == list(range(LIGHT_COUNT))
-    assert len(count_on(routed_broker, f"tenant.{unlisted}.{QUEUE}", 1, 10)) == 1
-    assert len(count_on(routed_broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
-    assert count_on(routed_broker, QUEUE, 1, timeout=1.0) == []
+    assert len(read_back(routed_broker, f"tenant.{unlisted}.{QUEUE}", 1, 10)) == 1
+    assert len(read_back(routed_broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
+    assert read_back(routed_broker, QUEUE, 1, timeout=1.0) == []

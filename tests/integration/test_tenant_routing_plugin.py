@@ -8,29 +8,20 @@ queue, where the runner's TenantRouter quarantines it and counts it.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import stomp
 
-from boost_tenancy import (
-    HandlerContext,
-    IncomingMessage,
-    ProcessorRunner,
-    RunnerSettings,
-    TenantId,
-    TenantProcessor,
-)
+from boost_tenancy import ProcessorRunner, RunnerSettings, TenantId
 from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.conftest import recorded, wait_until
-from tests.integration.test_local_broker import _free_port_pair
+from tests.integration.send_time_support import Recorder, own_broker, read_back
+from tests.integration.send_time_support import raw_send as send_to
 from tests.jms.peer import JmsPeer
 
 pytestmark = [
@@ -46,34 +37,19 @@ HEAVY_COUNT = 600
 LIGHT_COUNT = 20
 
 
+@dataclass(frozen=True)
 class RoutedBroker:
-    def __init__(self, stomp_settings: StompSettings, openwire_url: str) -> None:
-        self.stomp = stomp_settings
-        self.openwire_url = openwire_url
+    stomp: StompSettings
+    openwire_url: str
 
 
 @pytest.fixture(scope="module")
 def routed_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutedBroker]:
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
-    home = tmp_path_factory.mktemp("plugin-broker")
-    stomp_port, openwire_port = _free_port_pair()
-    broker = LocalBroker(
-        LocalBrokerSettings(
-            home=home / "broker",
-            stomp_port=stomp_port,
-            openwire_port=openwire_port,
-            routed_queues=(QUEUE,),
-        )
-    )
-    broker.start()
-    try:
-        yield RoutedBroker(
-            StompSettings(host="127.0.0.1", port=stomp_port), f"tcp://127.0.0.1:{openwire_port}"
-        )
-    finally:
-        broker.stop(timeout_s=10)
+    with own_broker(tmp_path_factory.mktemp("plugin-broker"), routed_queues=(QUEUE,)) as (
+        settings,
+        openwire_url,
+    ):
+        yield RoutedBroker(settings, openwire_url)
 
 
 def fresh(prefix: str) -> str:
@@ -83,44 +59,7 @@ def fresh(prefix: str) -> str:
 def raw_send(
     settings: StompSettings, messages: list[tuple[str | None, int]], queue: str = QUEUE
 ) -> None:
-    """Plain STOMP sends to the shared queue, as a Java service sends."""
-    connection = stomp.Connection12([(settings.host, settings.port)], auto_content_length=False)
-    connection.connect(wait=True)
-    for tenant, n in messages:
-        headers = {"persistent": "true"}
-        if tenant is not None:
-            headers["tenantUUID"] = tenant
-        connection.send(f"/queue/{queue}", json.dumps({"n": n}), headers=headers)
-    connection.disconnect()  # waits for its receipt: the broker holds every message
-
-
-Frame = tuple[dict[str, str], object]
-"""A message read back: its headers and the n of its body (or the body itself, if not JSON)."""
-
-
-def read_all(settings: StompSettings, queue: str, expected: int, timeout: float) -> list[Frame]:
-    """What queue holds, read (and acknowledged) until expected came or timeout passed."""
-    frames: list[Frame] = []
-    lock = threading.Lock()
-
-    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
-        def on_message(self, frame: stomp.utils.Frame) -> None:
-            try:
-                body: object = json.loads(frame.body)["n"]
-            except (ValueError, KeyError, TypeError):
-                body = frame.body
-            with lock:
-                frames.append((dict(frame.headers), body))
-
-    connection = stomp.Connection12([(settings.host, settings.port)])
-    connection.set_listener("l", Listener())
-    connection.connect(wait=True)
-    connection.subscribe(f"/queue/{queue}", id=uuid.uuid4().hex, ack="auto")
-    try:
-        wait_until(lambda: len(frames) >= expected, timeout=timeout)
-    finally:
-        connection.disconnect()
-    return frames
+    send_to(settings, queue, messages)
 
 
 def test_every_tenant_is_stored_in_its_own_queue_at_send_time(
@@ -131,14 +70,14 @@ def test_every_tenant_is_stored_in_its_own_queue_at_send_time(
     heavy, light = fresh("org-heavy"), fresh("org-light")
     raw_send(broker, [(heavy, n) for n in range(HEAVY_COUNT)])
     raw_send(broker, [(light, n) for n in range(LIGHT_COUNT)])
-    light_frames = read_all(broker, f"tenant.{light}.{QUEUE}", LIGHT_COUNT, 10)
+    light_frames = read_back(broker, f"tenant.{light}.{QUEUE}", LIGHT_COUNT, 10)
     assert [n for _, n in light_frames] == list(range(LIGHT_COUNT))  # in the order sent
     assert {h["tenantUUID"] for h, _ in light_frames} == {light}
     assert {h["original-destination"] for h, _ in light_frames} == {f"/queue/{QUEUE}"}
-    heavy_frames = read_all(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)
-    assert sorted(n for _, n in heavy_frames) == list(range(HEAVY_COUNT))  # type: ignore[type-var]
+    heavy_frames = read_back(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)
+    assert sorted(n for _, n in heavy_frames) == list(range(HEAVY_COUNT))
     assert {(h["tenantUUID"], h["persistent"]) for h, _ in heavy_frames} == {(heavy, "true")}
-    assert read_all(broker, QUEUE, 1, timeout=1.0) == []
+    assert read_back(broker, QUEUE, 1, timeout=1.0) == []
 
 
 def test_a_queue_not_listed_and_a_message_without_a_valid_tenant_are_stored_as_sent(
@@ -150,9 +89,9 @@ def test_a_queue_not_listed_and_a_message_without_a_valid_tenant_are_stored_as_s
     # Not tenant ids: a quote, a dot (it would choose another queue), too long, empty.
     invalid = ["it's", "org.b", "x" * 65, ""]
     raw_send(broker, [(None, 0), *((value, i + 1) for i, value in enumerate(invalid))])
-    assert [n for _, n in read_all(broker, OTHER, 1, 10)] == [1]
-    assert read_all(broker, f"tenant.{tenant}.{OTHER}", 1, timeout=1.0) == []
-    shared = read_all(broker, QUEUE, 5, 10)
+    assert [n for _, n in read_back(broker, OTHER, 1, 10)] == [1]
+    assert read_back(broker, f"tenant.{tenant}.{OTHER}", 1, timeout=1.0) == []
+    shared = read_back(broker, QUEUE, 5, 10)
     assert [n for _, n in shared] == [0, 1, 2, 3, 4]
     assert [h.get("tenantUUID") for h, _ in shared] == [None, *invalid]
 
@@ -174,8 +113,8 @@ def test_a_transaction_stores_in_the_tenant_queue_on_commit_and_nothing_on_abort
             end(tx)
     finally:
         connection.disconnect()
-    assert [n for _, n in read_all(broker, f"tenant.{tenant}.{QUEUE}", 2, timeout=3.0)] == [2]
-    assert read_all(broker, QUEUE, 1, timeout=1.0) == []
+    assert [n for _, n in read_back(broker, f"tenant.{tenant}.{QUEUE}", 2, timeout=3.0)] == [2]
+    assert read_back(broker, QUEUE, 1, timeout=1.0) == []
 
 
 @pytest.mark.java
@@ -188,26 +127,11 @@ def test_a_jms_producer_bound_to_the_shared_queue_is_routed_message_by_message(
     a, b = fresh("org-jms-a"), fresh("org-jms-b")
     jms_peer.send_each(routed_broker.openwire_url, QUEUE, "hello", ["", a, b, "", a])
     broker = routed_broker.stomp
-    assert [h["tenantUUID"] for h, _ in read_all(broker, f"tenant.{a}.{QUEUE}", 2, 10)] == [a, a]
-    assert [h["tenantUUID"] for h, _ in read_all(broker, f"tenant.{b}.{QUEUE}", 1, 10)] == [b]
+    assert [h["tenantUUID"] for h, _ in read_back(broker, f"tenant.{a}.{QUEUE}", 2, 10)] == [a, a]
+    assert [h["tenantUUID"] for h, _ in read_back(broker, f"tenant.{b}.{QUEUE}", 1, 10)] == [b]
     received = jms_peer.receive(routed_broker.openwire_url, QUEUE, count=2, timeout_ms=5_000)
     assert [m["tenantUUID"] for m in received] == [None, None]
     assert [m["class"] for m in received] == ["TextMessage", "TextMessage"]
-
-
-class Recorder(TenantProcessor):
-    def __init__(self) -> None:
-        self.queues = (QUEUE,)
-        self.seen: list[int] = []
-        self._lock = threading.Lock()
-
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        with self._lock:
-            self.seen.append(message.data["n"])
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.seen)
 
 
 def test_a_runner_reads_its_tenant_and_its_router_quarantines_what_the_broker_left(
@@ -221,7 +145,7 @@ def test_a_runner_reads_its_tenant_and_its_router_quarantines_what_the_broker_le
         + [(light, n) for n in range(LIGHT_COUNT)]
         + [(None, -1)],
     )
-    processor = Recorder()
+    processor = Recorder(QUEUE)
     store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
     runner = ProcessorRunner(
         processor,
@@ -243,6 +167,6 @@ def test_a_runner_reads_its_tenant_and_its_router_quarantines_what_the_broker_le
         store.close()
     assert record.queue == QUEUE
     assert processor.seen == list(range(LIGHT_COUNT))
-    assert len(read_all(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
-    assert read_all(broker, QUEUE, 1, timeout=1.0) == []
+    assert len(read_back(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
+    assert read_back(broker, QUEUE, 1, timeout=1.0) == []
     assert TenantId(light) not in router.routed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import ROUTING_PLUGIN_CLASS
 from devtools import classic_plugin
 from devtools.broker_settings import LocalBrokerError, LocalBrokerSettings, render_config
-from devtools.classic_plugin import build_plugin, source_digest
+from devtools.classic_plugin import build_digest, build_plugin
 from devtools.local_broker import LocalBroker
 from services.common.contract import CMD_DOCUMENT_PROCESS, ROUTED_QUEUES
 
@@ -75,10 +76,10 @@ def test_the_digest_follows_the_sources(tmp_path: Path) -> None:
     source = tmp_path / "src" / "A.java"
     source.parent.mkdir()
     source.write_text("class A {}")
-    before = source_digest(tmp_path / "src")
-    assert source_digest(tmp_path / "src") == before
+    before = build_digest(tmp_path / "src")
+    assert build_digest(tmp_path / "src") == before
     source.write_text("class A { int x; }")
-    assert source_digest(tmp_path / "src") != before
+    assert build_digest(tmp_path / "src") != before
 
 
 def test_missing_sources_are_an_error(tmp_path: Path) -> None:
@@ -95,7 +96,8 @@ def test_a_compile_error_is_reported_with_javac_output(
     source = tmp_path / "src" / "Broken.java"
     source.parent.mkdir()
     source.write_text("class Broken { void f() { return 1; } }")
-    with pytest.raises(LocalBrokerError, match=r"javac` exited with 1[\s\S]*Broken.java"):
+    failed = r"javac .*failed with exit code 1;[\s\S]*Broken.java"
+    with pytest.raises(LocalBrokerError, match=failed):
         build_plugin(tmp_path / "lib", root=tmp_path / "src")
     assert not list((tmp_path / "lib").glob("*.jar"))
 
@@ -108,8 +110,8 @@ def test_the_plugin_builds_once_and_goes_on_the_brokers_class_path(tmp_path: Pat
     (lib).mkdir()
     (lib / "boost-tenancy-classic-0000000000000000.jar").write_bytes(b"an older build")
     jar = build_plugin(lib)
-    assert jar.name == f"boost-tenancy-classic-{source_digest()}.jar"
-    assert [p.name for p in lib.iterdir()] == [jar.name]  # the older build removed
+    assert jar.name == f"boost-tenancy-classic-{build_digest()}.jar"
+    assert [p.name for p in lib.iterdir()] == [jar.name]  # the older build and the work removed
     built_at = jar.stat().st_mtime_ns
     assert build_plugin(lib) == jar
     assert jar.stat().st_mtime_ns == built_at  # the same sources: not built again
@@ -117,3 +119,62 @@ def test_the_plugin_builds_once_and_goes_on_the_brokers_class_path(tmp_path: Pat
     broker._plugin_jar = jar
     (classpath,) = [a for a in broker.command() if a.startswith("-Dactivemq.classpath=")]
     assert str(jar) in classpath.split("=", 1)[1].split(os.pathsep)
+
+
+def test_a_queue_the_routing_makes_shared_is_left_out_of_the_default() -> None:
+    """A Java service reads it with its selector: the plugin would move its messages away."""
+    settings = LocalBrokerSettings.from_env(
+        {"BOOST_ROUTING_OVERRIDES": "evt.document.text.extracted=shared"}
+    )
+    assert "evt.document.text.extracted" not in settings.routed_queues
+    assert set(settings.routed_queues) == set(ROUTED_QUEUES) - {"evt.document.text.extracted"}
+    assert LocalBrokerSettings.from_env({"BOOST_ROUTING": "shared"}).routed_queues == ()
+
+
+def test_a_shared_queue_named_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"BOOST_BROKER_ROUTED_QUEUES=.*'cmd.b' is shared"):
+        LocalBrokerSettings.from_env(
+            {"BOOST_BROKER_ROUTED_QUEUES": "cmd.a,cmd.b", "BOOST_ROUTING_OVERRIDES": "cmd.b=shared"}
+        )
+
+
+CHECK_QUEUES = """
+import io.boosttenancy.activemq.TenantRoutingPlugin;
+public class CheckQueues {
+    public static void main(String[] names) {
+        for (String name : names) {
+            try {
+                TenantRoutingPlugin plugin = new TenantRoutingPlugin();
+                plugin.setQueues(name);
+                System.out.println("routes " + plugin.getQueues());
+            } catch (IllegalArgumentException e) {
+                System.out.println("refused " + name);
+            }
+        }
+    }
+}
+"""
+
+
+def test_the_plugin_itself_refuses_wildcards_and_the_toolkits_own_names(tmp_path: Path) -> None:
+    """Its configuration is written by hand in a deployment: a wildcard or a reserved name stops
+    the broker's start instead of routing queues the toolkit reads as they are."""
+    missing = [str(p) for p in classic_plugin._BROKER_JARS if not p.is_file()]
+    if (missing or shutil.which("javac") is None) and os.environ.get("CI") != "true":
+        pytest.skip(f"no JDK or broker jars here ({missing})")
+    jar = build_plugin(tmp_path / "lib")
+    (tmp_path / "CheckQueues.java").write_text(CHECK_QUEUES)
+    classpath = os.pathsep.join([str(jar), *(str(p) for p in classic_plugin._BROKER_JARS)])
+    names = [" cmd.a , cmd.b,", "cmd.>", "cmd.*", "tenant.acme.x", "parked.acme.x", "DLQ.x"]
+    names += ["x.quarantine", "ActiveMQ.Statistics", "a b", "cmd.a,it's"]
+    result = subprocess.run(
+        ["java", "-cp", classpath, str(tmp_path / "CheckQueues.java"), *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.splitlines() == [
+        "routes cmd.a,cmd.b",
+        *(f"refused {name}" for name in names[1:]),
+    ]

@@ -7,10 +7,12 @@
  * tenantUUID, or one that is not a valid tenant id, is stored on <queue> itself, where the
  * runners' routers quarantine it, or give it to the default tenant, and count it.
  *
- * Which shared queues are routed is the broker's configuration (queues, Classic's destination
- * syntax: names separated by commas, with the * and > wildcards); tenants are not listed, so a
- * new tenant needs no change here. Names in the toolkit's own namespaces are never routed:
- * tenant.<t>.*, parked.<t>.*, DLQ.*, *.quarantine, ActiveMQ.*, and temporary queues.
+ * Which shared queues are routed is the broker's configuration (queues: exact names separated by
+ * commas; no wildcard, so a queue is never routed by accident); tenants are not listed, so a new
+ * tenant needs no change here. A name in the toolkit's own namespaces (tenant.<t>.*, parked.<t>.*,
+ * DLQ.*, *.quarantine, ActiveMQ.*) or not a queue name of the toolkit's stops the broker's start.
+ * Only messages sent to one listed queue are routed: a composite destination (a,b) or one of
+ * Classic's virtual destinations forwarding to a listed queue is stored as sent.
  *
  *   <plugins>
  *     <bean xmlns="http://www.springframework.org/schema/beans"
@@ -27,6 +29,9 @@
  */
 package io.boosttenancy.activemq;
 
+import java.util.Collections;
+import java.util.LinkedHashSet;
+import java.util.Set;
 import java.util.regex.Pattern;
 
 import org.apache.activemq.broker.Broker;
@@ -36,7 +41,6 @@ import org.apache.activemq.broker.ProducerBrokerExchange;
 import org.apache.activemq.command.ActiveMQDestination;
 import org.apache.activemq.command.ActiveMQQueue;
 import org.apache.activemq.command.Message;
-import org.apache.activemq.filter.DestinationFilter;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -54,28 +58,40 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     static final String TENANT_PREFIX = "tenant.";
     static final String PARKED_PREFIX = "parked.";
 
-    private String queues = "";
-    private DestinationFilter routed;
+    private Set<String> queues = Collections.emptySet();
 
-    /** The routed shared queues, in Classic's destination syntax ("a,b.>"); none by default. */
-    public void setQueues(String queues) {
-        this.queues = queues == null ? "" : queues.trim();
+    /** The routed shared queues: exact names, separated by commas; none by default. A name that
+     * is not a toolkit queue name, or is in one of its namespaces, is refused. */
+    public void setQueues(String names) {
+        Set<String> parsed = new LinkedHashSet<>();
+        for (String part : (names == null ? "" : names).split(",")) {
+            String name = part.trim();
+            if (name.isEmpty()) {
+                continue;
+            }
+            if (!QUEUE.matcher(name).matches() || reserved(name)) {
+                throw new IllegalArgumentException(
+                    "boost-tenancy tenant routing: " + name + " is not a shared queue name"
+                    + " (A-Z a-z 0-9 . _ -, no wildcard; not tenant.*, parked.*, DLQ.*,"
+                    + " *.quarantine or ActiveMQ.*)");
+            }
+            parsed.add(name);
+        }
+        this.queues = Collections.unmodifiableSet(parsed);
     }
 
     public String getQueues() {
-        return queues;
+        return String.join(",", queues);
     }
 
     @Override
     public Broker installPlugin(Broker broker) {
         if (queues.isEmpty()) {
             LOG.warn("boost-tenancy tenant routing: no queues configured, nothing is routed");
-            routed = null;
         } else {
-            routed = DestinationFilter.parseFilter(new ActiveMQQueue(queues));
-            LOG.info("boost-tenancy tenant routing: routing {} to tenant.<tenantUUID>.<queue>", queues);
+            LOG.info("boost-tenancy tenant routing: routing {} to tenant.<tenantUUID>.<queue>", getQueues());
         }
-        return new Router(broker, routed);
+        return new Router(broker, queues);
     }
 
     /** Whether name is in one of the toolkit's own namespaces (never a shared queue). */
@@ -107,9 +123,9 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     }
 
     static final class Router extends BrokerFilter {
-        private final DestinationFilter routed;
+        private final Set<String> routed;
 
-        Router(Broker next, DestinationFilter routed) {
+        Router(Broker next, Set<String> routed) {
             super(next);
             this.routed = routed;
         }
@@ -117,13 +133,11 @@ public class TenantRoutingPlugin implements BrokerPlugin {
         @Override
         public void send(ProducerBrokerExchange exchange, Message message) throws Exception {
             ActiveMQDestination destination = message.getDestination();
-            if (routed != null
-                    && destination != null
+            if (destination != null
                     && destination.isQueue()
                     && !destination.isTemporary()
                     && !destination.isComposite()
-                    && routed.matches(destination)
-                    && !reserved(destination.getPhysicalName())) {
+                    && routed.contains(destination.getPhysicalName())) {
                 String target = target(destination.getPhysicalName(), message.getProperty(TENANT_PROPERTY));
                 if (target != null) {
                     ActiveMQQueue tenantQueue = new ActiveMQQueue(target);
@@ -134,8 +148,11 @@ public class TenantRoutingPlugin implements BrokerPlugin {
                         addDestination(getAdminConnectionContext(), tenantQueue, true);
                     }
                     // The message itself, readdressed: stored once, in the tenant's queue. The
-                    // original destination stays readable (original-destination over STOMP).
-                    message.setOriginalDestination(destination);
+                    // original destination stays readable (original-destination over STOMP),
+                    // unless the message already carries one (a re-sent dead letter).
+                    if (message.getOriginalDestination() == null) {
+                        message.setOriginalDestination(destination);
+                    }
                     message.setDestination(tenantQueue);
                     // A producer bound to <queue> has its region destination cached on the
                     // exchange; a mutable exchange makes the broker look the destination up from
