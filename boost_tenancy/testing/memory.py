@@ -11,12 +11,15 @@ import bisect
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue
+from boost_tenancy.selectors import TENANT_PROPERTY, SelectorLike
+from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing.diverts import DivertModel
 from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
@@ -83,6 +86,16 @@ class Consumer:
         return stored
 
 
+def tenant_queue_of(queue: str, tenant: object) -> str | None:
+    """Where the Classic tenant routing plugin stores a message of queue whose tenantUUID is
+    tenant: tenant.<tenant>.<queue> for a valid tenant id and a valid resulting name, else None
+    (TenantRoutingPlugin.target)."""
+    try:
+        return DEFAULT_ROUTING.physical(queue, TenantId.parse(tenant))
+    except BoostTenancyError:
+        return None
+
+
 class InMemoryBroker:
     """Queues shared by any number of InMemoryTransport connections.
 
@@ -101,6 +114,9 @@ class InMemoryBroker:
     stored to a diverted queue that matches a divert's filter is stored in its target instead,
     as a copy carrying _AMQ_ORIG_ADDRESS, _AMQ_ORIG_QUEUE (the divert's name) and
     _AMQ_ORIG_MESSAGE_ID; one that matches none stays on the queue it was sent to.
+    tenant_routed_queues: Classic only, the queues of the project's tenant routing plugin
+    (brokers/classic): a message sent to one of them whose tenantUUID is a valid tenant id is
+    stored, unchanged, in tenant.<tenant>.<queue> instead; any other stays where it was sent.
     """
 
     def __init__(
@@ -112,8 +128,15 @@ class InMemoryBroker:
         dead_letter_address: str = "DLA",
         wall_clock: Callable[[], float] = time.time,
         expiry_address: str | None = None,
+        tenant_routed_queues: Iterable[str] = (),
     ) -> None:
         self.flavour = check_modelled(flavour)
+        self._tenant_routed = frozenset(check_logical_queue(q) for q in tenant_routed_queues)
+        if self._tenant_routed and flavour is not BrokerFlavour.CLASSIC:
+            raise ConfigError(
+                "tenant_routed_queues models the project's Classic plugin; Artemis routes at "
+                "send time with the runners' diverts"
+            )
         self._clock = clock
         self._wall_clock = wall_clock
         self._expiry_address = expiry_address if flavour is BrokerFlavour.ARTEMIS else None
@@ -172,8 +195,12 @@ class InMemoryBroker:
             return self._diverts.of(queue)
 
     def _diverted(self, queue: str, sent: Sent, seq: int) -> list[tuple[str, Sent]]:
-        """Where a message sent to queue is stored: a copy in the target of every exclusive
-        divert whose filter matches, else queue itself."""
+        """Where a message sent to queue is stored: its tenant's queue where the Classic plugin
+        routes queue; a copy in the target of every exclusive divert whose filter matches; else
+        queue itself."""
+        if queue in self._tenant_routed:
+            target = tenant_queue_of(queue, sent.message.properties.get(TENANT_PROPERTY))
+            return [(target or queue, sent)]
         diverted = self._diverts.route(queue, sent.message.properties)
         if diverted is None:
             return [(queue, sent)]
