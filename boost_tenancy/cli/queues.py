@@ -16,6 +16,7 @@ from boost_tenancy.ops.broker_routes import (
     classic_routing_plugin,
 )
 from boost_tenancy.ops.parking import ParkingSweeper
+from boost_tenancy.ops.send_routes import routes_of
 from boost_tenancy.ops.stats import TenantStats, stats_table
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.routing import Topology
@@ -88,11 +89,23 @@ def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
 
 def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     """The routes the broker makes at send time (the runners' diverts on Artemis), one JSON
-    object each; with --remove, those listed are destroyed (their queues stay)."""
-    queues = set(values(args.queue or []))
+    object each; with --add, those of the given queues and tenants are made first (before any
+    runner of theirs started); with --remove, those listed are destroyed (their queues stay)."""
+    queues = values(args.queue or [])
     only = set(tenants(args.tenant)) if args.tenant else set()
     if args.remove and not (queues or only):
         raise ConfigError("send-routes --remove needs --queue or --tenant: it never removes all")
+    if args.add and not (queues and only):
+        raise ConfigError("send-routes --add needs --queue and --tenant: the routes to make")
+    wanted = routes_of(settings.routing, queues, sorted(only, key=lambda t: t.value))
+    if args.add:
+        for queue in queues:
+            if not settings.routing.routes(queue):
+                raise ConfigError(
+                    f"queue {queue!r} is {settings.routing.topology(queue).value}, not routed "
+                    "(BOOST_ROUTING): its runners do not read tenant.<tenant>.<queue> from "
+                    "messages sent to it"
+                )
     transport = connected(settings)
     try:
         installer = send_route_installer(transport)
@@ -101,6 +114,8 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
                 "this broker takes no routes at run time (send_time_routes: Artemis); on "
                 "ActiveMQ Classic, routes at send time are broker configuration (broker-routes)"
             )
+        if args.add:
+            installer.install_send_routes(wanted)
         routes = [
             route
             for route in installer.send_routes()
@@ -156,11 +171,18 @@ def register(sub: Subparsers) -> None:
     cmd = sub.add_parser(
         "send-routes",
         help="list the routes the broker makes at send time (the runners' diverts on Artemis); "
-        "--remove destroys those listed",
+        "--add makes them for tenants ahead of their runners, --remove destroys those listed",
     )
     cmd.add_argument("--queue", action="append", help=f"only these logical queues; {LIST_HELP}")
     cmd.add_argument("--tenant", action="append", help=f"only these tenants; {LIST_HELP}")
-    cmd.add_argument(
+    change = cmd.add_mutually_exclusive_group()
+    change.add_argument(
+        "--add",
+        action="store_true",
+        help="make the routes of --queue for --tenant now, before any runner of theirs starts "
+        "(a runner makes its own at start)",
+    )
+    change.add_argument(
         "--remove",
         action="store_true",
         help="destroy the routes listed (a tenant gone, a queue no longer routed); a runner "

@@ -479,6 +479,39 @@ def test_the_send_routes_command_lists_and_removes_over_amqp(
         structlog.configure(**saved)
 
 
+def test_the_send_routes_command_adds_routes_ahead_of_the_runners(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tenant's messages sent before its first runner starts are stored apart already."""
+    saved: dict[str, Any] = structlog.get_config()
+    try:
+        with AmqpPeer() as peer:
+            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+            assert main(["send-routes", "--add", "--queue", SHARED]) == 2
+            assert "needs --queue and --tenant" in capsys.readouterr().err
+            monkeypatch.setenv("BOOST_ROUTING_OVERRIDES", f"{SHARED}=shared")
+            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-a"]) == 2
+            assert "is shared, not routed" in capsys.readouterr().err
+            monkeypatch.delenv("BOOST_ROUTING_OVERRIDES")
+            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-b,org-a"]) == 0
+            added = printed(capsys.readouterr().out)
+            assert [(r["queue"], r["tenant"], r["target"], r["removed"]) for r in added] == [
+                (SHARED, "org-a", "tenant.org-a.cmd.docs", False),
+                (SHARED, "org-b", "tenant.org-b.cmd.docs", False),
+            ]
+            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-a"]) == 0
+            assert [r["tenant"] for r in printed(capsys.readouterr().out)] == ["org-a"]
+            transport = open_transport(peer.url)
+            transport.connect()
+            try:
+                made = transport.send_routes()  # type: ignore[attr-defined]
+            finally:
+                transport.close()
+            assert made == [route(A), route(B)]  # made once each
+    finally:
+        structlog.configure(**saved)
+
+
 def test_the_send_routes_command_refuses_a_broker_without_them(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
