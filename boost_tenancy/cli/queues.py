@@ -91,13 +91,12 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     """The routes the broker makes at send time (the runners' diverts on Artemis), one JSON
     object each; with --add, those of the given queues and tenants are made first (before any
     runner of theirs started); with --remove, those listed are destroyed (their queues stay)."""
-    queues = values(args.queue or [])
+    queues = sorted(set(values(args.queue or [])))
     only = set(tenants(args.tenant)) if args.tenant else set()
     if args.remove and not (queues or only):
         raise ConfigError("send-routes --remove needs --queue or --tenant: it never removes all")
     if args.add and not (queues and only):
         raise ConfigError("send-routes --add needs --queue and --tenant: the routes to make")
-    wanted = routes_of(settings.routing, queues, sorted(only, key=lambda t: t.value))
     if args.add:
         for queue in queues:
             if not settings.routing.routes(queue):
@@ -115,7 +114,8 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
                 "ActiveMQ Classic, routes at send time are broker configuration (broker-routes)"
             )
         if args.add:
-            installer.install_send_routes(wanted)
+            tenant_ids = sorted(only, key=lambda t: t.value)
+            installer.install_send_routes(routes_of(settings.routing, queues, tenant_ids))
         routes = [
             route
             for route in installer.send_routes()

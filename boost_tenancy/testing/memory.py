@@ -32,6 +32,7 @@ from boost_tenancy.testing.wire import (
     diverted_copy,
     flow_control,
     message_headers,
+    readdressed,
 )
 from boost_tenancy.transports.artemis_management import ManagementError, Operation
 from boost_tenancy.transports.base import (
@@ -86,14 +87,27 @@ class Consumer:
         return stored
 
 
-def tenant_queue_of(queue: str, tenant: object) -> str | None:
+def plugin_target(queue: str, tenant: object) -> str | None:
     """Where the Classic tenant routing plugin stores a message of queue whose tenantUUID is
-    tenant: tenant.<tenant>.<queue> for a valid tenant id and a valid resulting name, else None
-    (TenantRoutingPlugin.target)."""
+    tenant: tenant.<tenant>.<queue> for a valid tenant id and a resulting name of at most 200
+    characters, else None (TenantRoutingPlugin.target)."""
     try:
         return DEFAULT_ROUTING.physical(queue, TenantId.parse(tenant))
     except BoostTenancyError:
         return None
+
+
+def _plugin_queues(queues: Iterable[str]) -> frozenset[str]:
+    """The queues a Classic tenant routing plugin may be configured with, as it checks them
+    (TenantRoutingPlugin.setQueues): toolkit queue names outside its namespaces and ActiveMQ.*."""
+    if isinstance(queues, str):
+        raise ConfigError(
+            f"tenant_routed_queues must be a list of queue names, not the string {queues!r}"
+        )
+    checked = frozenset(check_logical_queue(q) for q in queues)
+    if reserved := sorted(q for q in checked if q.startswith("ActiveMQ.")):
+        raise ConfigError(f"tenant_routed_queues: {reserved[0]!r} is reserved for the broker")
+    return checked
 
 
 class InMemoryBroker:
@@ -116,7 +130,8 @@ class InMemoryBroker:
     _AMQ_ORIG_MESSAGE_ID; one that matches none stays on the queue it was sent to.
     tenant_routed_queues: Classic only, the queues of the project's tenant routing plugin
     (brokers/classic): a message sent to one of them whose tenantUUID is a valid tenant id is
-    stored, unchanged, in tenant.<tenant>.<queue> instead; any other stays where it was sent.
+    stored in tenant.<tenant>.<queue> instead, with original-destination /queue/<queue> unless
+    it has one; any other stays where it was sent.
     """
 
     def __init__(
@@ -131,7 +146,7 @@ class InMemoryBroker:
         tenant_routed_queues: Iterable[str] = (),
     ) -> None:
         self.flavour = check_modelled(flavour)
-        self._tenant_routed = frozenset(check_logical_queue(q) for q in tenant_routed_queues)
+        self._tenant_routed = _plugin_queues(tenant_routed_queues)
         if self._tenant_routed and flavour is not BrokerFlavour.CLASSIC:
             raise ConfigError(
                 "tenant_routed_queues models the project's Classic plugin; Artemis routes at "
@@ -199,8 +214,8 @@ class InMemoryBroker:
         routes queue; a copy in the target of every exclusive divert whose filter matches; else
         queue itself."""
         if queue in self._tenant_routed:
-            target = tenant_queue_of(queue, sent.message.properties.get(TENANT_PROPERTY))
-            return [(target or queue, sent)]
+            target = plugin_target(queue, sent.message.properties.get(TENANT_PROPERTY))
+            return [(queue, sent)] if target is None else [(target, readdressed(sent, queue))]
         diverted = self._diverts.route(queue, sent.message.properties)
         if diverted is None:
             return [(queue, sent)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from boost_tenancy.errors import ConfigError
@@ -164,6 +164,18 @@ def broker_dead_letter(sent: Sent, *, queue: str, message_id: str) -> Sent:
     """The copy Artemis moves to its dead-letter address after max-delivery-attempts; without
     an expiry, as Artemis resets it on every copy it moves (QueueImpl.makeCopy)."""
     return _artemis_copy(sent, address=queue, queue=queue, message_id=message_id, expires=False)
+
+
+def readdressed(sent: Sent, queue: str) -> Sent:
+    """The message Classic's tenant routing plugin stores in a tenant's queue: itself, with the
+    queue it was sent to as original-destination unless it carries one already."""
+    properties = sent.message.properties
+    if "original-destination" in properties:
+        return sent
+    message = replace(
+        sent.message, properties={**properties, "original-destination": QUEUE_PREFIX + queue}
+    )
+    return Sent(message, sent.body, sent.body_headers)
 
 
 def _artemis_copy(sent: Sent, *, address: str, queue: str, message_id: str, expires: bool) -> Sent:

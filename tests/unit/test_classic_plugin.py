@@ -166,7 +166,7 @@ def test_the_plugin_itself_refuses_wildcards_and_the_toolkits_own_names(tmp_path
     (tmp_path / "CheckQueues.java").write_text(CHECK_QUEUES)
     classpath = os.pathsep.join([str(jar), *(str(p) for p in classic_plugin._BROKER_JARS)])
     names = [" cmd.a , cmd.b,", "cmd.>", "cmd.*", "tenant.acme.x", "parked.acme.x", "DLQ.x"]
-    names += ["x.quarantine", "ActiveMQ.Statistics", "a b", "cmd.a,it's"]
+    names += ["x.quarantine", "ActiveMQ.Statistics", "a b", "cmd.a,it's", ".cmd", "q" * 201]
     result = subprocess.run(
         ["java", "-cp", classpath, str(tmp_path / "CheckQueues.java"), *names],
         capture_output=True,

@@ -1,6 +1,7 @@
-"""The in-memory Classic's model of the project's tenant routing plugin (brokers/classic):
-the behaviour tests/integration/test_tenant_routing_plugin.py checks on the real Classic, for
-tests that run without a broker."""
+"""The in-memory Classic's model of the project's tenant routing plugin (brokers/classic), for
+tests that run without a broker: the STOMP-side behaviour tests/integration/
+test_tenant_routing_plugin.py checks on the real Classic (not the JMS producer's, nor the
+transactions', which the model's store has no counterpart of)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from boost_tenancy.resilience.dead_letter import quarantine_queue
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.testing.memory import tenant_queue_of
+from boost_tenancy.testing.memory import plugin_target
 from boost_tenancy.transports.stomp import BrokerFlavour
 from tests.conftest import wait_until
 
@@ -50,19 +51,31 @@ def test_every_tenant_is_stored_in_its_own_queue_and_the_rest_as_sent(
         classic.put(QUEUE, message(value, f"bad {value!r}"))
     classic.put(OTHER, message("org-light", "other"))
     assert bodies(classic, f"tenant.org-heavy.{QUEUE}") == ["h0", "h1", "h2"]
+    (light,) = classic.messages(f"tenant.org-light.{QUEUE}")
+    assert light.properties == {
+        "tenantUUID": "org-light",
+        "original-destination": f"/queue/{QUEUE}",
+    }
     assert bodies(classic, f"tenant.org-light.{QUEUE}") == ["l0"]
     assert bodies(classic, QUEUE) == [f"bad {v!r}" for v in [None, *invalid]]
     assert bodies(classic, OTHER) == ["other"]
+    # One that names its original destination already (a dead letter sent again) keeps it.
+    resent = WireMessage(
+        body="again",
+        properties={"tenantUUID": "org-light", "original-destination": "/queue/elsewhere"},
+    )
+    classic.put(QUEUE, resent)
+    assert classic.messages(f"tenant.org-light.{QUEUE}")[-1].properties == resent.properties
     assert bodies(classic, f"tenant.org-light.{OTHER}") == []
 
 
-def test_a_name_too_long_for_a_queue_stays_on_the_shared_queue() -> None:
+def test_a_tenant_queue_name_over_200_characters_or_no_tenant_id_has_no_target() -> None:
     long_queue = "q" * 150
     # tenant. + 42 + . + 150 is 200, the longest queue name; one more and it is no queue name.
-    assert tenant_queue_of(long_queue, "t" * 42) == f"tenant.{'t' * 42}.{long_queue}"
-    assert tenant_queue_of(long_queue, "t" * 43) is None
-    assert tenant_queue_of(QUEUE, 7) is None
-    assert tenant_queue_of(QUEUE, None) is None
+    assert plugin_target(long_queue, "t" * 42) == f"tenant.{'t' * 42}.{long_queue}"
+    assert plugin_target(long_queue, "t" * 43) is None
+    assert plugin_target(QUEUE, 7) is None
+    assert plugin_target(QUEUE, None) is None
 
 
 @pytest.mark.parametrize(
@@ -70,11 +83,16 @@ def test_a_name_too_long_for_a_queue_stays_on_the_shared_queue() -> None:
     [
         (["tenant.acme.cmd"], BrokerFlavour.CLASSIC, "reserved"),
         (["DLQ.cmd"], BrokerFlavour.CLASSIC, "reserved"),
+        (["parked.acme.cmd"], BrokerFlavour.CLASSIC, "reserved"),
+        (["cmd.quarantine"], BrokerFlavour.CLASSIC, "reserved"),
+        (["ActiveMQ.DLQ"], BrokerFlavour.CLASSIC, "reserved for the broker"),
+        (["cmd.>"], BrokerFlavour.CLASSIC, "invalid queue name"),
+        ("cmd.plugin", BrokerFlavour.CLASSIC, "a list of queue names"),
         ([QUEUE], BrokerFlavour.ARTEMIS, "diverts"),
     ],
 )
 def test_what_the_plugin_would_refuse_the_model_refuses(
-    queues: list[str], flavour: BrokerFlavour, problem: str
+    queues: list[str] | str, flavour: BrokerFlavour, problem: str
 ) -> None:
     with pytest.raises(ConfigError, match=problem):
         InMemoryBroker(flavour=flavour, tenant_routed_queues=queues)

@@ -499,15 +499,16 @@ def test_the_send_routes_command_adds_routes_ahead_of_the_runners(
                 (SHARED, "org-a", "tenant.org-a.cmd.docs", False),
                 (SHARED, "org-b", "tenant.org-b.cmd.docs", False),
             ]
-            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-a"]) == 0
-            assert [r["tenant"] for r in printed(capsys.readouterr().out)] == ["org-a"]
             transport = open_transport(peer.url)
             transport.connect()
             try:
-                made = transport.send_routes()  # type: ignore[attr-defined]
+                for tenant in ("org-a", "org-b", "org-zed"):
+                    transport.send(SHARED, message(tenant, body=f"from {tenant}"))
             finally:
                 transport.close()
-            assert made == [route(A), route(B)]  # made once each
+            assert [m.body for m in peer.messages("tenant.org-a.cmd.docs")] == ["from org-a"]
+            assert [m.body for m in peer.messages("tenant.org-b.cmd.docs")] == ["from org-b"]
+            assert [m.body for m in peer.messages(SHARED)] == ["from org-zed"]
     finally:
         structlog.configure(**saved)
 

@@ -54,7 +54,7 @@ public class TenantRoutingPlugin implements BrokerPlugin {
      * starting and ending with a letter or digit; no dot, no quote, nothing a name could break. */
     static final Pattern TENANT = Pattern.compile("[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?");
     /** The toolkit's queue names (boost_tenancy/messages.py). */
-    static final Pattern QUEUE = Pattern.compile("[A-Za-z0-9._-]{1,200}");
+    static final Pattern QUEUE = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,199}");
     static final String TENANT_PREFIX = "tenant.";
     static final String PARKED_PREFIX = "parked.";
 
