@@ -16,8 +16,16 @@ from typing import Any
 import pytest
 import stomp
 
-from boost_tenancy import HandlerContext, IncomingMessage, TenantProcessor
-from boost_tenancy.transports.stomp import StompSettings
+from boost_tenancy import (
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    RunnerSettings,
+    TenantProcessor,
+)
+from boost_tenancy.ops.router import TenantRouter
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.conftest import wait_until
 from tests.integration.test_local_broker import _free_port_pair
@@ -99,3 +107,29 @@ class Recorder(TenantProcessor):
     def count(self) -> int:
         with self._lock:
             return len(self.seen)
+
+
+@contextmanager
+def light_runner(
+    settings: StompSettings, queue: str, tenant: str, store_path: Path, expected: int
+) -> Iterator[tuple[Recorder, TenantRouter, SQLiteErrorStore]]:
+    """A runner of tenant on queue, started, its expected messages handled; yields its processor,
+    its router and its error store, and stops it after."""
+    processor = Recorder(queue)
+    store = SQLiteErrorStore(store_path)
+    runner = ProcessorRunner(
+        processor,
+        StompTransport(settings),
+        [tenant],
+        error_store=store,
+        settings=RunnerSettings(workers=2, prefetch=20),
+    )
+    runner.start()
+    try:
+        assert wait_until(lambda: processor.count() == expected, timeout=30)
+        router = runner.router
+        assert router is not None
+        yield processor, router, store
+    finally:
+        runner.stop(grace_s=5)
+        store.close()

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy import ProcessorRunner, RunnerSettings, TenantId
+from boost_tenancy import TenantId
 from boost_tenancy.cli import main as cli_main
-from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.resilience.error_store import FailureOutcome
+from boost_tenancy.transports.stomp import StompSettings
 from tests.conftest import recorded, wait_until
-from tests.integration.send_time_support import Recorder, own_broker, read_back
+from tests.integration.send_time_support import light_runner, own_broker, read_back
 from tests.integration.send_time_support import raw_send as send_to
 
 pytestmark = [
@@ -84,27 +84,15 @@ def test_unmatched_messages_stay_on_the_shared_queue_for_the_router(
         + [(light, n) for n in range(LIGHT_COUNT)]
         + [(unlisted, 1), (None, -1)],
     )
-    processor = Recorder(QUEUE)
-    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    runner = ProcessorRunner(
+    with light_runner(routed_broker, QUEUE, light, tmp_path / "errors.sqlite3", LIGHT_COUNT) as (
         processor,
-        StompTransport(routed_broker),
-        [light],
-        error_store=store,
-        settings=RunnerSettings(workers=2, prefetch=20),
-    )
-    runner.start()
-    try:
-        assert wait_until(lambda: processor.count() == LIGHT_COUNT, timeout=30)
-        router = runner.router
-        assert router is not None
+        router,
+        store,
+    ):
         assert wait_until(lambda: router.quarantined == 1)
         # The router moved the unlisted tenant's message only: the broker routed the others.
         assert wait_until(lambda: router.routed == {TenantId(unlisted): 1}), router.routed
         (record,) = recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
-    finally:
-        runner.stop(grace_s=5)
-        store.close()
     assert record.queue == QUEUE
     assert sorted(processor.seen) == list(range(LIGHT_COUNT))
     assert len(read_back(routed_broker, f"tenant.{unlisted}.{QUEUE}", 1, 10)) == 1

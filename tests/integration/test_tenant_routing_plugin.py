@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import stomp
 
-from boost_tenancy import ProcessorRunner, RunnerSettings, TenantId
-from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy import TenantId
+from boost_tenancy.resilience.error_store import FailureOutcome
+from boost_tenancy.transports.stomp import StompSettings
 from tests.conftest import recorded, wait_until
-from tests.integration.send_time_support import Recorder, own_broker, read_back
+from tests.integration.send_time_support import light_runner, own_broker, read_back
 from tests.integration.send_time_support import raw_send as send_to
 from tests.jms.peer import JmsPeer
 
@@ -145,26 +145,14 @@ def test_a_runner_reads_its_tenant_and_its_router_quarantines_what_the_broker_le
         + [(light, n) for n in range(LIGHT_COUNT)]
         + [(None, -1)],
     )
-    processor = Recorder(QUEUE)
-    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    runner = ProcessorRunner(
+    with light_runner(broker, QUEUE, light, tmp_path / "errors.sqlite3", LIGHT_COUNT) as (
         processor,
-        StompTransport(broker),
-        [light],
-        error_store=store,
-        settings=RunnerSettings(workers=2, prefetch=20),
-    )
-    runner.start()
-    try:
-        assert wait_until(lambda: processor.count() == LIGHT_COUNT, timeout=30)
-        router = runner.router
-        assert router is not None
+        router,
+        store,
+    ):
         assert wait_until(lambda: router.quarantined == 1)
         (record,) = recorded(store, 1, tenant=None, outcome=FailureOutcome.QUARANTINE)
         assert router.routed == {}  # the broker routed every tenant: nothing left to move
-    finally:
-        runner.stop(grace_s=5)
-        store.close()
     assert record.queue == QUEUE
     assert processor.seen == list(range(LIGHT_COUNT))
     assert len(read_back(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
