@@ -171,11 +171,7 @@ class AppSettings:
             log_level=log_level,
             routing=routing_from_env(env),
             default_tenant=default_tenant_from_env(env),
-            send_routes=(
-                env_flag(env, "BOOST_SEND_ROUTES")
-                if env.get("BOOST_SEND_ROUTES", "").strip()
-                else True
-            ),
+            send_routes=env_flag(env, "BOOST_SEND_ROUTES", default=True),
             fairness=fairness_from_env(env),
             metrics_port=metrics_port,
             metrics_host=_metrics_host(env, metrics_port),
@@ -347,8 +343,7 @@ def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
     BOOST_FAIRNESS=off; a tier limit without BOOST_TIER_STORE; BOOST_TENANT_CONCURRENCY with
     it, where the tiers decide), and an exempt tenant or queue must be a valid name.
     """
-    raw_switch = env.get("BOOST_FAIRNESS", "").strip()
-    enabled = env_flag(env, "BOOST_FAIRNESS") if raw_switch else True
+    enabled = env_flag(env, "BOOST_FAIRNESS", default=True)
     try:
         exempt_tenants = frozenset(
             TenantId.parse(t) for t in _list(env, "BOOST_FAIRNESS_EXEMPT_TENANTS")

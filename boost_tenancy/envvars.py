@@ -71,9 +71,11 @@ def env_seconds(
     return value
 
 
-def env_flag(env: Mapping[str, str], name: str) -> bool:
-    """An on/off variable; anything else names the variable."""
+def env_flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    """An on/off variable, default when unset or blank; anything else names the variable."""
     raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
     if raw in _TRUE:
         return True
     if raw in _FALSE:

@@ -6,28 +6,30 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.testing.memory import Consumer, InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
-from boost_tenancy.transports.artemis_management import install, listed, remove
+from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
     OnDelivery,
     Outgoing,
     QueueStats,
-    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
     check_queue_prefix,
 )
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -63,7 +65,7 @@ class _Request:
     on_delivery: OnDelivery
 
 
-class InMemoryTransport:
+class InMemoryTransport(ManagedRoutes):
     """One connection to an InMemoryBroker; implements the Transport protocol.
 
     artemis_window_bytes: the expected message size the STOMP transport's settings give (the
@@ -258,22 +260,13 @@ class InMemoryTransport:
         return self._broker.list_queues([check_queue_prefix(p) for p in prefixes])
 
     # -- routes at send time (Artemis) ------------------------------------------------------------
-    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        """Artemis's exclusive diverts (SendRouteInstaller); refused on the Classic model, whose
-        capabilities do not declare send_time_routes."""
-        return install(self._management(), routes)
-
-    def send_routes(self) -> list[SendRoute]:
-        return listed(self._management())
-
-    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        return remove(self._management(), routes)
-
-    def _management(self) -> InMemoryBroker:
+    def management_session(self, work: Callable[[Runs], T]) -> T:
+        """Artemis's management operations (ManagedRoutes: its exclusive diverts) on the model;
+        refused on the Classic model, whose capabilities do not declare send_time_routes."""
         self._require_connected()
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self._broker.flavour.value} takes no routes at run time")
-        return self._broker
+        return work(self._broker)
 
 
 def _as_sent(items: Sequence[Outgoing]) -> list[tuple[str, Sent, int]]:

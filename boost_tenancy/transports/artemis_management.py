@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.routing import check_logical_queue, tenant_queue_of
@@ -199,6 +199,29 @@ def remove(session: Runs, routes: Sequence[SendRoute]) -> int:
     return len(ops)
 
 
+T = TypeVar("T")
+
+
+class ManagedRoutes:
+    """The SendRouteInstaller of a transport to Artemis: install, listed and remove, each run in
+    a management session the transport opens (management_session, which refuses where its
+    capabilities do not declare send_time_routes). An empty list of routes asks nothing."""
+
+    def management_session(self, work: Callable[[Runs], T]) -> T:
+        """Run work with a management session on this transport's broker, then end the
+        session."""
+        raise NotImplementedError
+
+    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return self.management_session(lambda session: install(session, routes)) if routes else 0
+
+    def send_routes(self) -> list[SendRoute]:
+        return self.management_session(listed)
+
+    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
+        return self.management_session(lambda session: remove(session, routes)) if routes else 0
+
+
 class Replies:
     """The replies of a management session by correlation id, put on the transport's receiving
     thread and taken, read, by the thread that sent the requests."""
@@ -275,6 +298,7 @@ def divert_names(result: object) -> list[str]:
 __all__ = [
     "DIVERT_PREFIX",
     "MANAGEMENT_ADDRESS",
+    "ManagedRoutes",
     "ManagementError",
     "Operation",
     "Replies",

@@ -172,11 +172,7 @@ def _tls_from_env(env: Mapping[str, str]) -> TlsSettings:
             ("BOOST_BROKER_KEY_FILE", "key_file"),
         )
     }
-    verify_host = (
-        env_flag(env, "BOOST_BROKER_VERIFY_HOST")
-        if env.get("BOOST_BROKER_VERIFY_HOST", "").strip()
-        else True
-    )
+    verify_host = env_flag(env, "BOOST_BROKER_VERIFY_HOST", default=True)
     try:
         return TlsSettings(
             **paths,

@@ -25,12 +25,11 @@ from boost_tenancy.transports.amqp.management import AmqpManagementSession
 from boost_tenancy.transports.amqp.receiving import DeliveryToken, SubscriptionSpec
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.waiters import all_of, resolve
-from boost_tenancy.transports.artemis_management import install, listed, remove
+from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
     Outgoing,
-    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
@@ -69,7 +68,7 @@ class AmqpBatch:
         self.items.clear()
 
 
-class AmqpTransport:
+class AmqpTransport(ManagedRoutes):
     """Transport over AMQP 1.0; implements boost_tenancy.transports.base.Transport."""
 
     def __init__(self, settings: AmqpSettings | None = None) -> None:
@@ -344,18 +343,9 @@ class AmqpTransport:
         return moved
 
     # -- routes at send time (Artemis) ------------------------------------------------------------
-    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
-        asked through the management address on this connection (amqp/management.py)."""
-        return self._management(lambda session: install(session, routes))
-
-    def send_routes(self) -> list[SendRoute]:
-        return self._management(listed)
-
-    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        return self._management(lambda session: remove(session, routes))
-
-    def _management(self, work: Callable[[AmqpManagementSession], T]) -> T:
+    def management_session(self, work: Callable[[Runs], T]) -> T:
+        """Artemis's management operations (ManagedRoutes: its exclusive diverts), where
+        capabilities.send_time_routes; asked on this connection (amqp/management.py)."""
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self.server or 'the broker'} takes no routes at run time")
         session = AmqpManagementSession(self, self._settings.confirm_timeout_s)

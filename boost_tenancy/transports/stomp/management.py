@@ -22,11 +22,8 @@ from boost_tenancy.transports.artemis_management import (
     REPLY_PREFIX,
     Operation,
     Replies,
-    install,
-    listed,
-    remove,
+    Runs,
 )
-from boost_tenancy.transports.base import SendRoute
 from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
@@ -44,32 +41,18 @@ def _on_reply(replies: Replies) -> Callable[[int, Mapping[str, str], bytes], Non
     return on_message
 
 
-class ArtemisManagement:
-    """Installs send-time routes on the Artemis broker the settings point at."""
+def management_session(settings: StompSettings, work: Callable[[Runs], T]) -> T:
+    """Run work with a management session on a STOMP connection of its own to the Artemis
+    broker settings point at; the connection is closed after."""
+    replies = Replies()
 
-    def __init__(self, settings: StompSettings) -> None:
-        self._settings = settings
+    def refused(server: str | None) -> TransportError:
+        return TransportError(f"routes at send time need ActiveMQ Artemis, not {server!r}")
 
-    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        """Create what is missing of routes (SendRouteInstaller); returns the diverts added."""
-        return self._session(lambda session: install(session, routes)) if routes else 0
-
-    def send_routes(self) -> list[SendRoute]:
-        return self._session(listed)
-
-    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        return self._session(lambda session: remove(session, routes)) if routes else 0
-
-    def _session(self, work: Callable[[_Session], T]) -> T:
-        replies = Replies()
-
-        def refused(server: str | None) -> TransportError:
-            return TransportError(f"routes at send time need ActiveMQ Artemis, not {server!r}")
-
-        flavour = BrokerFlavour.ARTEMIS
-        with side_connection(self._settings, _on_reply(replies), flavour, refused) as opened:
-            connection, link = opened
-            return work(_Session(connection, link, replies, self._settings.receipt_timeout_s))
+    flavour = BrokerFlavour.ARTEMIS
+    with side_connection(settings, _on_reply(replies), flavour, refused) as opened:
+        connection, link = opened
+        return work(_Session(connection, link, replies, settings.receipt_timeout_s))
 
 
 class _Session:
@@ -121,4 +104,4 @@ class _Session:
         return self._replies.results(ops, correlations, self._timeout_s, self._alive)
 
 
-__all__ = ["ArtemisManagement"]
+__all__ = ["management_session"]

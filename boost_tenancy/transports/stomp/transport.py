@@ -7,19 +7,20 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
     OnDelivery,
     Outgoing,
     QueueStats,
-    SendRoute,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
@@ -36,10 +37,12 @@ from boost_tenancy.transports.stomp.frames import (
     send_frame,
 )
 from boost_tenancy.transports.stomp.link import Link
-from boost_tenancy.transports.stomp.management import ArtemisManagement
+from boost_tenancy.transports.stomp.management import management_session
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.statistics import ClassicStatistics
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,7 @@ class StompSubscription:
     on_delivery: OnDelivery
 
 
-class StompTransport:
+class StompTransport(ManagedRoutes):
     """Transport over STOMP 1.2; implements boost_tenancy.transports.base.Transport."""
 
     def __init__(self, settings: StompSettings | None = None) -> None:
@@ -374,21 +377,13 @@ class StompTransport:
             raise QueueStatsUnavailableError(f"{self.flavour.value} lists no queues over STOMP")
         return ClassicStatistics(self._settings).list_queues(prefixes)
 
-    def install_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        """Artemis's exclusive diverts (SendRouteInstaller), where capabilities.send_time_routes;
-        asked on a connection of their own (stomp/management.py)."""
-        return self._management().install_send_routes(routes)
-
-    def send_routes(self) -> list[SendRoute]:
-        return self._management().send_routes()
-
-    def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
-        return self._management().remove_send_routes(routes)
-
-    def _management(self) -> ArtemisManagement:
+    def management_session(self, work: Callable[[Runs], T]) -> T:
+        """Artemis's management operations (ManagedRoutes: its exclusive diverts), where
+        capabilities.send_time_routes; asked on a connection of their own
+        (stomp/management.py)."""
         if not self.capabilities.send_time_routes:
             raise TransportError(f"{self.flavour.value} takes no routes at run time")
-        return ArtemisManagement(self._settings)
+        return management_session(self._settings, work)
 
 
 def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:
