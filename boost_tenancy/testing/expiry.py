@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.testing.wire import Sent
+from boost_tenancy.testing.wire import ORIGINAL_DESTINATION, Sent
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX
 
@@ -52,7 +52,7 @@ def expired_copy(
         added = {
             "originalExpiration": str(expires),
             "dlqDeliveryFailureCause": f"{_EXPIRED_CAUSE}{expires}",
-            "original-destination": QUEUE_PREFIX + queue,
+            ORIGINAL_DESTINATION: QUEUE_PREFIX + queue,
         }
     elif expiry_address is None:
         return None

@@ -166,14 +166,19 @@ def broker_dead_letter(sent: Sent, *, queue: str, message_id: str) -> Sent:
     return _artemis_copy(sent, address=queue, queue=queue, message_id=message_id, expires=False)
 
 
+ORIGINAL_DESTINATION: Final = "original-destination"
+"""The header Classic adds to a message it stored elsewhere than where it was sent: the
+destination it was sent to (an expired message in ActiveMQ.DLQ, a tenant's routed message)."""
+
+
 def readdressed(sent: Sent, queue: str) -> Sent:
     """The message Classic's tenant routing plugin stores in a tenant's queue: itself, with the
     queue it was sent to as original-destination unless it carries one already."""
     properties = sent.message.properties
-    if "original-destination" in properties:
+    if ORIGINAL_DESTINATION in properties:
         return sent
     message = replace(
-        sent.message, properties={**properties, "original-destination": QUEUE_PREFIX + queue}
+        sent.message, properties={**properties, ORIGINAL_DESTINATION: QUEUE_PREFIX + queue}
     )
     return Sent(message, sent.body, sent.body_headers)
 
