@@ -18,7 +18,7 @@ from xml.sax.saxutils import quoteattr
 
 from boost_tenancy.config import routing_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.ops.broker_routes import classic_routing_plugin
+from boost_tenancy.ops.broker_routes import check_routed_at_send, classic_routing_plugin
 from boost_tenancy.routing import Topology, check_logical_queue
 from boost_tenancy.transports.options import (
     DEFAULT_URL,
@@ -261,18 +261,12 @@ def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
     queues = tuple(part.strip() for part in raw.split(","))
     for queue in queues:
         try:
-            check_logical_queue(queue)
+            check_routed_at_send(routing, queue)
         except ConfigError as exc:
             raise ConfigError(
                 f"{ENV_ROUTED_QUEUES}={raw!r}: {exc} (a comma-separated list of shared queues, "
                 f"or {NO_ROUTED_QUEUES})"
             ) from None
-        if routing.topology(queue) is Topology.SHARED:
-            raise ConfigError(
-                f"{ENV_ROUTED_QUEUES}={raw!r}: queue {queue!r} is shared (BOOST_ROUTING, "
-                "BOOST_ROUTING_OVERRIDES): its consumers read the shared queue, which the plugin "
-                "would leave empty"
-            )
     return queues
 
 

@@ -12,6 +12,7 @@ from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, 
 from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
+    check_routed_at_send,
     classic_destination_interceptors,
     classic_routing_plugin,
 )
@@ -72,14 +73,7 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
-    queues = values(args.queue)
-    for queue in queues:
-        if settings.routing.topology(queue) is Topology.SHARED:
-            # Its runners read the shared queue itself: forwarding would hide every message.
-            raise ConfigError(
-                f"queue {queue!r} is shared (BOOST_ROUTING): broker routes serve routed queues, "
-                "whose runners read tenant.<tenant>.<queue>"
-            )
+    queues = [check_routed_at_send(settings.routing, queue) for queue in values(args.queue)]
     if args.tenant:
         sys.stdout.write(classic_destination_interceptors(queues, tenants(args.tenant)))
     else:

@@ -37,6 +37,18 @@ ROUTING_PLUGIN_CLASS: Final = "io.boosttenancy.activemq.TenantRoutingPlugin"
 """The Classic broker plugin of brokers/classic: routes every tenant of the queues it lists."""
 
 
+def check_routed_at_send(routing: Routing, queue: str) -> str:
+    """queue, if its messages may be routed at send time: a valid logical queue the routing does
+    not make shared (its consumers, a Java service's selector among them, read the shared queue
+    itself, which routing at send time would leave empty); else a ConfigError saying so."""
+    if routing.topology(check_logical_queue(queue)) is Topology.SHARED:
+        raise ConfigError(
+            f"queue {queue!r} is shared (BOOST_ROUTING, BOOST_ROUTING_OVERRIDES): its consumers "
+            "read the shared queue itself, which routing at send time would leave empty"
+        )
+    return queue
+
+
 def classic_routing_plugin(queues: Iterable[str], *, indent: str = "    ") -> str:
     """The Spring <bean> element, for the <plugins> element of a Classic <broker>, that makes
     the project's TenantRoutingPlugin route every tenant's messages of queues to
