@@ -3,7 +3,6 @@ and fails under CI=true, a key prefix per test, and a proxy that hangs until tol
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
@@ -13,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from tests.conftest import unavailable
+from tests.socket_support import pump
 
 REDIS_URL = os.environ.get("BOOST_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -93,16 +93,4 @@ class RedisSwitch:
                 with self._lock:
                     self._sockets.append(upstream)
                 for src, dst in ((conn, upstream), (upstream, conn)):
-                    threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (src, dst):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
+                    threading.Thread(target=pump, args=(src, dst), daemon=True).start()

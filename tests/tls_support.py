@@ -18,6 +18,7 @@ from pathlib import Path
 from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery, Transport
+from tests.socket_support import pump
 
 
 def round_trip(
@@ -105,20 +106,8 @@ class TlsTerminator:
         upstream.settimeout(None)
         with self._lock:
             self._sockets += [secure, upstream]
-        threading.Thread(target=self._pipe, args=(secure, upstream), daemon=True).start()
-        self._pipe(upstream, secure)
-
-    @staticmethod
-    def _pipe(source: socket.socket, target: socket.socket) -> None:
-        try:
-            while chunk := source.recv(65536):
-                target.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, target):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        threading.Thread(target=pump, args=(secure, upstream), daemon=True).start()
+        pump(upstream, secure)
 
     def close(self) -> None:
         self._closed.set()
