@@ -14,6 +14,7 @@ another) are skipped with the reason.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
@@ -30,6 +31,7 @@ from boost_tenancy.resilience.error_store import ErrorStore, FailureRecord, SQLi
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import StompSettings
+from devtools.activemq_install import ACTIVEMQ_JAR
 from tests.artemis_container import ArtemisContainer, docker_engine_missing
 from tests.broker_target import (
     AMQP_URL_ENV,
@@ -127,6 +129,14 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def require_activemq() -> None:
+    """Skip a test that starts a Classic broker of its own where ActiveMQ is not installed;
+    under CI starting it installs it (devtools.activemq_install)."""
+    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
+    if not installed and os.environ.get("CI") != "true":
+        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
 
 
 def reachable_postgres_dsn() -> str:

@@ -4,8 +4,6 @@ the way a Java service sends, the queue read back, and a processor that records 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import stomp
 
 from boost_tenancy import (
@@ -26,8 +23,8 @@ from boost_tenancy import (
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
-from tests.conftest import wait_until
+from devtools.local_broker import LocalBroker, LocalBrokerSettings
+from tests.conftest import require_activemq, wait_until
 from tests.integration.test_local_broker import _free_port_pair
 
 
@@ -35,9 +32,7 @@ from tests.integration.test_local_broker import _free_port_pair
 def own_broker(home: Path, **settings: Any) -> Iterator[tuple[StompSettings, str]]:
     """A Classic broker in home, on free ports, with settings (LocalBrokerSettings fields);
     yields its STOMP settings and OpenWire URL, and stops it after."""
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    require_activemq()
     stomp_port, openwire_port = _free_port_pair()
     broker = LocalBroker(
         LocalBrokerSettings(

@@ -8,8 +8,6 @@ message whose send was confirmed is handled.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import threading
 import time
@@ -22,8 +20,8 @@ import pytest
 from boost_tenancy import ProcessorRunner, RunnerSettings
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
-from tests.conftest import unique_queue, wait_until
+from devtools.local_broker import LocalBroker, LocalBrokerSettings
+from tests.conftest import require_activemq, unique_queue, wait_until
 from tests.integration.test_broker_restart import (
     OUTAGE_AFTER,
     TENANTS,
@@ -100,9 +98,7 @@ class Pair:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[Pair]:
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    require_activemq()
     brokers = Pair(tmp_path / "pair")
     try:
         brokers.start()

@@ -7,8 +7,6 @@ connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so.
 
 from __future__ import annotations
 
-import os
-import shutil
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +16,8 @@ import pytest
 
 from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
+from devtools.local_broker import LocalBroker, LocalBrokerSettings
+from tests.conftest import require_activemq
 from tests.integration.test_local_broker import _free_port_pair
 from tests.tls_certificates import KEYSTORE_PASSWORD, broker_keystore, make_authority
 from tests.tls_support import refused
@@ -41,9 +40,7 @@ class TlsBroker:
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    require_activemq()
     home = tmp_path_factory.mktemp("tls-broker")
     authority = make_authority(home, "boost-test-ca")
     other = make_authority(home, "other-ca")

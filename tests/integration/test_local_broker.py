@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -12,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from devtools.local_broker import (
-    ACTIVEMQ_JAR,
     LocalBroker,
     LocalBrokerError,
     LocalBrokerSettings,
 )
+from tests.conftest import require_activemq
 
 pytestmark = [
     pytest.mark.broker,
@@ -46,9 +44,7 @@ def _free_port_pair() -> tuple[int, int]:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    installed = ACTIVEMQ_JAR.is_file() and shutil.which("java") is not None
-    if not installed and os.environ.get("CI") != "true":
-        pytest.skip(f"ActiveMQ is not installed ({ACTIVEMQ_JAR}); run `apt-get install activemq`")
+    require_activemq()
     stomp_port, openwire_port = _free_port_pair()
     instance = LocalBroker(
         LocalBrokerSettings(
