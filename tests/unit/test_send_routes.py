@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-import structlog
 from stomp.utils import parse_frame
 
 from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
@@ -450,80 +449,71 @@ def printed(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_the_send_routes_command_lists_and_removes_over_amqp(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    saved: dict[str, Any] = structlog.get_config()
-    try:
-        with AmqpPeer() as peer:
-            transport = open_transport(peer.url)
-            transport.connect()
-            transport.install_send_routes([route(A), route(B)])  # type: ignore[attr-defined]
-            transport.close()
-            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
-            assert main(["send-routes"]) == 0
-            listed = printed(capsys.readouterr().out)
-            assert [(r["queue"], r["tenant"], r["removed"]) for r in listed] == [
-                (SHARED, "org-a", False),
-                (SHARED, "org-b", False),
-            ]
-            assert main(["send-routes", "--remove"]) == 2  # never all at once
-            assert "needs --queue or --tenant" in capsys.readouterr().err
-            assert main(["send-routes", "--remove", "--tenant", "org-a"]) == 0
-            (removed,) = printed(capsys.readouterr().out)
-            assert (removed["tenant"], removed["removed"]) == ("org-a", True)
-            assert main(["send-routes"]) == 0
-            left = [r["tenant"] for r in printed(capsys.readouterr().out)]
-            assert left == ["org-b"]
-    finally:
-        structlog.configure(**saved)
+    with AmqpPeer() as peer:
+        transport = open_transport(peer.url)
+        transport.connect()
+        transport.install_send_routes([route(A), route(B)])  # type: ignore[attr-defined]
+        transport.close()
+        monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+        assert main(["send-routes"]) == 0
+        listed = printed(capsys.readouterr().out)
+        assert [(r["queue"], r["tenant"], r["removed"]) for r in listed] == [
+            (SHARED, "org-a", False),
+            (SHARED, "org-b", False),
+        ]
+        assert main(["send-routes", "--remove"]) == 2  # never all at once
+        assert "needs --queue or --tenant" in capsys.readouterr().err
+        assert main(["send-routes", "--remove", "--tenant", "org-a"]) == 0
+        (removed,) = printed(capsys.readouterr().out)
+        assert (removed["tenant"], removed["removed"]) == ("org-a", True)
+        assert main(["send-routes"]) == 0
+        left = [r["tenant"] for r in printed(capsys.readouterr().out)]
+        assert left == ["org-b"]
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_the_send_routes_command_adds_routes_ahead_of_the_runners(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A tenant's messages sent before its first runner starts are stored apart already."""
-    saved: dict[str, Any] = structlog.get_config()
-    try:
-        with AmqpPeer() as peer:
-            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
-            assert main(["send-routes", "--add", "--queue", SHARED]) == 2
-            assert "needs --queue and --tenant" in capsys.readouterr().err
-            monkeypatch.setenv("BOOST_ROUTING_OVERRIDES", f"{SHARED}=shared")
-            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-a"]) == 2
-            assert "is shared, not routed" in capsys.readouterr().err
-            monkeypatch.delenv("BOOST_ROUTING_OVERRIDES")
-            assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-b,org-a"]) == 0
-            added = printed(capsys.readouterr().out)
-            assert [(r["queue"], r["tenant"], r["target"], r["removed"]) for r in added] == [
-                (SHARED, "org-a", "tenant.org-a.cmd.docs", False),
-                (SHARED, "org-b", "tenant.org-b.cmd.docs", False),
-            ]
-            transport = open_transport(peer.url)
-            transport.connect()
-            try:
-                for tenant in ("org-a", "org-b", "org-zed"):
-                    transport.send(SHARED, message(tenant, body=f"from {tenant}"))
-            finally:
-                transport.close()
-            assert [m.body for m in peer.messages("tenant.org-a.cmd.docs")] == ["from org-a"]
-            assert [m.body for m in peer.messages("tenant.org-b.cmd.docs")] == ["from org-b"]
-            assert [m.body for m in peer.messages(SHARED)] == ["from org-zed"]
-    finally:
-        structlog.configure(**saved)
+    with AmqpPeer() as peer:
+        monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+        assert main(["send-routes", "--add", "--queue", SHARED]) == 2
+        assert "needs --queue and --tenant" in capsys.readouterr().err
+        monkeypatch.setenv("BOOST_ROUTING_OVERRIDES", f"{SHARED}=shared")
+        assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-a"]) == 2
+        assert "is shared, not routed" in capsys.readouterr().err
+        monkeypatch.delenv("BOOST_ROUTING_OVERRIDES")
+        assert main(["send-routes", "--add", "--queue", SHARED, "--tenant", "org-b,org-a"]) == 0
+        added = printed(capsys.readouterr().out)
+        assert [(r["queue"], r["tenant"], r["target"], r["removed"]) for r in added] == [
+            (SHARED, "org-a", "tenant.org-a.cmd.docs", False),
+            (SHARED, "org-b", "tenant.org-b.cmd.docs", False),
+        ]
+        transport = open_transport(peer.url)
+        transport.connect()
+        try:
+            for tenant in ("org-a", "org-b", "org-zed"):
+                transport.send(SHARED, message(tenant, body=f"from {tenant}"))
+        finally:
+            transport.close()
+        assert [m.body for m in peer.messages("tenant.org-a.cmd.docs")] == ["from org-a"]
+        assert [m.body for m in peer.messages("tenant.org-b.cmd.docs")] == ["from org-b"]
+        assert [m.body for m in peer.messages(SHARED)] == ["from org-zed"]
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_the_send_routes_command_refuses_a_broker_without_them(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    saved: dict[str, Any] = structlog.get_config()
-    try:
-        with AmqpPeer(PeerFlavour.RABBITMQ) as peer:
-            monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
-            assert main(["send-routes"]) == 2
-            assert "broker-routes" in capsys.readouterr().err
-    finally:
-        structlog.configure(**saved)
+    with AmqpPeer(PeerFlavour.RABBITMQ) as peer:
+        monkeypatch.setenv("BOOST_BROKER_URL", peer.url)
+        assert main(["send-routes"]) == 2
+        assert "broker-routes" in capsys.readouterr().err
 
 
 def test_only_the_toolkits_own_diverts_are_read_back_as_routes() -> None:
