@@ -40,14 +40,16 @@ class AmqpConnection(Handler):
     def __init__(self, settings: AmqpSettings, name: str = "amqp-transport") -> None:
         super().__init__()
         self.settings = settings
-        self.loop = EventLoop(self, name, on_failure=self.loop_failed)
+        self.receiving = Receiving(self)
+        self.loop = EventLoop(
+            self, name, on_failure=self.loop_failed, delivery_shortcut=self.receiving.delivered
+        )
         self.generation = 0
         self.is_open = False
         self.flavour = AmqpFlavour.OTHER
         self.capabilities: TransportCapabilities = AmqpFlavour.OTHER.capabilities()
         self.remote_product = ""
         self.sending = Sending(self)
-        self.receiving = Receiving(self)
         self.transactions = Transactions(self)
         self._conn: Connection | None = None
         self._closing = False

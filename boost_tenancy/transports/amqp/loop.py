@@ -15,7 +15,14 @@ from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
 import structlog
-from proton import Event, Handler
+from cproton import (
+    PN_DELIVERY,
+    pn_collector_peek,
+    pn_collector_pop,
+    pn_event_delivery,
+    pn_event_type,
+)
+from proton import Collector, Event, Handler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from boost_tenancy.errors import TransportError
@@ -48,6 +55,34 @@ class _SparingGlobalHandler(Handler):
         event.dispatch(self._base)
 
 
+DeliveryShortcut = Callable[[Any], bool]
+"""Takes a delivery event's pn_delivery_t and returns True when it dealt with the event."""
+
+
+class _ShortcutCollector(Collector):
+    """proton's collector, giving delivery events to a shortcut before proton wraps them.
+
+    proton wraps every event in Python objects (the event, its delivery, link, session,
+    connection and transport) before any handler sees it: for a delivery, most of what the loop
+    thread spent on it. The shortcut reads the C delivery itself; what it does not take is
+    wrapped and dispatched as before.
+    """
+
+    def __init__(self, shortcut: DeliveryShortcut) -> None:
+        super().__init__()
+        self._shortcut = shortcut
+
+    def peek(self) -> Event | None:
+        impl = self._impl
+        shortcut = self._shortcut
+        while True:
+            event = pn_collector_peek(impl)
+            if event and pn_event_type(event) == PN_DELIVERY and shortcut(pn_event_delivery(event)):
+                pn_collector_pop(impl)
+                continue
+            return Event.wrap(event)  # type: ignore[no-untyped-call,no-any-return]
+
+
 class EventLoop:
     """Runs a Container with handler on a daemon thread named name.
 
@@ -57,9 +92,15 @@ class EventLoop:
     """
 
     def __init__(
-        self, handler: Handler, name: str, on_failure: Callable[[BaseException], None]
+        self,
+        handler: Handler,
+        name: str,
+        on_failure: Callable[[BaseException], None],
+        delivery_shortcut: DeliveryShortcut | None = None,
     ) -> None:
         self.container = Container(handler)
+        if delivery_shortcut is not None:
+            self.container._collector = _ShortcutCollector(delivery_shortcut)
         self.container.global_handler = _SparingGlobalHandler(self.container.global_handler)
         self._injector = EventInjector()
         self.container.selectable(self._injector)

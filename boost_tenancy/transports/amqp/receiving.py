@@ -11,9 +11,23 @@ import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
+from cproton import (
+    PN_ACCEPTED,
+    pn_decref,
+    pn_delivery_link,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_settle,
+    pn_delivery_update,
+    pn_incref,
+    pn_link_advance,
+    pn_link_flow,
+    pn_link_recv,
+)
 from proton import Condition, Delivery, Described, Link, Receiver, Terminus, symbol
 
 from boost_tenancy.errors import TransportError
@@ -84,10 +98,13 @@ class Receiving:
         self._engine = engine
         self._subscriptions: dict[str, SubscriptionSpec] = {}
         self._attaches: dict[Link, _Attach] = {}
+        self._by_impl: dict[Any, _Attach] = {}
+        """The same attaches by their receiver's pn_link_t, for delivered()."""
         self._attach_of: dict[str, _Attach] = {}
-        self._held: dict[int, tuple[Delivery, _Attach]] = {}
+        self._held: dict[int, tuple[Any, _Attach]] = {}
         """Deliveries handed on and not settled yet, by number (a token's generation is checked
-        against the engine's: a lost connection empties this)."""
+        against the engine's: a lost connection empties this): each pn_delivery_t with a
+        reference of its own, as proton's Delivery keeps one, dropped when it leaves."""
         self._numbers = itertools.count(1)
         self._handoff: list[tuple[base.OnDelivery, base.Delivery]] = []
         """Decoded in this pass of the loop, handed on at its end (pass_ended)."""
@@ -140,6 +157,7 @@ class Receiving:
         receiver.open()
         attach = _Attach(spec, receiver, future)
         self._attaches[receiver] = attach
+        self._by_impl[receiver._impl] = attach
         self._attach_of[spec.id] = attach
 
     def is_attached(self, subscription_id: str) -> bool:
@@ -190,6 +208,7 @@ class Receiving:
     def _forget(self, attach: _Attach) -> None:
         attach.closed = True
         self._attaches.pop(attach.receiver, None)
+        self._by_impl.pop(attach.receiver._impl, None)
         if self._attach_of.get(attach.spec.id) is attach:
             del self._attach_of[attach.spec.id]
 
@@ -199,7 +218,13 @@ class Receiving:
         if attach is None:
             return
         self._forget(attach)
-        self._held = {n: held for n, held in self._held.items() if held[1] is not attach}
+        kept: dict[int, tuple[Any, _Attach]] = {}
+        for number, held in self._held.items():
+            if held[1] is attach:
+                pn_decref(held[0])
+            else:
+                kept[number] = held
+        self._held = kept
         # The receiver's own session ends with it: RabbitMQ keeps a detached link's unsettled
         # messages until the session ends (its 0-9-1 core does not requeue on a cancel,
         # measured), Artemis takes them back at the detach. Neither counts them.
@@ -215,38 +240,57 @@ class Receiving:
             attach.closed = True
             if attach.future is not None:
                 resolve(attach.future, error)
-        self._held = {}
+        held, self._held = self._held, {}
+        for impl, _ in held.values():
+            pn_decref(impl)
         self._handoff = []
         self._owing = []
 
     # -- receiving ------------------------------------------------------------------------------
+    def delivered(self, impl: Any) -> bool:
+        """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
+        shortcut): taken here when it is on one of these receivers; False leaves it to
+        on_delivery."""
+        attach = self._by_impl.get(pn_delivery_link(impl))
+        if attach is None:
+            return False
+        if pn_delivery_readable(impl) and not pn_delivery_partial(impl):
+            self._engine.loop.awake()
+            self._receive(attach, attach.receiver._impl, impl)
+        return True
+
     def incoming(self, link: Link, delivery: Delivery) -> None:
         """A whole delivery arrived: decode it now, hand it on at the end of the pass."""
-        attach = self._attaches.get(link)
+        self._receive(self._attaches.get(link), link._impl, delivery._impl)
+
+    def _receive(self, attach: _Attach | None, link: Any, impl: Any) -> None:
+        """Read a whole delivery (its pn_delivery_t, on the pn_link_t link) and hold it."""
         try:
-            message = read_message(link.recv(delivery.pending))
+            message = read_message(_recv(link, pn_delivery_pending(impl)))
         except Exception as exc:  # whatever the bytes do, the loop must go on
-            link.advance()
+            pn_link_advance(link)
             # Bytes no AMQP decoder reads can never be handled: rejected (Artemis: to the
             # dead-letter address), with the reason, instead of stalling the link.
+            delivery = Delivery.wrap(impl)  # type: ignore[no-untyped-call]
             delivery.local.condition = Condition("amqp:decode-error", f"undecodable message: {exc}")
             delivery.update(Delivery.REJECTED)
             delivery.settle()
-            link.flow(1)
+            pn_link_flow(link, 1)
             log.error(
                 "amqp_undecodable_message",
                 queue=attach.spec.queue if attach else None,
                 error=str(exc),
             )
             return
-        link.advance()
+        pn_link_advance(link)
         if attach is None:
             return  # unsubscribed meanwhile: unsettled, the broker takes it back with the link
         engine = self._engine
         spec = attach.spec
         count = message.delivery_count
         number = next(self._numbers)
-        self._held[number] = (delivery, attach)
+        pn_incref(impl)
+        self._held[number] = (impl, attach)
         self._handoff.append(
             (
                 spec.on_delivery,
@@ -298,19 +342,36 @@ class Receiving:
 
     def take(self, token: DeliveryToken) -> Delivery:
         """Remove a live token's delivery to settle it; its receiver is owed one credit."""
-        delivery, attach = self._held.pop(token.number)
+        impl = self._take(token)
+        delivery = Delivery.wrap(impl)  # type: ignore[no-untyped-call]  # its own reference
+        pn_decref(impl)
+        return delivery  # type: ignore[no-any-return]
+
+    def _take(self, token: DeliveryToken) -> Any:
+        """take() of the pn_delivery_t, whose reference the caller drops once done."""
+        impl, attach = self._held.pop(token.number)
         attach.owed += 1
         if attach.owed == 1:
             self._owing.append(attach)
-        return delivery
+        return impl
 
     def accept(self, tokens: Sequence[DeliveryToken]) -> None:
         """Accept and settle deliveries still live; stale ones are redelivered by the broker."""
         for token in tokens:
             if self._live(token) is not None:
-                delivery = self.take(token)
-                delivery.update(Delivery.ACCEPTED)
-                delivery.settle()
+                # Delivery.update(ACCEPTED) and settle(), without wrapping the delivery.
+                impl = self._take(token)
+                pn_delivery_update(impl, PN_ACCEPTED)
+                pn_delivery_settle(impl)
+                pn_decref(impl)
+
+
+def _recv(link: Any, limit: int) -> bytearray:
+    """Receiver.recv on a pn_link_t: the delivery's bytes."""
+    n, data = pn_link_recv(link, limit)
+    if n < 0:
+        raise TransportError(f"the delivery's bytes could not be read (proton error {n})")
+    return data  # type: ignore[no-any-return]
 
 
 def _selector_problem(attach: _Attach) -> str | None:
