@@ -261,7 +261,11 @@ class Processing:
         self._otel_token: object = None
         self._settled = False
         context = incoming
-        if _otel is not None:
+        if _otel is not None and incoming is None and not _provider_set():
+            # What the branch below comes to without a provider and without the message's own
+            # context (the default): no span, an invalid one current, and a new trace.
+            self._otel_token = _otel_context.attach(_no_span_context())
+        elif _otel is not None:
             parent = _otel_context.Context()  # a worker thread's own context is never a parent
             remote = None
             if incoming is not None:
@@ -317,16 +321,29 @@ class Processing:
         """End the span and restore the thread's context; a delivery that was never settled
         (its connection failed while settling) ends the span failed."""
         _current.reset(self._token)
+        if self._otel_token is not None:
+            _otel_context.detach(self._otel_token)  # type: ignore[arg-type]
         span = self._span
         if span is None:
             return
         if not self._settled and span.is_recording():
             span.set_status(_otel.Status(_otel.StatusCode.ERROR, "not settled"))
-        _otel_context.detach(self._otel_token)  # type: ignore[arg-type]
         span.end()
 
 
 _process_tracer: _otel.Tracer | None = None
+_invalid_span_context: _otel_context.Context | None = None
+
+
+def _no_span_context() -> _otel_context.Context:
+    """An OpenTelemetry context whose current span is the invalid one, made once: what a
+    delivery without a trace context runs in while no provider is set."""
+    global _invalid_span_context  # noqa: PLW0603  # one per process, immutable
+    if _invalid_span_context is None:
+        _invalid_span_context = _otel.set_span_in_context(
+            _otel.NonRecordingSpan(_otel.INVALID_SPAN_CONTEXT), _otel_context.Context()
+        )
+    return _invalid_span_context
 
 
 def _provider_set() -> bool:

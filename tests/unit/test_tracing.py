@@ -202,6 +202,45 @@ def test_an_invalid_incoming_traceparent_is_not_forwarded(
     assert TRACESTATE not in at_b
 
 
+def processing(properties: dict[str, str]) -> tracing.Processing:
+    return tracing.Processing(
+        properties,
+        destination="tenant.org-a.orders",
+        queue="orders",
+        tenant="org-a",
+        message_id="m-1",
+        correlation_id="m-1",
+        attempt=1,
+    )
+
+
+@pytest.mark.parametrize("carried", [False, True])
+def test_with_the_api_and_no_provider_the_handler_runs_in_the_messages_context_or_a_new_one(
+    monkeypatch: pytest.MonkeyPatch, carried: bool
+) -> None:
+    # OpenTelemetry's API without a provider (the default): no span is recorded, and what the
+    # handler sees as current is the message's own context, or, without one, no valid span
+    # (a new trace of the toolkit's own carries on).
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+
+    monkeypatch.setattr(tracing, "_provider_set", lambda: False)
+    before = otel_context.get_current()
+    trace = processing({TRACEPARENT: VALID} if carried else {})
+    seen = otel_trace.get_current_span().get_span_context()
+    assert tracing.current_trace() == trace.context
+    if carried:
+        assert (seen.trace_id, seen.span_id) == (int(TRACE, 16), int(SPAN, 16))
+        assert trace.context.trace_id == TRACE
+    else:
+        assert not seen.is_valid
+        assert trace.context.trace_id != TRACE and len(trace.context.trace_id) == 32
+    trace.settled("processed", object())
+    trace.end()
+    assert otel_context.get_current() == before, "the worker's context is restored"
+    assert tracing.current_trace() is None
+
+
 @pytest.fixture
 def exporter() -> Iterator[object]:
     found = span_exporter()
