@@ -1,9 +1,9 @@
-"""How the AMQP transport takes deliveries off its receivers (transports/amqp/receiving.py), on
-the in-process peer: every delivery of a receiver is read from proton's C delivery before proton
-wraps the event (the loop's shortcut), a sender's outcomes still reach on_delivery, and every
-reference the transport takes on a held delivery is given back, however the delivery ends:
-accepted, accepted in a transaction, left at an unsubscribe, or left when the connection is
-lost."""
+"""How the AMQP transport takes deliveries off its links (transports/amqp/receiving.py and
+sending.py), on the in-process peer: every delivery of a receiver, and every outcome of a sent
+message, is read from proton's C delivery before proton wraps the event (the loop's shortcut),
+the wrapped path reads the same, and every reference the transport takes on a delivery is given
+back, however it ends: accepted, accepted in a transaction, left at an unsubscribe, left when
+the connection is lost, or confirmed by the broker."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing.amqp_peer import AmqpPeer
-from boost_tenancy.transports.amqp import AmqpTransport, receiving
-from boost_tenancy.transports.base import Delivery, Outgoing
+from boost_tenancy.transports.amqp import AmqpTransport, receiving, sending
+from boost_tenancy.transports.base import Outgoing
 from boost_tenancy.transports.registry import open_transport
-from tests.conftest import wait_until
+from tests.conftest import Inbox, wait_until
 
 WAITS = {
     "BOOST_BROKER_RECONNECT_INITIAL_S": "0.05",
@@ -28,7 +28,8 @@ WAITS = {
 
 
 class References:
-    """Counts the references receiving.py takes on proton deliveries and gives back."""
+    """Counts the references receiving.py and sending.py take on proton deliveries and give
+    back."""
 
     def __init__(self) -> None:
         self.taken = 0
@@ -47,8 +48,9 @@ class References:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self._incref, self._decref = receiving.pn_incref, receiving.pn_decref
-        monkeypatch.setattr(receiving, "pn_incref", self.incref)
-        monkeypatch.setattr(receiving, "pn_decref", self.decref)
+        for module in (receiving, sending):
+            monkeypatch.setattr(module, "pn_incref", self.incref)
+            monkeypatch.setattr(module, "pn_decref", self.decref)
 
     def balanced(self) -> bool:
         with self._lock:
@@ -82,24 +84,6 @@ def queue() -> str:
     return f"tenant.org-A.cmd.{uuid.uuid4().hex[:8]}"
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.deliveries: list[Delivery] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, delivery: Delivery) -> None:
-        with self._lock:
-            self.deliveries.append(delivery)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.deliveries)
-
-    def bodies(self) -> list[str]:
-        with self._lock:
-            return [str(d.body) for d in self.deliveries]
-
-
 def message(text: str) -> WireMessage:
     return WireMessage(body=text, properties={"tenantUUID": "org-A"})
 
@@ -108,41 +92,49 @@ def fill(transport: AmqpTransport, queue: str, count: int) -> None:
     transport.send_batch([(queue, message(f"m{n}")) for n in range(count)], atomic=False)
 
 
-def test_receivers_deliveries_are_read_before_proton_wraps_them(
+def test_deliveries_and_outcomes_are_read_before_proton_wraps_them(
     peer: AmqpPeer, transport: AmqpTransport, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrapped: list[str] = []
     engine = transport._engine
-    real_incoming = engine.receiving.incoming
+    real_incoming, real_update = engine.receiving.incoming, engine.sending.update
 
     def counted_incoming(link: Any, delivery: Any) -> None:
-        wrapped.append(link.name)
+        wrapped.append(f"received on {link.name}")
         real_incoming(link, delivery)
 
+    def counted_update(delivery: Any) -> None:
+        wrapped.append("outcome")
+        real_update(delivery)
+
     monkeypatch.setattr(engine.receiving, "incoming", counted_incoming)
+    monkeypatch.setattr(engine.sending, "update", counted_update)
+    assert engine.loop.shortcut_installed, "the installed proton keeps its collector as expected"
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
     # Sent and confirmed (the sender's outcomes are delivery events the shortcut leaves alone).
     fill(transport, queue, 50)
-    assert wait_until(lambda: inbox.count() == 50, timeout=20)
+    assert wait_until(lambda: len(inbox) == 50, timeout=20)
     assert inbox.bodies() == [f"m{n}" for n in range(50)], "in order, every one"
-    for delivery in inbox.deliveries:
+    for delivery in inbox.items:
         transport.ack(delivery)
     assert wait_until(lambda: peer.depth(queue) == 0, timeout=20), "every one accepted"
-    assert wrapped == [], "no receiver's delivery took proton's wrapped path"
+    assert wrapped == [], "no delivery or outcome took proton's wrapped path"
 
 
 def test_without_the_shortcut_the_wrapped_path_reads_the_same(
     peer: AmqpPeer, transport: AmqpTransport, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A delivery the shortcut does not take (on_delivery's path): read and settled the same.
-    monkeypatch.setattr(transport._engine.receiving, "delivered", lambda impl: False)
+    # What the shortcut does not take (on_delivery's path): read, confirmed and settled the same.
+    engine = transport._engine
+    monkeypatch.setattr(engine.receiving, "delivered", lambda impl, link: False)
+    monkeypatch.setattr(engine.sending, "delivered", lambda impl, link: False)
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
     fill(transport, queue, 20)
-    assert wait_until(lambda: inbox.count() == 20, timeout=20)
+    assert wait_until(lambda: len(inbox) == 20, timeout=20)
     assert inbox.bodies() == [f"m{n}" for n in range(20)]
-    for delivery in inbox.deliveries:
+    for delivery in inbox.items:
         transport.ack(delivery)
     assert wait_until(lambda: peer.depth(queue) == 0, timeout=20)
 
@@ -150,14 +142,16 @@ def test_without_the_shortcut_the_wrapped_path_reads_the_same(
 def test_references_are_given_back_on_accept_and_in_a_transaction(
     peer: AmqpPeer, transport: AmqpTransport, queue: str, references: References
 ) -> None:
+    fill(transport, queue, 20)
+    assert wait_until(references.balanced), "every sent message's reference given back"
+    sent = references.taken
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
-    fill(transport, queue, 20)
-    assert wait_until(lambda: inbox.count() == 20, timeout=20)
-    assert references.taken == 20, "one reference per delivery held"
+    assert wait_until(lambda: len(inbox) == 20, timeout=20)
+    assert wait_until(lambda: references.taken - sent == 20), "one per delivery held"
     assert transport.capabilities.atomic_forward, "the peer models Artemis: a transaction"
     copies = f"tenant.org-A.copies.{uuid.uuid4().hex[:8]}"
-    for n, delivery in enumerate(inbox.deliveries):
+    for n, delivery in enumerate(inbox.items):
         if n % 2:
             transport.ack(delivery)
         else:  # the copy and the accept in one transaction (take() hands proton the delivery)
@@ -174,8 +168,8 @@ def test_references_of_deliveries_left_unsettled_are_given_back(
     inbox = Inbox()
     subscription = transport.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
     fill(transport, queue, 10)
-    assert wait_until(lambda: inbox.count() == 10, timeout=20)
-    transport.ack(inbox.deliveries[0])
+    assert wait_until(lambda: len(inbox) == 10, timeout=20)
+    transport.ack(inbox.items[0])
     assert wait_until(lambda: peer.depth(queue) == 9, timeout=20)
     if ending == "unsubscribe":
         transport.unsubscribe(subscription)

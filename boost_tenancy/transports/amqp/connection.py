@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
+from cproton import pn_delivery_link
 from proton import Connection, Event, Handler, Link, ProtonException, SSLDomain
 
 from boost_tenancy.errors import TransportError
@@ -41,15 +42,15 @@ class AmqpConnection(Handler):
         super().__init__()
         self.settings = settings
         self.receiving = Receiving(self)
+        self.sending = Sending(self)
         self.loop = EventLoop(
-            self, name, on_failure=self.loop_failed, delivery_shortcut=self.receiving.delivered
+            self, name, on_failure=self.loop_failed, delivery_shortcut=self.delivered
         )
         self.generation = 0
         self.is_open = False
         self.flavour = AmqpFlavour.OTHER
         self.capabilities: TransportCapabilities = AmqpFlavour.OTHER.capabilities()
         self.remote_product = ""
-        self.sending = Sending(self)
         self.transactions = Transactions(self)
         self._conn: Connection | None = None
         self._closing = False
@@ -302,6 +303,13 @@ class AmqpConnection(Handler):
 
     def on_session_remote_close(self, event: Event) -> None:
         given(event.session, "session").close()
+
+    def delivered(self, impl: Any) -> bool:
+        """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
+        shortcut): a receiver's delivery or a sender's outcome is taken by its part; anything
+        else (a transaction's coordinator) goes on to on_delivery, wrapped."""
+        link = pn_delivery_link(impl)
+        return self.receiving.delivered(impl, link) or self.sending.delivered(impl, link)
 
     def on_delivery(self, event: Event) -> None:
         delivery = given(event.delivery, "delivery")

@@ -99,8 +99,18 @@ class EventLoop:
         delivery_shortcut: DeliveryShortcut | None = None,
     ) -> None:
         self.container = Container(handler)
-        if delivery_shortcut is not None:
+        self.shortcut_installed = False
+        """Whether delivery events go to the shortcut first: proton's reactor (0.39 and 0.40)
+        keeps its collector as _collector, empty until the container runs; another layout keeps
+        proton's own collector, and every delivery takes the wrapped path."""
+        collector = getattr(self.container, "_collector", None)
+        if (
+            delivery_shortcut is not None
+            and isinstance(collector, Collector)
+            and not pn_collector_peek(collector._impl)
+        ):
             self.container._collector = _ShortcutCollector(delivery_shortcut)
+            self.shortcut_installed = True
         self.container.global_handler = _SparingGlobalHandler(self.container.global_handler)
         self._injector = EventInjector()
         self.container.selectable(self._injector)

@@ -17,7 +17,6 @@ import structlog
 from cproton import (
     PN_ACCEPTED,
     pn_decref,
-    pn_delivery_link,
     pn_delivery_partial,
     pn_delivery_pending,
     pn_delivery_readable,
@@ -247,16 +246,16 @@ class Receiving:
         self._owing = []
 
     # -- receiving ------------------------------------------------------------------------------
-    def delivered(self, impl: Any) -> bool:
-        """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
-        shortcut): taken here when it is on one of these receivers; False leaves it to
-        on_delivery."""
-        attach = self._by_impl.get(pn_delivery_link(impl))
+    def delivered(self, impl: Any, link: Any) -> bool:
+        """A delivery event's pn_delivery_t on the pn_link_t link, before proton wraps the
+        event (the loop's shortcut): taken here when it is on one of these receivers; False
+        leaves it to on_delivery."""
+        attach = self._by_impl.get(link)
         if attach is None:
             return False
         if pn_delivery_readable(impl) and not pn_delivery_partial(impl):
             self._engine.loop.awake()
-            self._receive(attach, attach.receiver._impl, impl)
+            self._receive(attach, link, impl)
         return True
 
     def incoming(self, link: Link, delivery: Delivery) -> None:

@@ -12,6 +12,19 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from cproton import (
+    PN_ACCEPTED,
+    pn_decref,
+    pn_delivery,
+    pn_delivery_link,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_delivery_settled,
+    pn_delivery_updated,
+    pn_incref,
+    pn_link_advance,
+    pn_link_send,
+)
 from proton import Delivery, Endpoint, Link, Sender
 
 from boost_tenancy.errors import TransportError
@@ -30,17 +43,23 @@ class Sending:
     def __init__(self, engine: AmqpConnection) -> None:
         self._engine = engine
         self._senders: dict[str, Sender] = {}
-        self._confirms: dict[Delivery, Countdown] = {}
-        """Sent and not settled by the broker yet: whose count each one's outcome goes to."""
+        self._links: set[Any] = set()
+        """The senders' pn_link_t, for delivered()."""
+        self._confirms: dict[Any, Countdown] = {}
+        """Sent and not settled by the broker yet, by pn_delivery_t (with a reference of its
+        own, as proton's Delivery keeps one): whose count each one's outcome goes to."""
         self._names = itertools.count(1)
 
     def forget_senders(self) -> None:
         """The connection is new or gone: its senders are of no use any more."""
         self._senders = {}
+        self._links = set()
 
     def fail_all(self, error: TransportError) -> None:
         """Fail every waiter: the connection their sends went out on is gone."""
         confirms, self._confirms = self._confirms, {}
+        for impl in confirms:
+            pn_decref(impl)
         for countdown in dict.fromkeys(confirms.values()):
             countdown.failed(error)
 
@@ -61,6 +80,7 @@ class Sending:
                 # that name (and cannot, where auto-creation is off).
                 sender.target.capabilities.put_object(QUEUE_CAPABILITY)
             self._senders[address] = sender
+            self._links.add(sender._impl)
         return sender
 
     def send(
@@ -83,37 +103,68 @@ class Sending:
         for queue, message in items:
             sender = self._sender(queue, as_queue)
             if transaction is None:
-                sent = message.send(sender)
+                # EncodedMessage.send without wrapping the delivery.
+                link = sender._impl
+                impl = pn_delivery(link, sender.delivery_tag())
+                written = pn_link_send(link, message.data)
+                if written < 0:
+                    raise TransportError(f"proton refused the message's bytes (error {written})")
+                pn_link_advance(link)
             else:
                 sent = transaction.send(sender, message)  # which calls message.send(sender)
-            if not isinstance(sent, Delivery):
-                raise TransportError("proton returned no delivery for a sent message")
-            confirms[sent] = countdown
+                if not isinstance(sent, Delivery):
+                    raise TransportError("proton returned no delivery for a sent message")
+                impl = sent._impl
+            pn_incref(impl)
+            confirms[impl] = countdown
+
+    def delivered(self, impl: Any, link: Any) -> bool:
+        """A delivery event's pn_delivery_t on the pn_link_t link, before proton wraps the
+        event (the loop's shortcut): taken here when it is on one of these senders."""
+        if link not in self._links:
+            return False
+        self._outcome(impl, None)
+        return True
 
     def update(self, delivery: Delivery) -> None:
         """The broker updated or settled a sent delivery (on_delivery of a sender link)."""
-        if not delivery.updated and not delivery.settled:
+        self._outcome(delivery._impl, delivery)
+
+    def _outcome(self, impl: Any, delivery: Delivery | None) -> None:
+        """What the broker did with a sent delivery goes to its waiter; delivery is proton's
+        wrapper of impl when there is one already."""
+        if not pn_delivery_updated(impl) and not pn_delivery_settled(impl):
             return
-        countdown = self._confirms.pop(delivery, None)
+        countdown = self._confirms.pop(impl, None)
         if countdown is not None:
-            state = outcome_of(delivery)
-            if state == Delivery.ACCEPTED:
+            state = pn_delivery_remote_state(impl)
+            if state == PN_ACCEPTED:
                 countdown.confirmed()
-            elif state == Delivery.REJECTED:
-                reason = describe(delivery.remote.condition)
-                countdown.failed(TransportError(f"the broker rejected the message: {reason}"))
-            else:
-                countdown.failed(
-                    TransportError(f"the broker did not take the message (outcome {state})")
-                )
-        if delivery.settled:  # settled by the broker: forget it here too
-            delivery.settle()
+            else:  # the rarer outcomes are read through proton's wrapper
+                if delivery is None:
+                    delivery = Delivery.wrap(impl)  # type: ignore[no-untyped-call]
+                state = outcome_of(delivery)
+                if state == Delivery.ACCEPTED:
+                    countdown.confirmed()
+                elif state == Delivery.REJECTED:
+                    reason = describe(delivery.remote.condition)
+                    countdown.failed(TransportError(f"the broker rejected the message: {reason}"))
+                else:
+                    countdown.failed(
+                        TransportError(f"the broker did not take the message (outcome {state})")
+                    )
+        if pn_delivery_settled(impl):  # settled by the broker: forget it here too
+            pn_delivery_settle(impl)
+        if countdown is not None:
+            pn_decref(impl)
 
     def link_closed(self, link: Link, reason: str) -> None:
         """The broker closed a sending link: fail what waits on it, make a new one next time."""
         for address, sender in list(self._senders.items()):
             if sender == link:
                 del self._senders[address]
+        self._links.discard(link._impl)
         error = TransportError(f"the broker closed the sending link: {reason}")
-        for delivery in [d for d in self._confirms if d.link == link]:
-            self._confirms.pop(delivery).failed(error)
+        for impl in [d for d in self._confirms if pn_delivery_link(d) == link._impl]:
+            self._confirms.pop(impl).failed(error)
+            pn_decref(impl)
