@@ -8,13 +8,16 @@ the connection is lost, or confirmed by the broker."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from proton import Condition, Delivery, Message
 
 from boost_tenancy.messages import WireMessage
+from boost_tenancy.testing import amqp_peer
 from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.amqp import AmqpTransport, receiving, sending
 from boost_tenancy.transports.base import Outgoing
@@ -178,3 +181,142 @@ def test_references_of_deliveries_left_unsettled_are_given_back(
     assert wait_until(references.balanced, timeout=20), (references.taken, references.given)
     assert references.taken >= 10
     assert peer.depth(queue) == 9, "nothing left unsettled was lost"
+
+
+# -- lost connections -----------------------------------------------------------------------------
+def test_a_reconnect_leaves_one_receiver_per_subscription(
+    peer: AmqpPeer, transport: AmqpTransport, queue: str, references: References
+) -> None:
+    engine = transport._engine
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
+    for _ in range(3):
+        generation = engine.generation
+        peer.drop_connections()
+        assert wait_until(
+            lambda g=generation: engine.generation > g and len(engine.receiving._by_impl) == 1,
+            timeout=20,
+        )
+    assert len(engine.receiving._by_impl) == 1, "a lost connection's receivers are forgotten"
+    fill(transport, queue, 3)
+    assert wait_until(lambda: len(inbox) == 3, timeout=20)
+    for delivery in inbox.items:
+        transport.ack(delivery)
+    assert wait_until(lambda: peer.depth(queue) == 0, timeout=20)
+    assert wait_until(references.balanced), (references.taken, references.given)
+
+
+def test_deliveries_read_after_their_connection_was_lost_are_not_handed_on(
+    peer: AmqpPeer, transport: AmqpTransport
+) -> None:
+    # The broker ends one receiver (the transport gives the connection up and reconnects) and,
+    # in the same burst, sends to another: those transfers belong to the lost connection and
+    # come again on the next one, so each reaches the handler once, from the new connection.
+    engine = transport._engine
+    suffix = uuid.uuid4().hex[:8]
+    ending, other = f"tenant.org-A.ending.{suffix}", f"tenant.org-A.other.{suffix}"
+    inbox = Inbox()
+    transport.subscribe(ending, selector=None, prefetch=10, on_delivery=Inbox())
+    transport.subscribe(other, selector=None, prefetch=10, on_delivery=inbox)
+    # One message through first: the receiver's credit has reached the broker.
+    transport.send_batch([(other, message("first"))], atomic=False)
+    assert wait_until(lambda: len(inbox) == 1, timeout=20)
+    transport.ack(inbox.items[0])
+    assert wait_until(lambda: peer.depth(other) == 0, timeout=20)
+    generation = engine.generation
+    peer_engine = peer._engine
+
+    def end_the_receiver() -> None:
+        for link, consumer in list(peer_engine._consumers.items()):
+            if consumer.queue.name == ending:
+                link.condition = Condition("amqp:resource-deleted", "queue deleted")
+                link.close()
+
+    def send_to_the_other() -> None:
+        for n in range(3):
+            sent = Message(body=f"b{n}", properties={"tenantUUID": "org-A"})
+            peer_engine._store(peer_engine._queue(other), sent.encode(), sent)
+
+    busy = threading.Event()
+    engine.loop.post(lambda: (busy.set(), time.sleep(0.6)))  # both arrive in one pass
+    assert busy.wait(5)
+    peer._call(end_the_receiver)
+    time.sleep(0.1)  # the detach goes out first, the transfers after it
+    peer._call(send_to_the_other)
+    assert wait_until(lambda: len(inbox) >= 4 and engine.is_open, timeout=20)
+    time.sleep(0.3)  # a late duplicate would come now
+    later = inbox.items[1:]
+    assert [d.body for d in later] == ["b0", "b1", "b2"], [(d.body, d.token) for d in later]
+    assert all(d.token.generation > generation for d in later), "from the new connection"
+
+
+# -- outcomes and bytes ---------------------------------------------------------------------------
+def test_an_outcome_given_before_the_broker_settles_is_counted_once(
+    peer: AmqpPeer,
+    transport: AmqpTransport,
+    queue: str,
+    references: References,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The broker may tell the outcome first and settle later: the send is confirmed by the
+    # outcome, and the reference is given back once, not again at the settlement.
+    unsettled: list[Any] = []
+
+    def outcome_only(delivery: Any, state: int, condition: Any = None, data: Any = None) -> None:
+        if condition is not None:
+            delivery.local.condition = condition
+        if data is not None:
+            delivery.local.data = data
+        delivery.update(state)
+        unsettled.append(delivery)
+
+    monkeypatch.setattr(amqp_peer, "_settle", outcome_only)
+    fill(transport, queue, 20)  # returns once every one is confirmed
+    assert wait_until(references.balanced), (references.taken, references.given)
+
+    def settle_all() -> None:
+        while unsettled:
+            unsettled.pop().settle()
+
+    peer._call(settle_all)
+    fill(transport, queue, 1)  # the loop has read the settlements by the time this is confirmed
+    assert wait_until(references.balanced), (references.taken, references.given)
+    assert references.taken == references.given == 21
+    assert not transport._engine.loop.is_stopped
+
+
+@pytest.mark.parametrize("path", ["shortcut", "wrapped"])
+def test_a_transfer_without_bytes_is_rejected_and_the_link_goes_on(
+    peer: AmqpPeer,
+    transport: AmqpTransport,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+) -> None:
+    engine = transport._engine
+    if path == "wrapped":
+        monkeypatch.setattr(engine.receiving, "delivered", lambda impl, link: False)
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    assert wait_until(lambda: engine.receiving.is_attached(next(iter(engine.receiving._attach_of))))
+    peer_engine = peer._engine
+    sent: list[Any] = []
+
+    def send_empty() -> None:
+        for link, consumer in peer_engine._consumers.items():
+            if consumer.queue.name == queue:
+                sent.append(link.delivery("empty"))
+                link.advance()
+
+    def answered() -> list[tuple[int, Any]]:
+        return peer._call(lambda: [(d.remote_state, d.remote.condition) for d in sent])
+
+    peer._call(send_empty)
+    assert wait_until(lambda: bool(answered()) and answered()[0][0] != 0, timeout=10), answered()
+    [(state, condition)] = answered()
+    assert state == Delivery.REJECTED
+    assert condition is not None and condition.name == "amqp:decode-error"
+    assert "undecodable message" in condition.description
+    fill(transport, queue, 1)
+    assert wait_until(lambda: inbox.bodies() == ["m0"], timeout=10), "the link still delivers"
+    assert not engine.loop.is_stopped

@@ -225,6 +225,13 @@ def test_with_the_api_and_no_provider_the_handler_runs_in_the_messages_context_o
     from opentelemetry import trace as otel_trace
 
     monkeypatch.setattr(tracing, "_provider_set", lambda: False)
+    # A span current on the worker's thread is never the handler's parent.
+    ambient = otel_trace.SpanContext(
+        trace_id=0xA1, span_id=0xB2, is_remote=False, trace_flags=otel_trace.TraceFlags(1)
+    )
+    token = otel_context.attach(
+        otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(ambient))
+    )
     before = otel_context.get_current()
     trace = processing({TRACEPARENT: VALID} if carried else {})
     seen = otel_trace.get_current_span().get_span_context()
@@ -239,6 +246,7 @@ def test_with_the_api_and_no_provider_the_handler_runs_in_the_messages_context_o
     trace.end()
     assert otel_context.get_current() == before, "the worker's context is restored"
     assert tracing.current_trace() is None
+    otel_context.detach(token)
 
 
 @pytest.fixture

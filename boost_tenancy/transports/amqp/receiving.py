@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 from cproton import (
     PN_ACCEPTED,
+    PN_EOS,
     pn_decref,
     pn_delivery_partial,
     pn_delivery_pending,
@@ -234,6 +235,7 @@ class Receiving:
         """Fail every attach still waiting, and forget every delivery: the broker takes them
         back."""
         attaches, self._attaches = self._attaches, {}
+        self._by_impl = {}
         self._attach_of = {}
         for attach in attaches.values():
             attach.closed = True
@@ -251,8 +253,8 @@ class Receiving:
         event (the loop's shortcut): taken here when it is on one of these receivers; False
         leaves it to on_delivery."""
         attach = self._by_impl.get(link)
-        if attach is None:
-            return False
+        if attach is None or attach.closed:
+            return False  # read and left unsettled there, as a forgotten receiver's
         if pn_delivery_readable(impl) and not pn_delivery_partial(impl):
             self._engine.loop.awake()
             self._receive(attach, link, impl)
@@ -326,7 +328,7 @@ class Receiving:
                 on_delivery(delivery)
 
     # -- settling -------------------------------------------------------------------------------
-    def _live(self, token: DeliveryToken) -> tuple[Delivery, _Attach] | None:
+    def _live(self, token: DeliveryToken) -> tuple[Any, _Attach] | None:
         engine = self._engine
         if not engine.is_open or token.generation != engine.generation:
             return None
@@ -368,6 +370,8 @@ class Receiving:
 def _recv(link: Any, limit: int) -> bytearray:
     """Receiver.recv on a pn_link_t: the delivery's bytes."""
     n, data = pn_link_recv(link, limit)
+    if n == PN_EOS:
+        raise TransportError("the transfer carried no bytes")
     if n < 0:
         raise TransportError(f"the delivery's bytes could not be read (proton error {n})")
     return data  # type: ignore[no-any-return]

@@ -68,6 +68,8 @@ class Sending:
         address = engine.flavour.address(queue) if as_queue else queue
         sender = self._senders.get(address)
         if sender is None or sender.state & Endpoint.LOCAL_CLOSED:
+            if sender is not None:
+                self._links.discard(sender._impl)  # no reference is held on it
             sender = engine.loop.container.create_sender(
                 engine.live_connection(),
                 target=address,
