@@ -1,6 +1,7 @@
 """Reading a delivered message's bytes on the loop thread: the common shapes straight from the
-AMQP 1.0 encoding in Python, anything else through proton's own decoder, which also decides
-what is undecodable.
+AMQP 1.0 encoding in Python, anything else through proton's own decoder once every byte is
+known to belong to a well-formed section (proton 0.40 reads bytes of no AMQP message as an
+empty message; the transport refuses them, naming where they stop being AMQP).
 
 proton's Message builds a C message and reads every value back through a call into C: for
 the benchmark's message (1 KiB of text, four properties) 20 us against 8 us here, measured on
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
-from proton import Message
+from proton import Data, DataException, Message
 
 from boost_tenancy.expiry import read_expiry
 
@@ -158,9 +159,32 @@ def read_message(data: bytes | bytearray) -> Received:
     common = read_common(data)
     if common is not None:
         return common
+    raw = bytes(data)
+    check_sections(raw)
     message = Message()
-    message.decode(bytes(data))
+    message.decode(raw)
     return received_from(message)
+
+
+def check_sections(raw: bytes) -> None:
+    """Raise ValueError unless raw is one or more well-formed AMQP values, each described (a
+    message is a sequence of described sections), that take every byte: what proton's decoder
+    reads, checked before its Message reads bytes of no message as an empty one."""
+    if not raw:
+        raise ValueError("no AMQP message: no bytes")
+    pos = 0
+    while pos < len(raw):
+        if raw[pos] != 0x00:
+            raise ValueError(f"no AMQP message: byte {pos} starts no described section")
+        try:
+            used = Data().decode(raw[pos:])
+        except DataException as exc:
+            raise ValueError(
+                f"no AMQP message: the section at byte {pos} is malformed ({exc})"
+            ) from None
+        if used <= 0:
+            raise ValueError(f"no AMQP message: nothing readable at byte {pos}")
+        pos += used
 
 
 def read_common(data: bytes | bytearray) -> Received | None:
