@@ -131,7 +131,7 @@ def test_without_the_shortcut_the_wrapped_path_reads_the_same(
     # What the shortcut does not take (on_delivery's path): read, confirmed and settled the same.
     engine = transport._engine
     monkeypatch.setattr(engine.receiving, "delivered", lambda impl, link: False)
-    monkeypatch.setattr(engine.sending, "delivered", lambda impl, link: False)
+    monkeypatch.setattr(engine.sending, "delivered", lambda impl: False)
     inbox = Inbox()
     transport.subscribe(queue, selector=None, prefetch=100, on_delivery=inbox)
     fill(transport, queue, 20)
@@ -194,10 +194,10 @@ def test_a_reconnect_leaves_one_receiver_per_subscription(
         generation = engine.generation
         peer.drop_connections()
         assert wait_until(
-            lambda g=generation: engine.generation > g and len(engine.receiving._by_impl) == 1,
+            lambda g=generation: engine.generation > g and len(engine.receiving._attaches) == 1,
             timeout=20,
         )
-    assert len(engine.receiving._by_impl) == 1, "a lost connection's receivers are forgotten"
+    assert len(engine.receiving._attaches) == 1, "a lost connection's receivers are forgotten"
     fill(transport, queue, 3)
     assert wait_until(lambda: len(inbox) == 3, timeout=20)
     for delivery in inbox.items:

@@ -306,10 +306,11 @@ class AmqpConnection(Handler):
 
     def delivered(self, impl: Any) -> bool:
         """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
-        shortcut): a receiver's delivery or a sender's outcome is taken by its part; anything
-        else (a transaction's coordinator) goes on to on_delivery, wrapped."""
-        link = pn_delivery_link(impl)
-        return self.receiving.delivered(impl, link) or self.sending.delivered(impl, link)
+        shortcut): a receiver's delivery or a sent message's outcome is taken by its part;
+        anything else (a transaction's coordinator) goes on to on_delivery, wrapped."""
+        if self.receiving.delivered(impl, pn_delivery_link(impl)):
+            return True
+        return self.sending.delivered(impl)
 
     def on_delivery(self, event: Event) -> None:
         delivery = given(event.delivery, "delivery")

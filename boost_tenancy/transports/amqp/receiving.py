@@ -97,9 +97,8 @@ class Receiving:
     def __init__(self, engine: AmqpConnection) -> None:
         self._engine = engine
         self._subscriptions: dict[str, SubscriptionSpec] = {}
-        self._attaches: dict[Link, _Attach] = {}
-        self._by_impl: dict[Any, _Attach] = {}
-        """The same attaches by their receiver's pn_link_t, for delivered()."""
+        self._attaches: dict[Any, _Attach] = {}
+        """By their receiver's pn_link_t: what a delivery event names (delivered())."""
         self._attach_of: dict[str, _Attach] = {}
         self._held: dict[int, tuple[Any, _Attach]] = {}
         """Deliveries handed on and not settled yet, by number (a token's generation is checked
@@ -156,8 +155,7 @@ class Receiving:
             filters.exit()
         receiver.open()
         attach = _Attach(spec, receiver, future)
-        self._attaches[receiver] = attach
-        self._by_impl[receiver._impl] = attach
+        self._attaches[receiver._impl] = attach
         self._attach_of[spec.id] = attach
 
     def is_attached(self, subscription_id: str) -> bool:
@@ -168,7 +166,7 @@ class Receiving:
 
     def link_opened(self, link: Link) -> None:
         """The broker answered an attach (on_link_remote_open)."""
-        attach = self._attaches.get(link)
+        attach = self._attaches.get(link._impl)
         if attach is None or attach.opened:
             return
         if link.remote_source is None or link.remote_source.address is None:
@@ -187,7 +185,7 @@ class Receiving:
     def link_closed(self, link: Link, reason: str) -> None:
         """The broker closed a receiver (on_link_remote_close): a refused attach fails its
         waiter; a consumer it ended makes the engine reconnect, which attaches it anew."""
-        attach = self._attaches.get(link)
+        attach = self._attaches.get(link._impl)
         if attach is None:
             return
         self._forget(attach)
@@ -207,8 +205,7 @@ class Receiving:
 
     def _forget(self, attach: _Attach) -> None:
         attach.closed = True
-        self._attaches.pop(attach.receiver, None)
-        self._by_impl.pop(attach.receiver._impl, None)
+        self._attaches.pop(attach.receiver._impl, None)
         if self._attach_of.get(attach.spec.id) is attach:
             del self._attach_of[attach.spec.id]
 
@@ -235,7 +232,6 @@ class Receiving:
         """Fail every attach still waiting, and forget every delivery: the broker takes them
         back."""
         attaches, self._attaches = self._attaches, {}
-        self._by_impl = {}
         self._attach_of = {}
         for attach in attaches.values():
             attach.closed = True
@@ -252,7 +248,7 @@ class Receiving:
         """A delivery event's pn_delivery_t on the pn_link_t link, before proton wraps the
         event (the loop's shortcut): taken here when it is on one of these receivers; False
         leaves it to on_delivery."""
-        attach = self._by_impl.get(link)
+        attach = self._attaches.get(link)
         if attach is None or attach.closed:
             return False  # read and left unsettled there, as a forgotten receiver's
         if pn_delivery_readable(impl) and not pn_delivery_partial(impl):
@@ -262,7 +258,7 @@ class Receiving:
 
     def incoming(self, link: Link, delivery: Delivery) -> None:
         """A whole delivery arrived: decode it now, hand it on at the end of the pass."""
-        self._receive(self._attaches.get(link), link._impl, delivery._impl)
+        self._receive(self._attaches.get(link._impl), link._impl, delivery._impl)
 
     def _receive(self, attach: _Attach | None, link: Any, impl: Any) -> None:
         """Read a whole delivery (its pn_delivery_t, on the pn_link_t link) and hold it."""

@@ -43,8 +43,6 @@ class Sending:
     def __init__(self, engine: AmqpConnection) -> None:
         self._engine = engine
         self._senders: dict[str, Sender] = {}
-        self._links: set[Any] = set()
-        """The senders' pn_link_t, for delivered()."""
         self._confirms: dict[Any, Countdown] = {}
         """Sent and not settled by the broker yet, by pn_delivery_t (with a reference of its
         own, as proton's Delivery keeps one): whose count each one's outcome goes to."""
@@ -53,7 +51,6 @@ class Sending:
     def forget_senders(self) -> None:
         """The connection is new or gone: its senders are of no use any more."""
         self._senders = {}
-        self._links = set()
 
     def fail_all(self, error: TransportError) -> None:
         """Fail every waiter: the connection their sends went out on is gone."""
@@ -68,8 +65,6 @@ class Sending:
         address = engine.flavour.address(queue) if as_queue else queue
         sender = self._senders.get(address)
         if sender is None or sender.state & Endpoint.LOCAL_CLOSED:
-            if sender is not None:
-                self._links.discard(sender._impl)  # no reference is held on it
             sender = engine.loop.container.create_sender(
                 engine.live_connection(),
                 target=address,
@@ -82,7 +77,6 @@ class Sending:
                 # that name (and cannot, where auto-creation is off).
                 sender.target.capabilities.put_object(QUEUE_CAPABILITY)
             self._senders[address] = sender
-            self._links.add(sender._impl)
         return sender
 
     def send(
@@ -120,10 +114,12 @@ class Sending:
             pn_incref(impl)
             confirms[impl] = countdown
 
-    def delivered(self, impl: Any, link: Any) -> bool:
-        """A delivery event's pn_delivery_t on the pn_link_t link, before proton wraps the
-        event (the loop's shortcut): taken here when it is on one of these senders."""
-        if link not in self._links:
+    def delivered(self, impl: Any) -> bool:
+        """A delivery event's pn_delivery_t, before proton wraps the event (the loop's
+        shortcut): taken here when it is a send still awaiting its outcome. Anything else (a
+        settlement after the outcome was told, a transaction's control transfer) goes on to
+        on_delivery, wrapped."""
+        if impl not in self._confirms:
             return False
         self._outcome(impl, None)
         return True
@@ -165,7 +161,6 @@ class Sending:
         for address, sender in list(self._senders.items()):
             if sender == link:
                 del self._senders[address]
-        self._links.discard(link._impl)
         error = TransportError(f"the broker closed the sending link: {reason}")
         for impl in [d for d in self._confirms if pn_delivery_link(d) == link._impl]:
             self._confirms.pop(impl).failed(error)
