@@ -13,11 +13,12 @@ The sections are the ones to_amqp's Message encodes to, in the same encodings as
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
+from cproton import pn_delivery, pn_link_advance, pn_link_send
 from proton import Delivery, Sender
 
-from boost_tenancy.errors import MessageEncodeError
+from boost_tenancy.errors import MessageEncodeError, TransportError
 from boost_tenancy.messages import WireMessage, wire_body
 from boost_tenancy.transports.amqp.codec import DELIVERY_DELAY, has_surrogates, header_ttl
 from boost_tenancy.transports.stomp.frames import (
@@ -56,11 +57,19 @@ class EncodedMessage:
     def __init__(self, data: bytes) -> None:
         self.data = data
 
+    def write(self, sender: Sender, tag: str | None = None) -> Any:
+        """Write the message on sender as a new delivery; returns its pn_delivery_t, without
+        the Python wrapper proton's Sender.delivery builds (sending.py keeps the C delivery)."""
+        link = sender._impl
+        impl = pn_delivery(link, tag or sender.delivery_tag())
+        written = pn_link_send(link, self.data)
+        if written < 0:
+            raise TransportError(f"proton refused the message's bytes (error {written})")
+        pn_link_advance(link)
+        return impl
+
     def send(self, sender: Sender, tag: str | None = None) -> Delivery:
-        delivery = sender.delivery(tag or sender.delivery_tag())
-        sender.stream(self.data)
-        sender.advance()
-        return delivery
+        return Delivery.wrap(self.write(sender, tag))  # type: ignore[no-any-return,no-untyped-call]
 
 
 def encode_message(

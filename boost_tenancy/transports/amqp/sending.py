@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING, Any
 from cproton import (
     PN_ACCEPTED,
     pn_decref,
-    pn_delivery,
     pn_delivery_link,
     pn_delivery_remote_state,
     pn_delivery_settle,
     pn_delivery_settled,
     pn_delivery_updated,
     pn_incref,
-    pn_link_advance,
-    pn_link_send,
 )
 from proton import Delivery, Endpoint, Link, Sender
 
@@ -99,13 +96,7 @@ class Sending:
         for queue, message in items:
             sender = self._sender(queue, as_queue)
             if transaction is None:
-                # EncodedMessage.send without wrapping the delivery.
-                link = sender._impl
-                impl = pn_delivery(link, sender.delivery_tag())
-                written = pn_link_send(link, message.data)
-                if written < 0:
-                    raise TransportError(f"proton refused the message's bytes (error {written})")
-                pn_link_advance(link)
+                impl = message.write(sender)
             else:
                 sent = transaction.send(sender, message)  # which calls message.send(sender)
                 if not isinstance(sent, Delivery):
