@@ -17,8 +17,20 @@ _STOMP_DISCONNECT: Final = b"DISCONNECT\nreceipt:probe\n\n\x00"
 _PROBE_TIMEOUT_S: Final = 2.0
 
 
+def stomp_login(host: str, port: int, login: str, passcode: str) -> bool:
+    """True when a STOMP CONNECT with login and passcode on host:port is answered with
+    CONNECTED: a broker that requires a login is ready only when its security is loaded too."""
+    frame = f"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:{login}\npasscode:{passcode}\n\n"
+    return stomp_handshake(host, port, connect=frame.encode() + b"\x00")
+
+
 def stomp_handshake(
-    host: str, port: int, timeout_s: float = _PROBE_TIMEOUT_S, *, tls: bool = False
+    host: str,
+    port: int,
+    timeout_s: float = _PROBE_TIMEOUT_S,
+    *,
+    tls: bool = False,
+    connect: bytes = _STOMP_CONNECT,
 ) -> bool:
     """True when a STOMP CONNECT on host:port (over TLS when tls) is answered with CONNECTED.
 
@@ -32,7 +44,7 @@ def stomp_handshake(
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
                 sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
-            sock.sendall(_STOMP_CONNECT)
+            sock.sendall(connect)
             reply = _read_frame(sock)
             if not reply.lstrip(b"\r\n").startswith(b"CONNECTED"):
                 return False

@@ -41,16 +41,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -62,6 +57,7 @@ from devtools.activemq_install import (
     install_activemq,
 )
 from devtools.broker_probes import port_in_use, stomp_handshake
+from devtools.broker_process import BrokerProcess
 from devtools.broker_settings import (
     ENV_OPENWIRE_PORT,
     LOG4J_PROPERTIES,
@@ -75,42 +71,35 @@ JAVA_MISSING_MESSAGE: Final = (
     "Java is missing: install a JRE 11+ (Debian: apt-get install default-jre-headless)"
 )
 
-LOG_TAIL_LINES: Final = 30
-
 CLI_NAME: Final = "scripts/broker"
 """How the commands are invoked from a checkout; names them in usage and error lines."""
 
-_POLL_INTERVAL_S: Final = 0.2
-_KILL_WAIT_S: Final = 10.0
 
+class LocalBroker(BrokerProcess):
+    """Starts, stops and inspects one ActiveMQ Classic instance living in settings.home."""
 
-def _tail(path: Path, lines: int) -> list[str]:
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
-    except FileNotFoundError:
-        return []
-
-
-class LocalBroker:
-    """Starts, stops and inspects one broker instance living in settings.home."""
+    name = "broker"
 
     def __init__(self, settings: LocalBrokerSettings) -> None:
+        super().__init__(settings.home, start_timeout_s=settings.start_timeout_s)
         self.settings = settings
-        # Absolute, because it is matched against the broker's command line to recognise it.
-        self.home = settings.home.expanduser().resolve()
         self.conf_dir = self.home / "conf"
         self.data_dir = self.home / "data"
-        self.logs_dir = self.home / "logs"
-        self.pid_file = self.home / "broker.pid"
         self.log_file = self.logs_dir / "broker.log"
-        self.console_file = self.logs_dir / "broker.out"
         self.lib_dir = self.home / "lib"
         self._java: str | None = None
         self._plugin_jar: Path | None = None
-        # Kept so a broker started by this process is reaped: an unreaped child stays a zombie,
-        # which signal 0 reports as alive.
-        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def marker(self) -> str:
+        return f"-Dactivemq.base={self.home}"
+
+    @property
+    def log_files(self) -> Sequence[Path]:
+        return (self.log_file, self.console_file)
+
+    def where(self) -> str:
+        return f"STOMP on {self.settings.host}:{self.settings.stomp_port}"
 
     # -- installation -------------------------------------------------------------------------
 
@@ -151,37 +140,10 @@ class LocalBroker:
             pid = self._launch()
             self._wait_ready(pid, launched=True)
 
-    def stop(self, timeout_s: float = 30) -> None:
-        """Stop the broker: SIGTERM, then SIGKILL after timeout_s; nothing running is fine."""
-        if not self.home.exists():
-            return
-        with self._locked():
-            pid = self._read_pid()
-            if pid is not None and self._is_ours(pid):
-                # SIGTERM runs the JVM's shutdown hook, which closes KahaDB cleanly.
-                self._signal(pid, signal.SIGTERM)
-                if not self._wait_exit(pid, timeout_s):
-                    self._signal(pid, signal.SIGKILL)
-                    if not self._wait_exit(pid, _KILL_WAIT_S):
-                        raise LocalBrokerError(f"broker pid {pid} survived SIGKILL")
-            self._remove_pid_file()
-
     def restart(self) -> None:
         """Stop the broker (if running) and start it again."""
         self.stop()
         self.start()
-
-    def kill(self) -> None:
-        """SIGKILL the broker without a clean shutdown, as a crash would."""
-        if not self.home.exists():
-            return
-        with self._locked():
-            pid = self._read_pid()
-            if pid is not None and self._is_ours(pid):
-                self._signal(pid, signal.SIGKILL)
-                if not self._wait_exit(pid, _KILL_WAIT_S):
-                    raise LocalBrokerError(f"broker pid {pid} survived SIGKILL")
-            self._remove_pid_file()
 
     def purge_data(self) -> None:
         """Delete the stored messages and scheduled jobs; refused while the broker runs."""
@@ -196,11 +158,6 @@ class LocalBroker:
                 shutil.rmtree(self.data_dir)
 
     # -- inspection ---------------------------------------------------------------------------
-
-    def is_running(self) -> bool:
-        """True when the process named by the pid file is alive and is this instance's broker."""
-        pid = self._read_pid()
-        return pid is not None and self._is_ours(pid)
 
     def is_ready(self) -> bool:
         """True when the STOMP connector completes a CONNECT handshake."""
@@ -223,28 +180,6 @@ class LocalBroker:
             "home": str(self.home),
             "log": str(self.log_file),
         }
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last lines of the broker log and of the JVM console output, for error reports."""
-        sections = []
-        for path in (self.log_file, self.console_file):
-            tail = _tail(path, lines)
-            if tail:
-                sections.append(f"--- last {len(tail)} lines of {path} ---\n" + "\n".join(tail))
-        return "\n".join(sections) if sections else f"(no broker log in {self.logs_dir})"
-
-    # -- internals ----------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        # Serialises start/stop across processes (parallel test workers share one instance).
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / "broker.lock").open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def command(self) -> list[str]:
         """The java command line that runs this instance's broker."""
@@ -276,109 +211,7 @@ class LocalBroker:
         self._plugin_jar = build_plugin(self.lib_dir) if self.settings.routed_queues else None
         (self.conf_dir / "activemq.xml").write_text(render_config(self.settings), encoding="utf-8")
         (self.conf_dir / "log4j.properties").write_text(LOG4J_PROPERTIES, encoding="utf-8")
-        with self.console_file.open("wb") as console:
-            try:
-                # A new session keeps the broker alive after the shell or test run that started
-                # it, and out of reach of a Ctrl-C meant for that shell.
-                self._process = subprocess.Popen(
-                    self.command(),
-                    cwd=self.home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=console,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise LocalBrokerError(f"cannot run java: {exc}") from exc
-        pid = self._process.pid
-        temporary = self.pid_file.with_suffix(".pid.tmp")
-        temporary.write_text(f"{pid}\n", encoding="ascii")
-        temporary.replace(self.pid_file)
-        return pid
-
-    def _wait_ready(self, pid: int, *, launched: bool) -> None:
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        while True:
-            if not self._is_alive(pid):
-                self._remove_pid_file()
-                code = self._process.returncode if self._process is not None else None
-                how = f" with exit code {code}" if code is not None else ""
-                raise LocalBrokerError(
-                    f"the broker exited{how} during start-up (see {self.log_file})\n"
-                    + self.log_tail()
-                )
-            if self.is_ready():
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(_POLL_INTERVAL_S)
-        tail = self.log_tail()
-        if launched:
-            # A broker that never became ready is useless and would hold the ports.
-            with contextlib.suppress(LocalBrokerError):
-                self._signal(pid, signal.SIGKILL)
-                self._wait_exit(pid, _KILL_WAIT_S)
-            self._remove_pid_file()
-        raise LocalBrokerError(
-            f"the broker did not answer STOMP on {self.settings.host}:{self.settings.stomp_port} "
-            f"within {self.settings.start_timeout_s:g} s (see {self.log_file})\n{tail}"
-        )
-
-    def _read_pid(self) -> int | None:
-        try:
-            text = self.pid_file.read_text(encoding="ascii").strip()
-        except (FileNotFoundError, UnicodeDecodeError):
-            return None
-        return int(text) if text.isdigit() and int(text) > 0 else None
-
-    def _remove_pid_file(self) -> None:
-        self.pid_file.unlink(missing_ok=True)
-
-    def _is_alive(self, pid: int) -> bool:
-        if self._process is not None and self._process.pid == pid:
-            return self._process.poll() is None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            return True
-        # The state follows the parenthesised command name; a zombie has exited.
-        return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-    def _is_ours(self, pid: int) -> bool:
-        if not self._is_alive(pid):
-            return False
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\x00")
-        except FileNotFoundError:
-            return not Path("/proc/self").exists()
-        except OSError:
-            return True
-        # Guards against a stale pid file whose pid now belongs to an unrelated process.
-        return os.fsencode(f"-Dactivemq.base={self.home}") in argv
-
-    def _signal(self, pid: int, signum: signal.Signals) -> None:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:
-            raise LocalBrokerError(
-                f"not allowed to signal broker pid {pid}; it belongs to another user"
-            ) from exc
-
-    def _wait_exit(self, pid: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self._is_alive(pid):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(_POLL_INTERVAL_S / 2)
-        return True
+        return self._spawn(self.command())
 
 
 def run_cli(argv: Sequence[str]) -> int:

@@ -1,0 +1,379 @@
+"""A local ActiveMQ Artemis broker for development and tests, from Maven Central; not part of the
+toolkit. ``scripts/artemis COMMAND`` runs it from any directory::
+
+    python -m devtools.local_artemis start     # installs Artemis if missing, waits for STOMP
+    python -m devtools.local_artemis status    # JSON: running, ready, pid, ports, home
+    python -m devtools.local_artemis stop      # SIGTERM, then SIGKILL after --timeout seconds
+    python -m devtools.local_artemis restart
+    python -m devtools.local_artemis kill      # SIGKILL, as a crash would
+    python -m devtools.local_artemis env       # the variables that point the suite at it
+
+The distribution is ``org.apache.activemq:apache-artemis:<ARTEMIS_VERSION>:zip:bin``, the
+version docker-compose.yml runs, fetched with ``mvn dependency:copy`` and unpacked once into a
+cache keyed by version and checksum (``~/.cache/boost-tenancy``, or BOOST_ARTEMIS_CACHE); a
+download or unpacking that did not finish is never used. The instance lives in ``.artemis/``
+of the checkout (or BOOST_ARTEMIS_HOME): ``bin/``, ``etc/`` (the project's
+docker/artemis/etc-override/broker.xml with loopback ports), ``data/`` (journal, paging) and
+``log/artemis.log``. Ports do not collide with the local Classic (61613/61616) or RabbitMQ
+(5672): STOMP 61713, CORE and OpenWire 61716, AMQP 5772 (BOOST_ARTEMIS_PORT_OFFSET shifts all
+three, for a second broker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from boost_tenancy.errors import BoostTenancyError
+from devtools.broker_probes import port_in_use, stomp_login
+from devtools.broker_process import BrokerProcess
+from devtools.broker_settings import LocalBrokerError, find_repo_root
+from devtools.commands import run_checked
+
+ARTEMIS_VERSION: Final = "2.44.0"
+"""The version docker-compose.yml and the testcontainers image name: the one the toolkit's
+Artemis behaviour is measured on."""
+ARTIFACT: Final = f"org.apache.activemq:apache-artemis:{ARTEMIS_VERSION}:zip:bin"
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+BROKER_XML: Final = REPO_ROOT / "docker" / "artemis" / "etc-override" / "broker.xml"
+USER: Final = "boost"
+PASSWORD: Final = "boost-test"  # noqa: S105 (a test broker on loopback)
+HOST: Final = "127.0.0.1"
+STOMP_PORT: Final = 61713
+CORE_PORT: Final = 61716
+AMQP_PORT: Final = 5772
+HEAP: Final = "1G"
+START_TIMEOUT_S: Final = 120.0
+_MVN_TIMEOUT_S: Final = 900.0
+_CONTAINER_PORTS: Final = {"61616": "core", "61613": "stomp", "5672": "amqp"}
+"""The acceptor ports of the project's broker.xml, which this instance moves to its own."""
+
+ENV_HOME: Final = "BOOST_ARTEMIS_HOME"
+ENV_CACHE: Final = "BOOST_ARTEMIS_CACHE"
+ENV_OFFSET: Final = "BOOST_ARTEMIS_PORT_OFFSET"
+CLI_NAME: Final = "scripts/artemis"
+
+
+def _cache_root(env: Mapping[str, str]) -> Path:
+    given = env.get(ENV_CACHE, "").strip()
+    if given:
+        return Path(given).expanduser()
+    base = env.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(base) / "boost-tenancy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtemisSettings:
+    """Where the instance lives and where it listens."""
+
+    home: Path = field(default_factory=lambda: find_repo_root() / ".artemis")
+    cache: Path = field(default_factory=lambda: _cache_root(os.environ))
+    port_offset: int = 0
+    extra_xml: str = ""
+    """Elements put into broker.xml's <core> as they are (a cluster's connectors, an HA
+    policy)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port_offset <= 1000:
+            raise LocalBrokerError(f"{ENV_OFFSET} must be 0-1000, got {self.port_offset}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ArtemisSettings:
+        home = env.get(ENV_HOME, "").strip()
+        offset_text = env.get(ENV_OFFSET, "").strip() or "0"
+        if not offset_text.isdigit():
+            raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
+        return cls(
+            home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
+            cache=_cache_root(env),
+            port_offset=int(offset_text),
+        )
+
+    @property
+    def stomp_port(self) -> int:
+        return STOMP_PORT + self.port_offset
+
+    @property
+    def core_port(self) -> int:
+        return CORE_PORT + self.port_offset
+
+    @property
+    def amqp_port(self) -> int:
+        return AMQP_PORT + self.port_offset
+
+    def ports(self) -> dict[str, int]:
+        return {"stomp": self.stomp_port, "core": self.core_port, "amqp": self.amqp_port}
+
+    def suite_env(self) -> dict[str, str]:
+        """The variables that point the contract and integration suites at this broker
+        (tests/broker_target.py)."""
+        return {
+            "BOOST_TEST_BROKER_FLAVOUR": "artemis",
+            "BOOST_BROKER_URL": f"stomp://{HOST}:{self.stomp_port}",
+            "BOOST_BROKER_AMQP_URL": f"amqp://{USER}:{PASSWORD}@{HOST}:{self.amqp_port}",
+            "BOOST_BROKER_OPENWIRE_PORT": str(self.core_port),
+            "BOOST_BROKER_USER": USER,
+            "BOOST_BROKER_PASSWORD": PASSWORD,
+            "BOOST_TEST_ARTEMIS_HOME": str(self.home.expanduser().resolve()),
+        }
+
+
+def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> str:
+    """The project's broker.xml with every acceptor on loopback at this instance's port, and
+    settings.extra_xml added to <core>."""
+    text = BROKER_XML.read_text(encoding="utf-8") if source is None else source
+    ports = settings.ports()
+
+    def moved(match: re.Match[str]) -> str:
+        name = _CONTAINER_PORTS.get(match.group(1))
+        if name is None:
+            raise LocalBrokerError(f"{BROKER_XML} has an acceptor on an unknown port {match[1]}")
+        return f"tcp://{HOST}:{ports[name]}"
+
+    text, count = re.subn(r"tcp://0\.0\.0\.0:(\d+)", moved, text)
+    if count != len(_CONTAINER_PORTS):
+        raise LocalBrokerError(
+            f"{BROKER_XML} should have {len(_CONTAINER_PORTS)} acceptors on 0.0.0.0, found {count}"
+        )
+    if settings.extra_xml:
+        text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
+    return text
+
+
+def _sha1(path: Path) -> str:
+    digest = hashlib.sha1()  # noqa: S324 (Maven Central's published checksum is SHA-1)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ensure_distribution(cache: Path) -> Path:
+    """The unpacked distribution of ARTEMIS_VERSION, fetched and unpacked if missing; raises
+    LocalBrokerError naming what failed."""
+    target = cache / f"apache-artemis-{ARTEMIS_VERSION}"
+    launcher = target / "bin" / "artemis"
+    if (target / ".complete").is_file() and launcher.is_file():
+        return target
+    if shutil.which("java") is None:
+        raise LocalBrokerError("Java is missing: install a JDK 17 (apt-get install openjdk-17-jdk)")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise LocalBrokerError("Maven is missing: install it (apt-get install maven)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as scratch:
+        run_checked(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "dependency:copy",
+                f"-Dartifact={ARTIFACT}",
+                f"-DoutputDirectory={scratch}",
+            ],
+            timeout_s=_MVN_TIMEOUT_S,
+            advice=f"Artemis {ARTEMIS_VERSION} could not be fetched from Maven Central",
+        )
+        archive = Path(scratch) / f"apache-artemis-{ARTEMIS_VERSION}-bin.zip"
+        _check_checksum(archive)
+        unpacked = Path(scratch) / "unpacked"
+        with zipfile.ZipFile(archive) as bundle:
+            bundle.extractall(unpacked)
+        root = unpacked / f"apache-artemis-{ARTEMIS_VERSION}"
+        for script in (root / "bin").iterdir():
+            script.chmod(0o755)
+        (root / ".complete").write_text(_sha1(archive) + "\n", encoding="ascii")
+        # A half-unpacked copy from an earlier, interrupted run is replaced, never used.
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(target)
+        root.rename(target)
+    return target
+
+
+def _check_checksum(archive: Path) -> None:
+    """The archive's SHA-1 against the one Maven Central publishes beside it (kept in the local
+    Maven repository by dependency:copy)."""
+    m2 = Path.home() / ".m2" / "repository" / "org" / "apache" / "activemq" / "apache-artemis"
+    published = m2 / ARTEMIS_VERSION / f"{archive.name}.sha1"
+    if not published.is_file():
+        return  # an offline mirror without checksums: Maven itself checked what it could
+    expected = published.read_text(encoding="ascii").split()[0].strip().lower()
+    actual = _sha1(archive)
+    if actual != expected:
+        raise LocalBrokerError(
+            f"{archive.name} has SHA-1 {actual}, Maven Central publishes {expected}; "
+            f"delete {published.parent} and start again"
+        )
+
+
+class LocalArtemis(BrokerProcess):
+    """One Artemis instance in settings.home, created from the cached distribution."""
+
+    name = "Artemis broker"
+
+    def __init__(self, settings: ArtemisSettings) -> None:
+        super().__init__(settings.home, start_timeout_s=START_TIMEOUT_S)
+        self.settings = settings
+        self.logs_dir = self.home / "log"
+        self.console_file = self.logs_dir / "artemis.out"
+        self.log_file = self.logs_dir / "artemis.log"
+        self.data_dir = self.home / "data"
+
+    @property
+    def marker(self) -> str:
+        return f"-Dartemis.instance={self.home}"
+
+    @property
+    def log_files(self) -> Sequence[Path]:
+        return (self.log_file, self.console_file)
+
+    def where(self) -> str:
+        return f"a STOMP login on {HOST}:{self.settings.stomp_port}"
+
+    def is_ready(self) -> bool:
+        return stomp_login(HOST, self.settings.stomp_port, USER, PASSWORD)
+
+    def start(self) -> None:
+        """Install if needed, create the instance once, write its broker.xml, start it and wait
+        until a STOMP login succeeds; a broker already running is kept."""
+        distribution = ensure_distribution(self.settings.cache)
+        with self._locked():
+            pid = self.running_pid()
+            if pid is not None:
+                if not self.is_ready():
+                    self._wait_ready(pid, launched=False)
+                return
+            self._remove_pid_file()
+            for name, port in self.settings.ports().items():
+                if port_in_use(HOST, port):
+                    raise LocalBrokerError(
+                        f"port {port} ({name}) on {HOST} is in use by another process, not by "
+                        f"the Artemis in {self.home}; stop it or set {ENV_OFFSET}"
+                    )
+            self._create(distribution)
+            (self.home / "etc" / "broker.xml").write_text(
+                render_broker_xml(self.settings), encoding="utf-8"
+            )
+            pid = self._spawn([str(self.home / "bin" / "artemis"), "run"])
+            self._wait_ready(pid, launched=True)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def purge_data(self) -> None:
+        """Delete the journal, bindings and paging; refused while the broker runs."""
+        with self._locked():
+            if self.is_running():
+                raise LocalBrokerError(f"the Artemis in {self.home} is running; stop it first")
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(self.data_dir)
+
+    def status(self) -> dict[str, object]:
+        pid = self.running_pid()
+        return {
+            "running": pid is not None,
+            "ready": pid is not None and self.is_ready(),
+            "pid": pid,
+            "version": ARTEMIS_VERSION,
+            "host": HOST,
+            **{f"{name}_port": port for name, port in self.settings.ports().items()},
+            "home": str(self.home),
+            "log": str(self.log_file),
+        }
+
+    def _create(self, distribution: Path) -> None:
+        if (self.home / "bin" / "artemis").is_file():
+            return
+        java_options = "-Dlog4j2.disableJmx=true"
+        run_checked(
+            [
+                str(distribution / "bin" / "artemis"),
+                "create",
+                "--silent",
+                "--force",
+                "--user",
+                USER,
+                "--password",
+                PASSWORD,
+                "--require-login",
+                "--no-web",
+                "--nio",
+                "--no-autotune",
+                "--java-memory",
+                HEAP,
+                "--java-options",
+                java_options,
+                str(self.home),
+            ],
+            timeout_s=120.0,
+            advice=f"the Artemis instance in {self.home} could not be created",
+            env={**os.environ, "ARTEMIS_HOME": str(distribution)},
+        )
+
+
+def run_cli(argv: Sequence[str]) -> int:
+    """Run an Artemis command; 0 on success, 2 on error (one line on stderr)."""
+    parser = argparse.ArgumentParser(
+        prog=CLI_NAME,
+        description=f"Run the local ActiveMQ Artemis {ARTEMIS_VERSION} for development and tests.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("start", help="install if needed, start and wait for a STOMP login")
+    stop = commands.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
+    commands.add_parser("restart", help="stop, then start")
+    commands.add_parser("kill", help="SIGKILL the broker, as a crash would")
+    commands.add_parser("status", help="print the broker's state as JSON")
+    commands.add_parser("purge", help="delete stored messages (the broker must be stopped)")
+    commands.add_parser("env", help="print the variables that point the test suite at it")
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        broker = LocalArtemis(ArtemisSettings.from_env(os.environ))
+        if args.command in ("start", "restart"):
+            broker.start() if args.command == "start" else broker.restart()
+            ports = broker.settings.ports()
+            print(
+                f"Artemis {ARTEMIS_VERSION} running (pid {broker.running_pid()}): "
+                f"stomp://{HOST}:{ports['stomp']} amqp://{HOST}:{ports['amqp']} "
+                f"tcp://{HOST}:{ports['core']}, home {broker.home}"
+            )
+        elif args.command == "stop":
+            broker.stop(timeout_s=args.timeout)
+            print(f"Artemis stopped ({broker.home})")
+        elif args.command == "kill":
+            broker.kill()
+            print(f"Artemis killed ({broker.home})")
+        elif args.command == "status":
+            print(json.dumps(broker.status(), indent=2))
+        elif args.command == "purge":
+            broker.purge_data()
+            print(f"Artemis data deleted ({broker.data_dir})")
+        else:
+            for name, value in broker.settings.suite_env().items():
+                print(f"export {name}={value}")
+    except (BoostTenancyError, OSError, subprocess.SubprocessError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"{CLI_NAME} {args.command}: {first_line}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(sys.argv[1:]))
