@@ -41,6 +41,24 @@ RESERVED_PROPERTIES: Final = frozenset(
     }
 )
 
+FRAME_LEVEL_HEADERS: Final = frozenset(
+    {
+        "transaction",
+        "receipt",
+        "destination",
+        "subscription",
+        "message-id",
+        "ack",
+        "content-length",
+        "content-type",
+    }
+)
+"""Names that are frame-level headers of a wire protocol, never application properties: no
+message may carry one as a property, and no transport copies one from a delivery into a message
+it forwards. Artemis stores a STOMP SEND's `transaction` header as a property; a copy sent later
+with it is filed under a transaction nobody commits, and is lost although its receipt came
+(shared BROKERS.md, 2026-11-28)."""
+
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _ATTEMPT_RE: Final = re.compile(r"[1-9][0-9]{0,6}")
@@ -227,6 +245,12 @@ def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
         check_property_name(name)
         if name in RESERVED_PROPERTIES:
             raise ConfigError(f"message property {name!r} is reserved for the toolkit")
+        if name in FRAME_LEVEL_HEADERS:
+            raise ConfigError(
+                f"message property {name!r} is a frame header of the wire protocol, not an "
+                "application property: a broker would act on it (a STOMP `transaction` files "
+                "the message under a transaction nobody commits); choose another name"
+            )
         if not isinstance(value, str):
             raise ConfigError(f"message property {name!r} must be a string, got {value!r}")
         checked[name] = value

@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
@@ -162,6 +162,10 @@ class InMemoryBroker:
         self._queues: dict[str, list[_Stored]] = {}
         self._consumers: list[Consumer] = []
         self._seq = itertools.count(1)
+        self._transactions = itertools.count(1)
+        self.lost_to_stale_transactions = 0
+        """Artemis: sends dropped because they carried a `transaction` header of an earlier
+        transaction (store)."""
         self._rr = itertools.count()
         self._diverts = DivertModel(self._queues.__contains__, self._make_queue)
         self._closed = False
@@ -185,16 +189,39 @@ class InMemoryBroker:
         """Store several messages at once (a committed transaction)."""
         self.store([(queue, as_sent(message), delay_ms) for queue, message, delay_ms in items])
 
-    def store(self, items: Sequence[tuple[str, Sent, int]]) -> None:
-        """Store messages as sent; an AMQ_SCHEDULED_DELAY property delays one like a header."""
+    def store(self, items: Sequence[tuple[str, Sent, int]], *, transaction: bool = False) -> None:
+        """Store messages as sent; an AMQ_SCHEDULED_DELAY property delays one like a header.
+
+        transaction: the messages were sent in a transaction (BEGIN, SEND, COMMIT). Artemis
+        keeps the SEND's `transaction` header as a property of each, and files a later SEND that
+        carries such a header under that transaction, which nobody commits: the message is
+        never stored although its receipt came (shared BROKERS.md, 2026-11-28)."""
         with self._cond:
             now = self._clock()
+            if self.flavour is BrokerFlavour.ARTEMIS:
+                items = self._artemis_transaction_header(items, transaction)
             for queue, sent, delay_ms in items:
                 delay = delay_ms or _scheduled_delay(sent.message.properties)
                 seq = next(self._seq)
                 for target, routed in self._diverted(queue, sent, seq):
                     self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
             self._cond.notify_all()
+
+    def _artemis_transaction_header(
+        self, items: Sequence[tuple[str, Sent, int]], transaction: bool
+    ) -> list[tuple[str, Sent, int]]:
+        if not transaction:
+            kept = [item for item in items if "transaction" not in item[1].message.properties]
+            self.lost_to_stale_transactions += len(items) - len(kept)
+            return kept
+        header = {"transaction": f"tx-{next(self._transactions)}"}
+        stamped = []
+        for queue, sent, delay in items:
+            properties = {**sent.message.properties, **header}
+            stamped.append(
+                (queue, replace(sent, message=replace(sent.message, properties=properties)), delay)
+            )
+        return stamped
 
     def run(self, ops: Sequence[Operation]) -> list[object]:
         """Artemis only: its broker control for the management operations the toolkit asks

@@ -35,13 +35,14 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class _MemoryBatch:
     transport: InMemoryTransport
+    atomic: bool
     items: list[tuple[str, WireMessage]] = field(default_factory=list)
 
     def add(self, queue: str, message: WireMessage) -> None:
         self.items.append((check_queue_name(queue), message))
 
     def commit(self) -> None:
-        self.transport.send_batch(self.items)
+        self.transport.send_batch(self.items, atomic=self.atomic)
 
     def abort(self) -> None:
         self.items.clear()
@@ -145,11 +146,11 @@ class InMemoryTransport(ManagedRoutes):
 
     def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
         self._require_connected()
-        self._broker.store(_as_sent([Outgoing(q, m) for q, m in items]))
+        self._broker.store(_as_sent([Outgoing(q, m) for q, m in items]), transaction=atomic)
 
     def open_batch(self, *, atomic: bool = True) -> _MemoryBatch:
         self._require_connected()
-        return _MemoryBatch(self)
+        return _MemoryBatch(self, atomic)
 
     # -- consuming -------------------------------------------------------------------------------
     def subscribe(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.messages import WireMessage, wire_body
+from boost_tenancy.messages import FRAME_LEVEL_HEADERS, WireMessage, wire_body
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, body_headers, header_value
 
@@ -53,7 +53,11 @@ def as_sent(message: WireMessage, *, jms: bool = False) -> Sent:
     correlation = message.correlation_id
     safe = WireMessage(
         body=message.body,
-        properties={header_value(k): header_value(v) for k, v in message.properties.items()},
+        properties={
+            header_value(k): header_value(v)
+            for k, v in message.properties.items()
+            if k not in FRAME_LEVEL_HEADERS
+        },
         correlation_id=None if correlation is None else header_value(correlation),
         persistent=message.persistent,
         expires_at_ms=message.expires_at_ms,

@@ -277,6 +277,29 @@ def test_forward_sends_copies_and_acknowledges_the_original(
     assert len(again) == 0, "the forwarded original was acknowledged and must not come back"
 
 
+def test_a_copy_of_a_transactional_send_carries_no_frame_header_and_is_stored(
+    transport_factory: TransportFactory,
+) -> None:
+    """Artemis keeps a STOMP SEND's `transaction` header as a property; a copy that carried it
+    would be filed under that long-committed transaction and never stored, its receipt
+    answered all the same (shared BROKERS.md, 2026-11-28)."""
+    queue, other = unique_queue(), unique_queue()
+    transport = transport_factory()
+    needs(transport, "atomic_batches")
+    inbox, out = Inbox(), Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    transport.send_batch([(queue, wire("t1", "original"))], atomic=True)
+    assert wait_until(lambda: len(inbox) == 1)
+    delivery = inbox.items[0]
+    frame_level = {"transaction", "receipt", "destination", "subscription", "message-id", "ack"}
+    assert not frame_level & set(delivery.properties), delivery.properties
+    copy = WireMessage(body=delivery.body, properties=dict(delivery.properties))
+    transport.send_then_ack(delivery, [(other, copy, 0)])
+    transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
+    assert wait_until(lambda: len(out) == 1), "the confirmed copy was never stored"
+    assert out.bodies() == ["original"]
+
+
 def test_delivery_of_a_closed_connection_is_not_live(transport_factory: TransportFactory) -> None:
     queue = unique_queue()
     transport = transport_factory()

@@ -98,6 +98,12 @@ def test_reserved_property_cannot_be_set_by_an_application(name: str) -> None:
         build_message(ORG_A, {}, properties={name: "org-B"})
 
 
+@pytest.mark.parametrize("name", ["transaction", "receipt", "destination", "subscription", "ack"])
+def test_a_frame_header_cannot_be_an_application_property(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name!r} is a frame header of the wire protocol"):
+        build_message(ORG_A, {}, properties={name: "tx-1"})
+
+
 def test_reserved_names_cover_tenant_id_attempt_and_dead_letter_fields() -> None:
     assert {
         "tenantUUID",

@@ -15,7 +15,7 @@ from typing import Any, Final
 from proton import Message, symbol
 
 from boost_tenancy.expiry import now_ms, read_expiry
-from boost_tenancy.messages import Body, WireMessage, wire_body
+from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, wire_body
 from boost_tenancy.transports.stomp.frames import (
     BYTES_MARKER_VALUE,
     TEXT_MARKER_PROPERTY,
@@ -25,9 +25,10 @@ from boost_tenancy.transports.stomp.frames import (
 
 DELIVERY_DELAY: Final = symbol("x-opt-delivery-delay")
 """Message annotation: the broker holds the message back this many milliseconds (Artemis)."""
-STOMP_ARTEFACTS: Final = frozenset({"content-length", "destination"})
-"""Properties Artemis adds to a message sent over STOMP when an AMQP client reads it (measured
-on 2.44): frame headers, not the sender's properties."""
+STOMP_ARTEFACTS: Final = FRAME_LEVEL_HEADERS
+"""Frame headers, never the sender's properties. Artemis adds `content-length` and
+`destination` (and keeps a transactional SEND's `transaction`) to a message sent over STOMP
+when an AMQP client reads it (measured on 2.44)."""
 _TEXT_TYPES: Final = ("text/",)
 HEADER_TTL_LIMIT_MS: Final = 2**32 - 1
 """header.ttl is a uint of milliseconds (about 49.7 days)."""
@@ -61,6 +62,25 @@ def _proton_seconds(milliseconds: int) -> float:
     return (milliseconds + 0.5) / 1000.0
 
 
+def wire_parts(message: WireMessage) -> tuple[dict[str, str], Body]:
+    """The application-properties and body a message goes out with: its properties without
+    frame-level headers (FRAME_LEVEL_HEADERS), marked text or bytes, and a text body that is
+    not valid UTF-8 as its very bytes; MessageEncodeError for a surrogate of no byte."""
+    properties = {
+        header_value(k): header_value(v)
+        for k, v in message.properties.items()
+        if k not in FRAME_LEVEL_HEADERS
+    }
+    body = message.body
+    if isinstance(body, str):
+        properties[TEXT_MARKER_PROPERTY] = TEXT_MARKER_VALUE
+        if has_surrogates(body):
+            body = wire_body(body)
+    else:
+        properties[TEXT_MARKER_PROPERTY] = BYTES_MARKER_VALUE
+    return properties, body
+
+
 def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> Message:
     """The proton Message a WireMessage goes out as; MessageEncodeError for a body the wire
     cannot carry.
@@ -73,14 +93,7 @@ def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> 
     text, so a retry or dead-letter copy is byte-exact. boostBodyType says text or bytes to
     STOMP readers on Artemis, where every body arrives with a content-length.
     """
-    properties = {header_value(k): header_value(v) for k, v in message.properties.items()}
-    body: Any = message.body
-    if isinstance(body, str):
-        properties[TEXT_MARKER_PROPERTY] = TEXT_MARKER_VALUE
-        if has_surrogates(body):
-            body = wire_body(body)  # raises MessageEncodeError for a surrogate of no byte
-    else:
-        properties[TEXT_MARKER_PROPERTY] = BYTES_MARKER_VALUE
+    properties, body = wire_parts(message)
     out = Message(
         body=body,
         properties=properties,

@@ -19,12 +19,9 @@ from cproton import pn_delivery, pn_link_advance, pn_link_send
 from proton import Delivery, Sender
 
 from boost_tenancy.errors import MessageEncodeError, TransportError
-from boost_tenancy.messages import WireMessage, wire_body
-from boost_tenancy.transports.amqp.codec import DELIVERY_DELAY, has_surrogates, header_ttl
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.amqp.codec import DELIVERY_DELAY, header_ttl, wire_parts
 from boost_tenancy.transports.stomp.frames import (
-    BYTES_MARKER_VALUE,
-    TEXT_MARKER_PROPERTY,
-    TEXT_MARKER_VALUE,
     header_value,
 )
 
@@ -77,14 +74,7 @@ def encode_message(
 ) -> EncodedMessage:
     """The bytes of to_amqp(message, delay_ms, now); MessageEncodeError for a body the wire
     cannot carry (see to_amqp), raised before anything is sent."""
-    properties = {header_value(k): header_value(v) for k, v in message.properties.items()}
-    body = message.body
-    if isinstance(body, str):
-        properties[TEXT_MARKER_PROPERTY] = TEXT_MARKER_VALUE
-        if has_surrogates(body):
-            body = wire_body(body)  # raises MessageEncodeError for a surrogate of no byte
-    else:
-        properties[TEXT_MARKER_PROPERTY] = BYTES_MARKER_VALUE
+    properties, body = wire_parts(message)
     expires = message.expires_at_ms
     parts = [_header(message.persistent, header_ttl(expires, now))]
     if delay_ms > 0:

@@ -11,26 +11,19 @@ from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.expiry import read_expiry
-from boost_tenancy.messages import Body, WireMessage, check_queue_name
+from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, check_queue_name
 from boost_tenancy.transports.base import Delivery, Outgoing
 
-FRAME_HEADERS: Final = frozenset(
+FRAME_HEADERS: Final = FRAME_LEVEL_HEADERS | frozenset(
     {
-        "destination",
-        "message-id",
-        "subscription",
-        "ack",
         "redelivered",
         "persistent",
         "correlation-id",
-        "content-length",
-        "content-type",
         "expires",
         "priority",
         "timestamp",
         "type",
         "reply-to",
-        "receipt",
         # Scheduling instructions are consumed by the broker; copied onto a retry or dead-letter
         # copy they would delay it again (Classic AMQ_SCHEDULED_*, Artemis _AMQ_SCHED_DELIVERY).
         "AMQ_SCHEDULED_DELAY",
@@ -154,8 +147,12 @@ def body_headers(body: Body) -> dict[str, str]:
 
 
 def send_frame(queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]) -> bytes:
-    """One SEND frame; MessageEncodeError when the body cannot be put on the wire."""
-    headers = dict(message.properties)
+    """One SEND frame; MessageEncodeError when the body cannot be put on the wire.
+
+    No frame-level header is taken from the message's properties (FRAME_LEVEL_HEADERS): the
+    frame's own are set here, and a `transaction` or `receipt` carried over from another frame
+    would make the broker act on it."""
+    headers = {k: v for k, v in message.properties.items() if k not in FRAME_LEVEL_HEADERS}
     headers["destination"] = QUEUE_PREFIX + check_queue_name(queue)
     headers["persistent"] = "true" if message.persistent else "false"
     if message.correlation_id is not None:
