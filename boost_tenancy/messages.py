@@ -147,6 +147,18 @@ def header_text(value: str, limit: int = HEADER_TEXT_LIMIT) -> str:
     return _safe_text(value)
 
 
+def has_surrogates(text: str) -> bool:
+    """Whether text holds surrogates (invalid UTF-8 it was decoded from, with surrogateescape):
+    it has no string form on any wire, only its bytes."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def wire_body(body: Body) -> bytes:
     """The bytes a body goes on the wire as. A text body that came in as invalid UTF-8 (decoded
     with surrogateescape) goes back out as the very same bytes; any other lone surrogate has no

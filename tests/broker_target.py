@@ -158,6 +158,15 @@ class BrokerTarget:
         return url
 
 
+def raw_connect_frame(settings: StompSettings) -> bytes:
+    """The CONNECT frame a bare-socket STOMP client of the tests sends: with the suite's login
+    where the broker requires one (the project's Artemis does, as in production)."""
+    login = ""
+    if settings.username is not None and settings.password is not None:
+        login = f"login:{settings.username}\npasscode:{settings.password}\n"
+    return f"CONNECT\naccept-version:1.2\nhost:localhost\n{login}\n\x00".encode()
+
+
 def stomp_env(settings: StompSettings) -> dict[str, str]:
     """The BOOST_BROKER_* variables that point a worker process at the broker of settings."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host

@@ -45,6 +45,8 @@ from tests.broker_target import (
 from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 TARGET_KEY = pytest.StashKey[BrokerTarget]()
+_CONFIG: dict[str, pytest.Config] = {}
+"""The run's config, for the report hook (a TestReport does not carry it)."""
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672"
 """The local RabbitMQ of `scripts/rabbitmq ensure`: the amqp_url fixture's default."""
 
@@ -67,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("artemis_container", default=False):
         target = _start_artemis_container(config, target)
     config.stash[TARGET_KEY] = target
+    _CONFIG["config"] = config
 
 
 def _start_artemis_container(config: pytest.Config, declared: BrokerTarget) -> BrokerTarget:
@@ -118,6 +121,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"the broker under test is {target.flavour}"
                 )
             )
+
+
+BROKER_OF_KEY = pytest.StashKey[dict[str, str]]()
+TALLY_KEY = pytest.StashKey[dict[str, dict[str, int]]]()
+
+
+def _broker_of(item: pytest.Item, target: BrokerTarget) -> str:
+    """Which real broker a test talks to, by its markers, for the per-broker tally."""
+    if item.get_closest_marker("amqp_broker") is not None:
+        return f"{target.flavour if target.amqp_url else 'rabbitmq'} (AMQP 1.0)"
+    if item.get_closest_marker("broker") is not None:
+        return f"{target.flavour} (STOMP)"
+    if item.get_closest_marker("java") is not None:
+        return f"{target.flavour} (JMS over OpenWire)"
+    return "no broker (unit, in-memory models)"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    target = session.config.stash[TARGET_KEY]
+    session.config.stash[BROKER_OF_KEY] = {i.nodeid: _broker_of(i, target) for i in session.items}
+    session.config.stash[TALLY_KEY] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    config = _CONFIG.get("config")
+    if config is None or BROKER_OF_KEY not in config.stash:
+        return
+    # A test's outcome is its call's, or a setup's or teardown's that did not pass.
+    if report.when != "call" and report.outcome == "passed":
+        return
+    broker = config.stash[BROKER_OF_KEY].get(report.nodeid, "no broker (unit, in-memory models)")
+    tally = config.stash[TALLY_KEY].setdefault(broker, {"passed": 0, "failed": 0, "skipped": 0})
+    tally[report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    tallies = config.stash.get(TALLY_KEY, {})
+    if not tallies:
+        return
+    terminalreporter.section("tests per broker")
+    for broker, tally in sorted(tallies.items()):
+        terminalreporter.write_line(
+            f"{broker}: {tally['passed']} passed, {tally['failed']} failed, "
+            f"{tally['skipped']} skipped"
+        )
 
 
 def _why(marker: pytest.Mark, default: str) -> str:

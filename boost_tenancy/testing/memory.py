@@ -199,7 +199,7 @@ class InMemoryBroker:
         with self._cond:
             now = self._clock()
             if self.flavour is BrokerFlavour.ARTEMIS:
-                items = self._artemis_transaction_header(items, transaction)
+                items = self._as_artemis_stores(items, transaction)
             for queue, sent, delay_ms in items:
                 delay = delay_ms or _scheduled_delay(sent.message.properties)
                 seq = next(self._seq)
@@ -207,21 +207,26 @@ class InMemoryBroker:
                     self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
             self._cond.notify_all()
 
-    def _artemis_transaction_header(
+    def _as_artemis_stores(
         self, items: Sequence[tuple[str, Sent, int]], transaction: bool
     ) -> list[tuple[str, Sent, int]]:
-        if not transaction:
-            kept = [item for item in items if "transaction" not in item[1].message.properties]
-            self.lost_to_stale_transactions += len(items) - len(kept)
-            return kept
-        header = {"transaction": f"tx-{next(self._transactions)}"}
-        stamped = []
+        """What Artemis makes of SENDs: a text body (no content-length) that is not valid UTF-8
+        with its bad bytes as U+FFFD; a transaction's `transaction` header kept as a property;
+        a later SEND carrying such a header lost (shared BROKERS.md, 2026-11-28)."""
+        header = {"transaction": f"tx-{next(self._transactions)}"} if transaction else {}
+        stored = []
         for queue, sent, delay in items:
-            properties = {**sent.message.properties, **header}
-            stamped.append(
-                (queue, replace(sent, message=replace(sent.message, properties=properties)), delay)
-            )
-        return stamped
+            if not transaction and "transaction" in sent.message.properties:
+                self.lost_to_stale_transactions += 1
+                continue
+            message, body = sent.message, sent.body
+            if "content-length" not in sent.body_headers:
+                text = body.decode("utf-8", "replace")
+                message, body = replace(message, body=text), text.encode()
+            properties = {**message.properties, **header}
+            message = replace(message, properties=properties)
+            stored.append((queue, replace(sent, message=message, body=body), delay))
+        return stored
 
     def run(self, ops: Sequence[Operation]) -> list[object]:
         """Artemis only: its broker control for the management operations the toolkit asks

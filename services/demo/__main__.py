@@ -2,7 +2,9 @@
 
 Starts every service as its own process, uploads the shipped sample documents for each tenant
 with that tenant's token, shows progress, prints a per-tenant table, then shows that one tenant's
-token cannot read another's documents. Exits 1 if anything ends in an unexpected state.
+token cannot read another's documents. Exits 1 if anything ends in an unexpected state, or if
+any failure was recorded (a retry, a dead letter, a quarantine) that the scenario does not
+expect, naming the service and the error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from boost_tenancy import TenantId
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from services.demo.stack import FINAL_STATES, PROCESSORS, Stack, environment
+from services.extractor.processor import DocumentExtractor
+from services.manager.processor import DocumentManager
+from services.notifier.processor import Notifier
+from services.professor.processor import DocumentProfessor
+from services.thumbnailer.processor import Thumbnailer
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 TENANTS = ("org-acme", "org-globex", "0b9d5c52-6f1e-4c1a-9a53-3c8f7e2b1d40")
@@ -29,6 +38,18 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "contract.docx": ("ready", "contract"),
     "photo.png": ("failed", None),
     "corrupt.pdf": ("failed", None),
+}
+# The one failure the scenario expects per tenant: the corrupt PDF's thumbnail cannot be made
+# (permanent, dead-lettered at once). Anything else recorded is a bug the demo must not hide.
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    ("cmd.thumbnail.generate", "dead_letter"): "cannot read PDF",
+}
+SERVICES = {
+    "manager": DocumentManager,
+    "extractor": DocumentExtractor,
+    "professor": DocumentProfessor,
+    "thumbnailer": Thumbnailer,
+    "notifier": Notifier,
 }
 CONTENT_TYPES = {
     ".pdf": "application/pdf",
@@ -134,6 +155,30 @@ def check_isolation(stack: Stack, uploads: list[Upload]) -> bool:
     return isolated
 
 
+def unexpected_failures(stack: Stack) -> list[str]:
+    """Every failure the services recorded beyond the expected ones (EXPECTED_FAILURES, once per
+    tenant), each as one line naming the service, the queue and the error."""
+    service_of = {queue: name for name, cls in SERVICES.items() for queue in cls.queues}
+    store = SQLiteErrorStore(stack.root / "errors.sqlite3")
+    found = []
+    try:
+        for tenant in [*(TenantId(t) for t in TENANTS), None]:
+            expected = dict.fromkeys(EXPECTED_FAILURES, 1)
+            for record in store.failures(tenant=tenant):
+                key = (record.queue, record.outcome.value)
+                if expected.get(key) and EXPECTED_FAILURES[key] in record.error_text:
+                    expected[key] -= 1
+                    continue
+                found.append(
+                    f"{service_of.get(record.queue, 'an unknown service')} ({record.queue}, "
+                    f"tenant {record.tenant}, attempt {record.attempt}, "
+                    f"{record.outcome.value}): {record.error_text[:300]}"
+                )
+    finally:
+        store.close()
+    return found
+
+
 def main() -> int:
     stack = Stack(Path("var") / "demo" / uuid.uuid4().hex[:8], TENANTS, environment())
     print(f"Starting {len(PROCESSORS) + 1} services (logs in {stack.logs})...")
@@ -152,7 +197,13 @@ def main() -> int:
         isolated = check_isolation(stack, uploads)
     finally:
         stack.stop()
-    passed = as_expected and isolated
+    failures = unexpected_failures(stack)
+    if failures:
+        print()
+        print(f"Unexpected failures recorded by the services ({len(failures)}):")
+        for line in failures:
+            print(f"  {line}")
+    passed = as_expected and isolated and not failures
     print()
     print("Demo", "passed: every document ended as expected" if passed else "FAILED")
     return 0 if passed else 1

@@ -34,4 +34,4 @@ class Notifier(TenantProcessor):
         document = document_id(body.get("documentUUID") if isinstance(body, dict) else None)
         if self._sink is not None:
             self._sink(ctx.tenant, message.queue, body)
-        ctx.log.info("document_event", event=message.queue, document=document)
+        ctx.log.info("document_event", queue=message.queue, document=document)

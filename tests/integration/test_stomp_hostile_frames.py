@@ -16,6 +16,7 @@ import pytest
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from tests.broker_target import raw_connect_frame
 from tests.conftest import Inbox, unique_queue, wait_until
 
 pytestmark = pytest.mark.broker
@@ -30,7 +31,7 @@ class RawStomp:
     def __init__(self, settings: StompSettings) -> None:
         self.sock = socket.create_connection((settings.host, settings.port), timeout=10)
         self.buffer = b""
-        self.sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        self.sock.sendall(raw_connect_frame(settings))
         command, _, _ = self.frame()
         assert command == "CONNECTED"
 
@@ -49,11 +50,14 @@ class RawStomp:
         headers = dict(line.split(":", 1) for line in lines)
         return command, headers, body
 
-    def send_text(self, queue: str, body: bytes) -> None:
-        """SEND without content-length (a TextMessage), confirmed by receipt."""
+    def send_text(self, queue: str, body: bytes, *, marked_with_length: bool = False) -> None:
+        """SEND without content-length (a TextMessage), confirmed by receipt; marked_with_length:
+        with content-length and boostBodyType:text instead, as the toolkit sends text that is
+        not valid UTF-8."""
+        marked = f"content-length:{len(body)}\nboostBodyType:text\n" if marked_with_length else ""
         self.sock.sendall(
             f"SEND\ndestination:/queue/{queue}\ntenantUUID:org-A\npersistent:true\n"
-            "receipt:raw-1\n\n".encode()
+            f"{marked}receipt:raw-1\n\n".encode()
             + body
             + b"\x00"
         )
@@ -128,13 +132,15 @@ def test_header_values_with_nul_and_lone_surrogates_arrive_as_u_fffd_and_framing
 def test_a_forwarded_body_of_invalid_utf8_arrives_byte_exact(
     transport: StompTransport, stomp_settings: StompSettings, raw: RawStomp
 ) -> None:
+    """Sent with content-length and marked text (how the toolkit sends text that is not valid
+    UTF-8), the bytes survive both brokers, and so does the toolkit's copy of them."""
     source, target = unique_queue("hostile.in"), unique_queue("hostile.out")
-    raw.send_text(source, INVALID_UTF8)
+    raw.send_text(source, INVALID_UTF8, marked_with_length=True)
     inbox = Inbox()
     transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox)
     assert wait_until(lambda: len(inbox) == 1)
     delivery = inbox.items[0]
-    assert isinstance(delivery.body, str)  # a TextMessage: decoded with surrogateescape
+    assert isinstance(delivery.body, str)  # text to the toolkit: decoded with surrogateescape
     assert delivery.body.encode("utf-8", "surrogateescape") == INVALID_UTF8
 
     transport.send_then_ack(delivery, [(target, wire(delivery.body, **delivery.properties), 0)])
@@ -147,7 +153,27 @@ def test_a_forwarded_body_of_invalid_utf8_arrives_byte_exact(
         reader.close()
     assert command == "MESSAGE"
     assert body == INVALID_UTF8
-    assert "content-length" not in headers  # still a TextMessage for Java consumers
+    assert headers["content-length"] == str(len(INVALID_UTF8))
+    assert headers["boostBodyType"] == "text"
+
+
+def test_a_text_send_of_invalid_utf8_is_kept_by_classic_and_rewritten_by_artemis(
+    transport: StompTransport, raw: RawStomp, broker_flavour: str
+) -> None:
+    """The broker fact behind sending such text with content-length: without it Artemis turns
+    the bad bytes into U+FFFD when it stores the message (2.44), Classic keeps them."""
+    queue = unique_queue("hostile.text")
+    raw.send_text(queue, INVALID_UTF8)
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) == 1)
+    body = inbox.items[0].body
+    assert isinstance(body, str)
+    if broker_flavour == "artemis":
+        assert body == INVALID_UTF8.decode("utf-8", "replace")
+    else:
+        assert body.encode("utf-8", "surrogateescape") == INVALID_UTF8
+    transport.ack(inbox.items[0])
 
 
 def test_a_text_body_without_utf8_form_fails_alone_on_every_send_path(

@@ -15,7 +15,13 @@ from typing import Any, Final
 from proton import Message, symbol
 
 from boost_tenancy.expiry import now_ms, read_expiry
-from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, wire_body
+from boost_tenancy.messages import (
+    FRAME_LEVEL_HEADERS,
+    Body,
+    WireMessage,
+    has_surrogates,
+    wire_body,
+)
 from boost_tenancy.transports.stomp.frames import (
     BYTES_MARKER_VALUE,
     TEXT_MARKER_PROPERTY,
@@ -113,17 +119,6 @@ def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> 
         if ttl is not None:
             out.ttl = _proton_seconds(ttl)
     return out
-
-
-def has_surrogates(text: str) -> bool:
-    """Whether text holds surrogates (invalid UTF-8 it was decoded from): no string form."""
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def properties_of(message: Message) -> dict[str, str]:

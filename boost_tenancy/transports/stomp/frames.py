@@ -11,7 +11,13 @@ from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.expiry import read_expiry
-from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, check_queue_name
+from boost_tenancy.messages import (
+    FRAME_LEVEL_HEADERS,
+    Body,
+    WireMessage,
+    check_queue_name,
+    has_surrogates,
+)
 from boost_tenancy.transports.base import Delivery, Outgoing
 
 FRAME_HEADERS: Final = FRAME_LEVEL_HEADERS | frozenset(
@@ -142,6 +148,13 @@ def body_headers(body: Body) -> dict[str, str]:
     Bytes: content-length, so both create a BytesMessage.
     """
     if isinstance(body, str):
+        if has_surrogates(body):
+            # Text that arrived as invalid UTF-8: without content-length Artemis rewrites the
+            # bad bytes into U+FFFD (measured on 2.44), so it goes with one, marked text, and
+            # stays byte-exact on both brokers (a BytesMessage to Java, which could not read
+            # such text either).
+            length = len(body.encode("utf-8", "surrogateescape"))
+            return {"content-length": str(length), TEXT_MARKER_PROPERTY: TEXT_MARKER_VALUE}
         return {"content-type": TEXT_CONTENT_TYPE}
     return {"content-length": str(len(body)), TEXT_MARKER_PROPERTY: BYTES_MARKER_VALUE}
 
