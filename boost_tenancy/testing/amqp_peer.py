@@ -454,7 +454,10 @@ class _Engine:
     def on_transport_closed(self, event: Any) -> None:
         conn = self._conns.pop(event.connection, None) if event.connection else None
         if conn is not None and not conn.closed_cleanly:
-            # Artemis: "we don't decrement delivery count if the client failed"
+            # Artemis: "we don't decrement delivery count if the client failed", but its AMQP
+            # sessions close their consumers as a clean close, racing the failure: measured on
+            # 2.44, a delivery left by two lost connections came back counted 0, 1, 1. The
+            # model counts a delivery's first loss only, as measured.
             self._end_connection(conn, counted=self._artemis)
 
     def on_session_remote_close(self, event: Any) -> None:
@@ -491,7 +494,7 @@ class _Engine:
             for entry in consumer.in_flight.values():
                 if entry.txn is None:  # what a transaction accepted waits for its discharge
                     entry.holder = None
-                    if counted:
+                    if counted and entry.delivery_count == 0:
                         self._count_failure(entry)
             self._pump(consumer.queue)
 

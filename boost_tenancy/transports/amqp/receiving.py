@@ -31,6 +31,7 @@ from cproton import (
 from proton import Condition, Delivery, Described, Link, Receiver, Terminus, symbol
 
 from boost_tenancy.errors import TransportError
+from boost_tenancy.messages import MESSAGE_ID_PROPERTY
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import base
 from boost_tenancy.transports.amqp.codec import (
@@ -42,6 +43,7 @@ from boost_tenancy.transports.amqp.codec import (
 )
 from boost_tenancy.transports.amqp.decoding import read_message
 from boost_tenancy.transports.amqp.events import QUEUE_CAPABILITY
+from boost_tenancy.transports.amqp.lost_counts import Key, LostDeliveries
 from boost_tenancy.transports.amqp.waiters import resolve
 
 if TYPE_CHECKING:
@@ -104,6 +106,9 @@ class Receiving:
         """Deliveries handed on and not settled yet, by number (a token's generation is checked
         against the engine's: a lost connection empties this): each pn_delivery_t with a
         reference of its own, as proton's Delivery keeps one, dropped when it leaves."""
+        self._counted: dict[int, tuple[Key, int]] = {}
+        """The key and count of each held delivery that has a message id (for _lost)."""
+        self._lost = LostDeliveries()
         self._numbers = itertools.count(1)
         self._handoff: list[tuple[base.OnDelivery, base.Delivery]] = []
         """Decoded in this pass of the loop, handed on at its end (pass_ended)."""
@@ -219,6 +224,7 @@ class Receiving:
         for number, held in self._held.items():
             if held[1] is attach:
                 pn_decref(held[0])
+                self._counted.pop(number, None)
             else:
                 kept[number] = held
         self._held = kept
@@ -240,6 +246,10 @@ class Receiving:
         held, self._held = self._held, {}
         for impl, _ in held.values():
             pn_decref(impl)
+        counted, self._counted = self._counted, {}
+        for number, (key, count) in counted.items():
+            if number in held:
+                self._lost.left(key, count)
         self._handoff = []
         self._owing = []
 
@@ -284,8 +294,13 @@ class Receiving:
             return  # unsubscribed meanwhile: unsettled, the broker takes it back with the link
         engine = self._engine
         spec = attach.spec
-        count = message.delivery_count
         number = next(self._numbers)
+        count = message.delivery_count
+        if engine.capabilities.native_delivery_count:
+            key = _key_of(spec.queue, message.properties, message.message_id)
+            count = self._lost.count(key, count)
+            if key is not None:
+                self._counted[number] = (key, count)
         pn_incref(impl)
         self._held[number] = (impl, attach)
         self._handoff.append(
@@ -347,6 +362,7 @@ class Receiving:
     def _take(self, token: DeliveryToken) -> Any:
         """take() of the pn_delivery_t, whose reference the caller drops once done."""
         impl, attach = self._held.pop(token.number)
+        self._counted.pop(token.number, None)
         attach.owed += 1
         if attach.owed == 1:
             self._owing.append(attach)
@@ -406,3 +422,13 @@ def _selector_of(source: Terminus | None) -> str | None:
         if isinstance(value, Described) and value.descriptor == SELECTOR_FILTER:
             return str(value.value)
     return None
+
+
+def _key_of(queue: str, properties: Any, message_id: object) -> Key | None:
+    """What names a delivery across connections: the toolkit's boostMessageId, else the AMQP
+    message-id; None for a message with neither."""
+    own = properties.get(MESSAGE_ID_PROPERTY) if properties else None
+    if isinstance(own, str) and own:
+        return (queue, own)
+    text = message_id_text(message_id)
+    return None if text is None else (queue, text)
