@@ -107,7 +107,9 @@ class LocalBroker(BrokerProcess):
         """Make sure ActiveMQ and Java are present, installing the activemq package if needed."""
         # ActiveMQ first: the package depends on a JRE, so on a fresh machine one install
         # brings both.
-        if not ACTIVEMQ_JAR.is_file():
+        # The JSON jars too: an activemq installed without its recommended packages has none,
+        # and its statistics plugin then drops the connection instead of answering.
+        if not ACTIVEMQ_JAR.is_file() or not all(jar.is_file() for jar in STOMP_JSON_JARS):
             install_activemq(ACTIVEMQ_JAR)
         java = shutil.which("java")
         if java is None:

@@ -83,9 +83,12 @@ class BrokerTarget:
                 f"{FLAVOUR_ENV} must be one of {', '.join(FLAVOURS)}, got {env[FLAVOUR_ENV]!r}"
             )
         openwire_text = env.get(OPENWIRE_PORT_ENV)
+        # An external broker has the OpenWire port it is said to have, never the local
+        # Classic's default: the JMS tests would test another broker than the declared one.
         openwire = (
             None
-            if openwire_text is not None and openwire_text.strip().lower() in ("", "none")
+            if (openwire_text is None and declared)
+            or (openwire_text is not None and openwire_text.strip().lower() in ("", "none"))
             else _port(env, OPENWIRE_PORT_ENV, DEFAULT_OPENWIRE_PORT)
         )
         try:

@@ -331,7 +331,10 @@ def openwire_url(broker_target: BrokerTarget) -> str:
     except BrokerTargetError as exc:
         pytest.fail(str(exc), pytrace=False)
     if url is None or port is None:
-        pytest.skip(f"the broker under test has no OpenWire port ({OPENWIRE_PORT_ENV} is empty)")
+        unavailable(
+            f"the broker under test ({broker_target.origin}) has no OpenWire port: set "
+            f"{OPENWIRE_PORT_ENV}"
+        )
     if not port_open(broker_target.host, port):
         reason = f"no OpenWire port open at {broker_target.host}:{port}"
         if broker_target.external:
@@ -352,6 +355,12 @@ def amqp_url(broker_target: BrokerTarget) -> str:
     if broker_target.amqp_url is not None:
         url = broker_target.amqp_url
         where = f"{AMQP_URL_ENV}; unset it to use the local RabbitMQ of `scripts/rabbitmq ensure`"
+    elif broker_target.external:
+        # Never the local RabbitMQ in place of the declared broker's own AMQP acceptor.
+        unavailable(
+            f"the broker under test ({broker_target.origin}) has no AMQP 1.0 address: "
+            f"set {AMQP_URL_ENV}"
+        )
     else:
         url = os.environ.get("BOOST_TEST_AMQP_URL", "").strip() or DEFAULT_AMQP_URL
         where = "the local RabbitMQ with rabbitmq_amqp1_0: run `scripts/rabbitmq ensure`"

@@ -20,7 +20,7 @@ from boost_tenancy.messages import WireMessage
 from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY, SelectorLike
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.testing.diverts import DivertModel
+from boost_tenancy.testing.diverts import DivertModel, QueueCount
 from boost_tenancy.testing.expiry import expired_copy, has_expired
 from boost_tenancy.testing.wire import (
     FlowControl,
@@ -167,7 +167,9 @@ class InMemoryBroker:
         """Artemis: sends dropped because they carried a `transaction` header of an earlier
         transaction (store)."""
         self._rr = itertools.count()
-        self._diverts = DivertModel(self._queues.__contains__, self._make_queue)
+        self._diverts = DivertModel(
+            self._queues.__contains__, self._make_queue, self._artemis_queue_counts
+        )
         self._closed = False
         self._thread = threading.Thread(
             target=self._dispatch_loop, name="memory-broker", daemon=True
@@ -293,6 +295,25 @@ class InMemoryBroker:
                 waiting = sum(1 for s in stored if s.available_at <= now)
                 stats[queue] = QueueStats(waiting=waiting, in_flight=in_flight, scheduled=None)
             return stats
+
+    def _artemis_queue_counts(self) -> list[QueueCount]:
+        """Every queue as Artemis's listQueues counts it (called with the lock held)."""
+        now = self._clock()
+        counts = []
+        for name, stored in self._queues.items():
+            holding = [c for c in self._consumers if c.queue == name]
+            counts.append(
+                QueueCount(
+                    name=name,
+                    waiting=sum(1 for s in stored if s.available_at <= now),
+                    in_flight=sum(
+                        1 for c in self._consumers for s in c.in_flight.values() if s.queue == name
+                    ),
+                    scheduled=sum(1 for s in stored if s.available_at > now),
+                    consumers=len(holding),
+                )
+            )
+        return counts
 
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
         """What Classic's statistics plugin answers for prefix + ">" (InMemoryTransport's

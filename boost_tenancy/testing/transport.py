@@ -15,6 +15,7 @@ from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.testing.memory import Consumer, InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
+from boost_tenancy.transports import artemis_queues
 from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
@@ -27,6 +28,7 @@ from boost_tenancy.transports.base import (
     TransportCapabilities,
     check_queue_prefix,
 )
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 
 T = TypeVar("T")
@@ -241,32 +243,40 @@ class InMemoryTransport(ManagedRoutes):
 
     # -- statistics ------------------------------------------------------------------------------
     def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:
-        """The counts Classic's statistics plugin reports (QueueStatsReader); refused on the
-        Artemis model, whose capabilities do not declare queue_statistics."""
+        """The counts Classic's statistics plugin reports, or Artemis's listQueues through its
+        management operations (QueueStatsReader)."""
         self._require_connected()
         if not self.capabilities.queue_statistics:
             raise QueueStatsUnavailableError(
                 f"{self._broker.flavour.value} gives no queue statistics over STOMP"
             )
-        return self._broker.queue_stats([check_queue_name(q) for q in queues])
+        names = [check_queue_name(q) for q in queues]
+        if self._broker.flavour is BrokerFlavour.ARTEMIS:
+            return self.management_session(
+                lambda session: artemis_queues.queue_stats(session, names)
+            )
+        return self._broker.queue_stats(names)
 
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
-        """Every queue under the prefixes, as Classic's plugin lists them (QueueLister); refused
-        on the Artemis model, whose capabilities do not declare queue_listing."""
+        """Every queue under the prefixes, as Classic's plugin or Artemis's listQueues lists them
+        (QueueLister)."""
         self._require_connected()
         if not self.capabilities.queue_listing:
             raise QueueStatsUnavailableError(
                 f"{self._broker.flavour.value} lists no queues over STOMP"
             )
-        return self._broker.list_queues([check_queue_prefix(p) for p in prefixes])
+        checked = [check_queue_prefix(p) for p in prefixes]
+        if self._broker.flavour is BrokerFlavour.ARTEMIS:
+            return self.management_session(lambda s: artemis_queues.list_queues(s, checked))
+        return self._broker.list_queues(checked)
 
     # -- routes at send time (Artemis) ------------------------------------------------------------
     def management_session(self, work: Callable[[Runs], T]) -> T:
-        """Artemis's management operations (ManagedRoutes: its exclusive diverts) on the model;
-        refused on the Classic model, whose capabilities do not declare send_time_routes."""
+        """Artemis's management operations (its exclusive diverts, its queue counts) on the
+        model; refused on the Classic model, which has no management address."""
         self._require_connected()
-        if not self.capabilities.send_time_routes:
-            raise TransportError(f"{self._broker.flavour.value} takes no routes at run time")
+        if self._broker.flavour is not BrokerFlavour.ARTEMIS:
+            raise TransportError(f"{self._broker.flavour.value} has no management address")
         return work(self._broker)
 
 

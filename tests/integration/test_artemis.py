@@ -25,6 +25,7 @@ from boost_tenancy import (
     open_error_store,
 )
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.artemis_container import ArtemisContainer, docker_engine_missing
@@ -85,10 +86,11 @@ def test_isolation_retries_and_dead_letters_on_artemis(
     )
     runner.start()
     out, dlq = Inbox(), Inbox()
-    transport.subscribe(queue + ".out", selector=None, prefetch=10, on_delivery=out)
-    transport.subscribe(
-        dead_letter_queue(queue), selector=tenant_selector("org-A"), prefetch=10, on_delivery=dlq
-    )
+    # Where the default routing puts org-A's output and dead letters (its own queues).
+    own_out = DEFAULT_ROUTING.physical(queue + ".out", "org-A")
+    own_dlq = dead_letter_queue(DEFAULT_ROUTING.physical(queue, "org-A"))
+    transport.subscribe(own_out, selector=None, prefetch=10, on_delivery=out)
+    transport.subscribe(own_dlq, selector=tenant_selector("org-A"), prefetch=10, on_delivery=dlq)
     producer = TenantProducer(transport)
     producer.send(queue, "org-A", {"n": 1})
     producer.send(queue, "org-B", {"n": 2})

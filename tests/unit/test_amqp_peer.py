@@ -344,8 +344,11 @@ def test_a_dropped_connection_counts_its_unsettled_messages_then_dead_letters(
     feeder = Client(peer.url)
     feeder.send(queue, "lost", capability="queue")
     feeder.close()
+    # Artemis counts every other loss of an AMQP connection (measured on 2.44: 0, 1, 1 and
+    # 1, 1, 2, 2, 3), so the cap takes twice as many losses, less one.
+    losses = 2 * MAX_ATTEMPTS - 1
     counts = []
-    for attempt in range(MAX_ATTEMPTS):
+    for attempt in range(losses):
         holder = Client(peer.url)
         message = receive(holder.receiver(queue, "queue"))
         assert message is not None
@@ -353,12 +356,12 @@ def test_a_dropped_connection_counts_its_unsettled_messages_then_dead_letters(
         peer.drop_connections()
         assert holder.wait(lambda h=holder: h.connection.disconnected)  # no close frame came
         holder.close()
-        if attempt < MAX_ATTEMPTS - 1:
+        if attempt < losses - 1:
             assert wait_until(lambda: peer.depth(queue) == 1, timeout=2)
-    assert counts == [0, 1, 2]
+    assert counts == [0, 1, 1, 2, 2]
     assert wait_until(lambda: peer.depth("DLA") == 1, timeout=2)
     assert peer.depth(queue) == 0
-    assert peer.connections_opened == 1 + MAX_ATTEMPTS
+    assert peer.connections_opened == 1 + losses
 
 
 def test_a_killed_client_counts_its_unsettled_message(peer: AmqpPeer, queue: str) -> None:

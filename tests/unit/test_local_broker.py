@@ -276,6 +276,7 @@ def test_missing_java_gives_the_clear_error(
     jar = tmp_path / "activemq.jar"
     jar.touch()
     monkeypatch.setattr(lb, "ACTIVEMQ_JAR", jar)
+    monkeypatch.setattr(lb, "STOMP_JSON_JARS", (jar,))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
 
     with pytest.raises(LocalBrokerError) as caught:
@@ -283,6 +284,19 @@ def test_missing_java_gives_the_clear_error(
 
     assert str(caught.value) == JAVA_MISSING_MESSAGE
     assert isinstance(caught.value, BoostTenancyError)
+
+
+def test_missing_json_jars_are_installed_with_activemq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jar = tmp_path / "activemq.jar"
+    jar.touch()
+    monkeypatch.setattr(lb, "ACTIVEMQ_JAR", jar)
+    monkeypatch.setattr(lb, "STOMP_JSON_JARS", (tmp_path / "xstream.jar",))
+    installed: list[Path] = []
+    monkeypatch.setattr(lb, "install_activemq", installed.append)
+    LocalBroker(LocalBrokerSettings(home=tmp_path)).ensure_installed()
+    assert installed == [jar]
 
 
 def test_missing_activemq_without_apt_get(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

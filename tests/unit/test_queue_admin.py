@@ -39,6 +39,7 @@ from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from tests.conftest import reachable_postgres_dsn, wait_until
+from tests.no_statistics import without_statistics
 
 QUEUE = "orders"
 OTHER_QUEUE = "invoices"
@@ -169,7 +170,7 @@ def test_list_shows_every_queue_of_the_tenant_with_dead_letters_quarantine_and_c
 
 def test_list_refuses_on_a_broker_without_queue_listing_naming_the_capability() -> None:
     broker = InMemoryBroker(flavour=BrokerFlavour.ARTEMIS)
-    transport = InMemoryTransport(broker)
+    transport = without_statistics(InMemoryTransport(broker))
     transport.connect()
     try:
         with pytest.raises(QueueStatsUnavailableError, match="queue_listing"):

@@ -33,6 +33,7 @@ from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import QueueStats, Transport
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from tests.conftest import ManualClock, unique_queue, wait_until
+from tests.no_statistics import without_statistics
 
 ORG_A, ORG_B, ORG_C = TenantId("org-a"), TenantId("org-b"), TenantId("org-c")
 
@@ -220,7 +221,7 @@ def test_the_thread_outlives_failing_reads(transport: CountingTransport) -> None
 
 def test_a_transport_without_queue_statistics_is_refused_at_start() -> None:
     broker = InMemoryBroker(flavour=BrokerFlavour.ARTEMIS)
-    transport = CountingTransport(broker)
+    transport = without_statistics(CountingTransport(broker))
     transport.connect()
     gauges = QueueGauges(transport, [ORG_A], ["cmd.g"], refresh_s=0.02)
     try:
@@ -351,7 +352,7 @@ def test_run_processor_refuses_a_broker_without_statistics_naming_the_setting(
     seen: dict[str, Any] = {}
 
     def open_artemis(*_: Any) -> InMemoryTransport:
-        opened.append(InMemoryTransport(artemis))
+        opened.append(without_statistics(InMemoryTransport(artemis)))
         return opened[-1]
 
     class StartingRunner(ProcessorRunner):

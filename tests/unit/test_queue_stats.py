@@ -34,6 +34,7 @@ from boost_tenancy.transports.base import (
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.statistics import classic_queue_stats, decode_map_json
 from tests.conftest import Inbox, unique_queue, wait_until
+from tests.no_statistics import without_statistics
 from tests.stats_scenario import HELD, WAITING, backlog
 
 ORG_A, ORG_B = TenantId("org-a"), TenantId("org-b")
@@ -174,9 +175,9 @@ def test_a_shared_queue_says_what_is_not_available_per_tenant_instead_of_inventi
 # -- the capability decides -----------------------------------------------------------------------
 
 
-def test_the_artemis_model_declares_no_statistics_and_is_refused() -> None:
+def test_a_broker_without_statistics_is_refused() -> None:
     broker = InMemoryBroker(flavour=BrokerFlavour.ARTEMIS)
-    transport = InMemoryTransport(broker)
+    transport = without_statistics(InMemoryTransport(broker))
     transport.connect()
     try:
         assert not transport.capabilities.queue_statistics
@@ -231,10 +232,11 @@ def test_the_capability_decides_not_the_method_nor_the_broker() -> None:
 
 def test_capabilities_are_declared_per_broker() -> None:
     assert BrokerFlavour.CLASSIC.capabilities.queue_statistics
-    assert not BrokerFlavour.ARTEMIS.capabilities.queue_statistics
+    assert BrokerFlavour.ARTEMIS.capabilities.queue_statistics  # its management address
     assert not BrokerFlavour.OTHER.capabilities.queue_statistics
-    for flavour in AmqpFlavour:
-        assert not flavour.capabilities().queue_statistics
+    assert {f: f.capabilities().queue_statistics for f in AmqpFlavour} == {
+        f: f is AmqpFlavour.ARTEMIS for f in AmqpFlavour
+    }
 
 
 # -- Classic's answer -----------------------------------------------------------------------------
@@ -361,7 +363,13 @@ def test_stats_command_exits_2_with_one_line_where_the_broker_gives_no_statistic
 ) -> None:
     broker = InMemoryBroker(flavour=BrokerFlavour.ARTEMIS)
     try:
-        _cli_on(broker, monkeypatch)
+        for name in [n for n in os.environ if n.startswith("BOOST_")]:
+            monkeypatch.delenv(name)
+        monkeypatch.setattr(
+            cli_common,
+            "open_broker",
+            lambda settings, env: without_statistics(InMemoryTransport(broker)),
+        )
         assert main(["stats", "--tenant", "org-a", "--queue", "cmd.x"]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""

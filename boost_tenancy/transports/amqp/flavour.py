@@ -53,9 +53,10 @@ class AmqpFlavour(enum.Enum):
             atomic_forward=artemis,
             atomic_batches=artemis,
             prefetch_counts_messages=True,  # link credit counts messages on every broker
-            # RabbitMQ 3.10 reports queues over HTTP only; Artemis's queue counts would come
-            # from its management address, which is asked for diverts only (below).
-            queue_statistics=False,
+            # RabbitMQ 3.10 reports queues over HTTP only; Artemis answers listQueues through
+            # its management address (transports/artemis_queues.py).
+            queue_statistics=artemis,
+            queue_listing=artemis,
             # Artemis's exclusive diverts, made through its management address
             # (amqp/management.py).
             send_time_routes=artemis,

@@ -15,9 +15,15 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from boost_tenancy.errors import BoostTenancyError, ConfigError, TransportError
+from boost_tenancy.errors import (
+    BoostTenancyError,
+    ConfigError,
+    QueueStatsUnavailableError,
+    TransportError,
+)
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports import artemis_queues
 from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage, encode_message
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
@@ -28,11 +34,14 @@ from boost_tenancy.transports.amqp.waiters import all_of, resolve
 from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
+    ListedQueue,
     OnDelivery,
     Outgoing,
+    QueueStats,
     SubscribeRequest,
     Subscription,
     TransportCapabilities,
+    check_queue_prefix,
 )
 from boost_tenancy.transports.registry import TransportUrl
 
@@ -342,12 +351,31 @@ class AmqpTransport(ManagedRoutes):
         self._accept(tokens)
         return moved
 
-    # -- routes at send time (Artemis) ------------------------------------------------------------
+    # -- queue counts and routes at send time (Artemis) --------------------------------------------
+    def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:
+        """Counts of the named queues (QueueStatsReader), where capabilities.queue_statistics:
+        Artemis's listQueues, asked on this connection."""
+        if not self.capabilities.queue_statistics:
+            raise QueueStatsUnavailableError(
+                f"{self.server or 'the broker'} gives no queue statistics over AMQP"
+            )
+        names = [check_queue_name(q) for q in queues]
+        return self.management_session(lambda session: artemis_queues.queue_stats(session, names))
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        """Every queue under the prefixes (QueueLister), where capabilities.queue_listing."""
+        if not self.capabilities.queue_listing:
+            raise QueueStatsUnavailableError(
+                f"{self.server or 'the broker'} lists no queues over AMQP"
+            )
+        checked = [check_queue_prefix(p) for p in prefixes]
+        return self.management_session(lambda session: artemis_queues.list_queues(session, checked))
+
     def management_session(self, work: Callable[[Runs], T]) -> T:
-        """Artemis's management operations (ManagedRoutes: its exclusive diverts), where
-        capabilities.send_time_routes; asked on this connection (amqp/management.py)."""
-        if not self.capabilities.send_time_routes:
-            raise TransportError(f"{self.server or 'the broker'} takes no routes at run time")
+        """Artemis's management operations (ManagedRoutes: its exclusive diverts; its queue
+        counts), asked on this connection (amqp/management.py)."""
+        if not (self.capabilities.send_time_routes or self.capabilities.queue_statistics):
+            raise TransportError(f"{self.server or 'the broker'} has no management address")
         session = AmqpManagementSession(self, self._settings.confirm_timeout_s)
         try:
             return work(session)

@@ -84,11 +84,12 @@ _CAPABILITIES: Final = {
         # Artemis counts its consumer window in bytes; an unknown broker promises nothing.
         prefetch_counts_messages=flavour is BrokerFlavour.CLASSIC,
         # Classic's statistics plugin, asked over STOMP (stomp/statistics.py); whether the broker
-        # enables it shows only when asked. Artemis would answer through its management address,
-        # which no test here could check against a real Artemis: not claimed.
-        queue_statistics=flavour is BrokerFlavour.CLASSIC,
-        # The same plugin asked with a wildcard answers once per matching queue.
-        queue_listing=flavour is BrokerFlavour.CLASSIC,
+        # enables it shows only when asked. Artemis answers listQueues through its management
+        # address (transports/artemis_queues.py).
+        queue_statistics=flavour is not BrokerFlavour.OTHER,
+        # The same plugin asked with a wildcard answers once per matching queue; Artemis's
+        # listQueues filters by name.
+        queue_listing=flavour is not BrokerFlavour.OTHER,
         # Artemis's exclusive diverts, made through its management address
         # (stomp/management.py); Classic routes at send time only from its configuration.
         send_time_routes=flavour is BrokerFlavour.ARTEMIS,

@@ -14,6 +14,7 @@ from typing import TypeVar
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
+from boost_tenancy.transports import artemis_queues
 from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (
     Delivery,
@@ -369,20 +370,27 @@ class StompTransport(ManagedRoutes):
             raise QueueStatsUnavailableError(
                 f"{self.flavour.value} gives no queue statistics over STOMP"
             )
+        if self.flavour is BrokerFlavour.ARTEMIS:
+            return self.management_session(
+                lambda session: artemis_queues.queue_stats(session, queues)
+            )
         return ClassicStatistics(self._settings).queue_stats(queues)
 
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
         """Every queue under the prefixes (QueueLister), where capabilities.queue_listing."""
         if not self.capabilities.queue_listing:
             raise QueueStatsUnavailableError(f"{self.flavour.value} lists no queues over STOMP")
+        if self.flavour is BrokerFlavour.ARTEMIS:
+            return self.management_session(
+                lambda session: artemis_queues.list_queues(session, prefixes)
+            )
         return ClassicStatistics(self._settings).list_queues(prefixes)
 
     def management_session(self, work: Callable[[Runs], T]) -> T:
-        """Artemis's management operations (ManagedRoutes: its exclusive diverts), where
-        capabilities.send_time_routes; asked on a connection of their own
-        (stomp/management.py)."""
-        if not self.capabilities.send_time_routes:
-            raise TransportError(f"{self.flavour.value} takes no routes at run time")
+        """Artemis's management operations (ManagedRoutes: its exclusive diverts; its queue
+        counts); asked on a connection of their own (stomp/management.py)."""
+        if self.flavour is not BrokerFlavour.ARTEMIS:
+            raise TransportError(f"{self.flavour.value} has no management address")
         return management_session(self._settings, work)
 
 
