@@ -26,6 +26,7 @@ from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_broker import LocalBroker, LocalBrokerSettings
 from tests.conftest import require_activemq, wait_until
 from tests.integration.test_local_broker import _free_port_pair
+from tests.raw_stomp import send_confirmed
 
 
 @contextmanager
@@ -50,12 +51,14 @@ def raw_send(settings: StompSettings, queue: str, messages: list[tuple[str | Non
     """Plain STOMP sends to queue, as a Java service sends: (tenantUUID or none, n of the body)."""
     connection = stomp.Connection12([(settings.host, settings.port)], auto_content_length=False)
     connection.connect(wait=True)
+    sends = []
     for tenant, n in messages:
         headers = {"persistent": "true"}
         if tenant is not None:
             headers["tenantUUID"] = tenant
-        connection.send(f"/queue/{queue}", json.dumps({"n": n}), headers=headers)
-    connection.disconnect()  # waits for its receipt: the broker holds every message
+        sends.append((f"/queue/{queue}", json.dumps({"n": n}), headers))
+    send_confirmed(connection, sends)  # the broker holds every message
+    connection.disconnect()
 
 
 Frame = tuple[dict[str, str], Any]

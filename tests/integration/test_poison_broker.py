@@ -97,8 +97,12 @@ def raw_send(settings: StompSettings, frames: Sequence[bytes]) -> None:
     with socket.create_connection((settings.host, settings.port), timeout=15) as sock:
         sock.sendall(raw_connect_frame(settings))
         _read_until(sock, b"CONNECTED")
-        sock.sendall(b"".join(frames) + b"DISCONNECT\nreceipt:done\n\n\x00")
+        # The receipt on the last SEND: on Artemis a DISCONNECT's receipt confirms no SEND
+        # before it (tests/raw_stomp.py).
+        last = frames[-1].replace(b"SEND\n", b"SEND\nreceipt:done\n", 1)
+        sock.sendall(b"".join([*frames[:-1], last]))
         _read_until(sock, b"RECEIPT")
+        sock.sendall(b"DISCONNECT\n\n\x00")
 
 
 def _read_until(sock: socket.socket, word: bytes) -> None:

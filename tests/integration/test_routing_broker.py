@@ -31,6 +31,7 @@ from boost_tenancy import (
 from boost_tenancy.resilience.error_store import FailureOutcome, SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import recorded, unique_queue, wait_until
+from tests.raw_stomp import send_confirmed
 
 pytestmark = [pytest.mark.broker]
 
@@ -113,16 +114,21 @@ def test_raw_stomp_sends_to_the_shared_queue_are_stored_and_consumed_per_tenant(
     light, heavy = f"org-light-{suffix}", f"org-heavy-{suffix}"
     sender = raw_connection(stomp_settings, raw)
     destination = f"/queue/{queue}"
-    for n in range(HEAVY_COUNT):
-        sender.send(
-            destination, json.dumps({"n": n}), headers={"tenantUUID": heavy, "persistent": "true"}
-        )
-    for n in range(LIGHT_COUNT):
-        sender.send(
-            destination, json.dumps({"n": n}), headers={"tenantUUID": light, "persistent": "true"}
-        )
-    sender.send(destination, json.dumps({"n": -1}), headers={"persistent": "true"})
-    sender.disconnect()  # waits for its receipt: the broker holds every message
+    send_confirmed(
+        sender,
+        [
+            *(
+                (destination, json.dumps({"n": n}), {"tenantUUID": heavy, "persistent": "true"})
+                for n in range(HEAVY_COUNT)
+            ),
+            *(
+                (destination, json.dumps({"n": n}), {"tenantUUID": light, "persistent": "true"})
+                for n in range(LIGHT_COUNT)
+            ),
+            (destination, json.dumps({"n": -1}), {"persistent": "true"}),
+        ],
+    )  # the broker holds every message
+    sender.disconnect()
 
     # Only the light tenant has a processor; the heavy tenant's backlog is ahead of it.
     processor = Recorder(queue)

@@ -170,7 +170,9 @@ def test_a_text_send_of_invalid_utf8_is_kept_by_classic_and_rewritten_by_artemis
     body = inbox.items[0].body
     assert isinstance(body, str)
     if broker_flavour == "artemis":
-        assert body == INVALID_UTF8.decode("utf-8", "replace")
+        # Java's decoder replaces each bad sequence with U+FFFD (its grouping is not Python's).
+        assert body.startswith("ok \ufffd") and body.endswith(" end")
+        assert body.encode("utf-8") != INVALID_UTF8  # valid UTF-8 now: the bytes are gone
     else:
         assert body.encode("utf-8", "surrogateescape") == INVALID_UTF8
     transport.ack(inbox.items[0])
