@@ -16,7 +16,6 @@ from tests.conftest import unique_queue, wait_until
 
 pytestmark = [
     pytest.mark.broker,
-    pytest.mark.classic_only("reads ActiveMQ Classic's statistics plugin"),
 ]
 
 ROUTING = Routing(Topology.PER_TENANT)
