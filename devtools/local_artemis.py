@@ -87,8 +87,8 @@ class ArtemisSettings:
     policy)."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port_offset <= 1000:
-            raise LocalBrokerError(f"{ENV_OFFSET} must be 0-1000, got {self.port_offset}")
+        if not 0 <= self.port_offset <= 2000:
+            raise LocalBrokerError(f"{ENV_OFFSET} must be 0-2000, got {self.port_offset}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ArtemisSettings:

@@ -7,6 +7,7 @@ Neither side is restarted by the test: both transports must reconnect by themsel
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -30,14 +31,13 @@ from boost_tenancy.messages import new_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
-from tests.integration.worker_support import dedicated_broker, read_queues, stored_in
+from tests.integration.worker_support import OwnBroker, own_broker, read_queues, stored_in
 
 pytestmark = [
     pytest.mark.broker,
     pytest.mark.slow,
-    pytest.mark.local_broker("restarts and kills a dedicated local broker"),
+    pytest.mark.local_broker("restarts and kills a Classic and an Artemis of its own"),
 ]
 
 TENANTS = ("org-A", "org-B")
@@ -50,9 +50,12 @@ HANDLE_S = 0.05
 outage messages wait on the broker, sit prefetched in the runner and are being handled."""
 
 
-@pytest.fixture(scope="module")
-def restart_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    yield from dedicated_broker(tmp_path_factory.mktemp("restart-broker"), 62613, 62616)
+@pytest.fixture(scope="module", params=["classic", "artemis"])
+def restart_broker(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[OwnBroker]:
+    home = tmp_path_factory.mktemp(f"restart-{request.param}")
+    yield from own_broker(request.param, home, 62613, 62616)
 
 
 class IdRecorder(TenantProcessor):
@@ -148,7 +151,7 @@ class ConnectionWatch(threading.Thread):
         self.join(5)
 
 
-def _crash_and_start(broker: LocalBroker) -> None:
+def _crash_and_start(broker: OwnBroker) -> None:
     broker.kill()
     broker.start()
 
@@ -180,20 +183,17 @@ def _stop_runner(runner: ProcessorRunner, timeout_s: float) -> bool | None:
 @pytest.mark.parametrize(
     "outage",
     [
-        pytest.param(LocalBroker.restart, id="clean-restart"),
+        pytest.param(OwnBroker.restart, id="clean-restart"),
         pytest.param(_crash_and_start, id="kill-and-start"),
     ],
 )
 def test_broker_outage_mid_stream_loses_no_persistent_message(
-    restart_broker: LocalBroker,
+    restart_broker: OwnBroker,
     tmp_path: Path,
-    outage: Callable[[LocalBroker], None],
+    outage: Callable[[OwnBroker], None],
 ) -> None:
-    settings = StompSettings(
-        host=restart_broker.settings.host,
-        port=restart_broker.settings.stomp_port,
-        receipt_timeout_s=10.0,
-        reconnect_wait_s=60.0,
+    settings = dataclasses.replace(
+        restart_broker.settings, receipt_timeout_s=10.0, reconnect_wait_s=60.0
     )
     queue = unique_queue("restart")
     processor = IdRecorder(queue)

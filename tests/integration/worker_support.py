@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_artemis import HOST as ARTEMIS_HOST
+from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
+from devtools.local_artemis import USER as ARTEMIS_USER
+from devtools.local_artemis import ArtemisSettings, LocalArtemis
 from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
 from tests.broker_target import stomp_env
 from tests.conftest import Inbox, unavailable, wait_until
@@ -226,3 +231,59 @@ def dedicated_broker(home: Path, stomp_port: int, openwire_port: int) -> Iterato
         yield broker
     finally:
         broker.stop(timeout_s=30)
+
+
+@dataclass
+class OwnBroker:
+    """A broker of a test's own, Classic or Artemis, that it may restart or kill: its STOMP
+    address and login as settings."""
+
+    flavour: str
+    process: LocalBroker | LocalArtemis
+    settings: StompSettings
+
+    def restart(self) -> None:
+        self.process.restart()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def start(self) -> None:
+        self.process.start()
+
+
+OWN_ARTEMIS_OFFSET = 1100
+"""Ports of a test's own Artemis: 62813 (STOMP), 62816 (CORE), 6872 (AMQP), clear of the shared
+brokers and of the Classic brokers tests start (626xx, 627xx)."""
+
+
+def own_broker(
+    flavour: str, home: Path, stomp_port: int, openwire_port: int
+) -> Iterator[OwnBroker]:
+    """Fixture body: a Classic (dedicated_broker) or an Artemis (devtools.local_artemis, the
+    project's configuration) of the test's own, stopped afterwards."""
+    if flavour == "classic":
+        for broker in dedicated_broker(home, stomp_port, openwire_port):
+            yield OwnBroker(
+                "classic",
+                broker,
+                StompSettings(host=broker.settings.host, port=broker.settings.stomp_port),
+            )
+        return
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        unavailable("Java and Maven are needed to run an Artemis of the test's own")
+    artemis = LocalArtemis(ArtemisSettings(home=home, port_offset=OWN_ARTEMIS_OFFSET))
+    try:
+        artemis.start()
+        yield OwnBroker(
+            "artemis",
+            artemis,
+            StompSettings(
+                host=ARTEMIS_HOST,
+                port=artemis.settings.stomp_port,
+                username=ARTEMIS_USER,
+                password=ARTEMIS_PASSWORD,
+            ),
+        )
+    finally:
+        artemis.stop(timeout_s=30)
