@@ -47,6 +47,7 @@ ARTEMIS_VERSION: Final = "2.44.0"
 """The version docker-compose.yml and the testcontainers image name: the one the toolkit's
 Artemis behaviour is measured on."""
 ARTIFACT: Final = f"org.apache.activemq:apache-artemis:{ARTEMIS_VERSION}:zip:bin"
+CLIENT_ARTIFACT: Final = f"org.apache.activemq:artemis-jms-client-all:{ARTEMIS_VERSION}"
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 BROKER_XML: Final = REPO_ROOT / "docker" / "artemis" / "etc-override" / "broker.xml"
 USER: Final = "boost"
@@ -161,12 +162,16 @@ def _sha1(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ensure_distribution(cache: Path) -> Path:
-    """The unpacked distribution of ARTEMIS_VERSION, fetched and unpacked if missing; raises
-    LocalBrokerError naming what failed."""
-    target = cache / f"apache-artemis-{ARTEMIS_VERSION}"
-    launcher = target / "bin" / "artemis"
-    if (target / ".complete").is_file() and launcher.is_file():
+def fetch_artifact(artifact: str, cache: Path) -> Path:
+    """The file of a Maven Central artifact (group:name:version[:extension[:classifier]]) in
+    cache, fetched with mvn once and checked against its published SHA-1; a download that did
+    not finish is never used. LocalBrokerError names what failed."""
+    group, name, version, *rest = artifact.split(":")
+    extension = rest[0] if rest else "jar"
+    classifier = f"-{rest[1]}" if len(rest) > 1 else ""
+    filename = f"{name}-{version}{classifier}.{extension}"
+    target = cache / filename
+    if target.is_file():
         return target
     if shutil.which("java") is None:
         raise LocalBrokerError("Java is missing: install a JDK 17 (apt-get install openjdk-17-jdk)")
@@ -181,15 +186,29 @@ def ensure_distribution(cache: Path) -> Path:
                 "-q",
                 "-B",
                 "dependency:copy",
-                f"-Dartifact={ARTIFACT}",
+                f"-Dartifact={artifact}",
                 f"-DoutputDirectory={scratch}",
             ],
             timeout_s=_MVN_TIMEOUT_S,
-            advice=f"Artemis {ARTEMIS_VERSION} could not be fetched from Maven Central",
+            advice=f"{artifact} could not be fetched from Maven Central",
         )
-        archive = Path(scratch) / f"apache-artemis-{ARTEMIS_VERSION}-bin.zip"
-        _check_checksum(archive)
-        unpacked = Path(scratch) / "unpacked"
+        fetched = Path(scratch) / filename
+        m2 = Path.home() / ".m2" / "repository" / Path(*group.split(".")) / name / version
+        _check_checksum(fetched, m2 / f"{filename}.sha1")
+        fetched.replace(target)  # the same file system: whole or not at all
+    return target
+
+
+def ensure_distribution(cache: Path) -> Path:
+    """The unpacked distribution of ARTEMIS_VERSION, fetched and unpacked if missing; raises
+    LocalBrokerError naming what failed."""
+    target = cache / f"apache-artemis-{ARTEMIS_VERSION}"
+    launcher = target / "bin" / "artemis"
+    if (target / ".complete").is_file() and launcher.is_file():
+        return target
+    archive = fetch_artifact(ARTIFACT, cache)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".unpack-") as scratch:
+        unpacked = Path(scratch)
         with zipfile.ZipFile(archive) as bundle:
             bundle.extractall(unpacked)
         root = unpacked / f"apache-artemis-{ARTEMIS_VERSION}"
@@ -203,13 +222,17 @@ def ensure_distribution(cache: Path) -> Path:
     return target
 
 
-def _check_checksum(archive: Path) -> None:
+def ensure_client_jar(cache: Path) -> Path:
+    """The Artemis JMS 2.0 client of ARTEMIS_VERSION, every dependency inside, from Maven
+    Central: what a Java service uses to reach Artemis over CORE."""
+    return fetch_artifact(CLIENT_ARTIFACT, cache)
+
+
+def _check_checksum(archive: Path, published: Path) -> None:
     """The archive's SHA-1 against the one Maven Central publishes beside it (kept in the local
     Maven repository by dependency:copy)."""
-    m2 = Path.home() / ".m2" / "repository" / "org" / "apache" / "activemq" / "apache-artemis"
-    published = m2 / ARTEMIS_VERSION / f"{archive.name}.sha1"
     if not published.is_file():
-        return  # an offline mirror without checksums: Maven itself checked what it could
+        return  # a mirror without checksums: Maven itself checked what it could
     expected = published.read_text(encoding="ascii").split()[0].strip().lower()
     actual = _sha1(archive)
     if actual != expected:

@@ -13,6 +13,7 @@ another) are skipped with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -32,6 +33,7 @@ from boost_tenancy.transports.base import Delivery, Outgoing, Transport
 from boost_tenancy.transports.registry import redact_url
 from boost_tenancy.transports.stomp import StompSettings
 from devtools.activemq_install import ACTIVEMQ_JAR
+from devtools.local_artemis import ArtemisSettings, ensure_client_jar
 from tests.artemis_container import ArtemisContainer, docker_engine_missing
 from tests.broker_target import (
     AMQP_URL_ENV,
@@ -315,12 +317,24 @@ def stomp_settings(broker_target: BrokerTarget) -> StompSettings:
 
 
 @pytest.fixture(scope="session")
-def jms_peer(tmp_path_factory: pytest.TempPathFactory) -> JmsPeer:
-    """The real ActiveMQ JMS client, compiled once: the BOOST Java services' side of the wire."""
+def jms_peer(tmp_path_factory: pytest.TempPathFactory, broker_target: BrokerTarget) -> JmsPeer:
+    """A real JMS client, compiled once: the BOOST Java services' side of the wire. The
+    ActiveMQ client over OpenWire on Classic; on Artemis the Artemis JMS 2.0 client over CORE,
+    from Maven Central, logged in as the suite."""
     reason = jms_available()
     if reason is not None:
         unavailable(f"JMS peer unavailable: {reason}")
-    return compile_peer(tmp_path_factory.mktemp("jms-peer-classes"))
+    peer = compile_peer(tmp_path_factory.mktemp("jms-peer-classes"))
+    if broker_target.flavour != "artemis":
+        return peer
+    try:
+        client = ensure_client_jar(ArtemisSettings().cache)
+    except BoostTenancyError as exc:
+        unavailable(f"the Artemis JMS client could not be had from Maven Central: {exc}")
+    login = None
+    if broker_target.username is not None and broker_target.password is not None:
+        login = (broker_target.username, broker_target.password)
+    return dataclasses.replace(peer, artemis_client=client, login=login)
 
 
 @pytest.fixture(scope="session")
@@ -334,6 +348,8 @@ def openwire_url(broker_target: BrokerTarget) -> str:
         url, port = broker_target.openwire_url, broker_target.openwire_port
     except BrokerTargetError as exc:
         pytest.fail(str(exc), pytrace=False)
+    if broker_target.flavour == "artemis" and port is not None:
+        url = f"tcp://{broker_target.host}:{port}"  # CORE; the JMS peer logs in by itself
     if url is None or port is None:
         unavailable(
             f"the broker under test ({broker_target.origin}) has no OpenWire port: set "

@@ -7,6 +7,7 @@ import java.util.List;
 
 import javax.jms.BytesMessage;
 import javax.jms.Connection;
+import javax.jms.ConnectionFactory;
 import javax.jms.DeliveryMode;
 import javax.jms.Destination;
 import javax.jms.JMSException;
@@ -20,13 +21,14 @@ import javax.jms.Session;
 import javax.jms.StreamMessage;
 import javax.jms.TextMessage;
 
-import org.apache.activemq.ActiveMQConnectionFactory;
-
 /**
  * Minimal JMS peer used by the interoperability tests.
  *
  * <p>It behaves like the BOOST Java services on the wire: it speaks OpenWire through the
- * ActiveMQ JMS client, stamps {@code tenantUUID} as a JMS string property and reads it back
+ * ActiveMQ JMS client, or CORE through the Artemis JMS 2.0 client (the system property
+ * {@code peer.factory} names the connection factory class, the environment variables
+ * {@code JMS_PEER_USER} and {@code JMS_PEER_PASSWORD} the login), stamps {@code tenantUUID}
+ * as a JMS string property and reads it back
  * with {@code getStringProperty}. Every result is printed as one JSON object per line on
  * stdout so the Python side can parse it without a JSON library on this side.
  *
@@ -63,6 +65,23 @@ public final class JmsPeer {
         System.err.flush();
         // The ActiveMQ client may leave non-daemon threads behind; never hang the caller.
         System.exit(status);
+    }
+
+    /** A connection through the factory class {@code peer.factory} names, with the login of
+     * the environment when one is given. */
+    private static Connection connect(String brokerUrl) throws JMSException {
+        String factoryClass = System.getProperty("peer.factory", "org.apache.activemq.ActiveMQConnectionFactory");
+        ConnectionFactory factory;
+        try {
+            factory = (ConnectionFactory) Class.forName(factoryClass)
+                    .getConstructor(String.class)
+                    .newInstance(brokerUrl);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot make " + factoryClass + ": " + e, e);
+        }
+        String user = System.getenv("JMS_PEER_USER");
+        String password = System.getenv("JMS_PEER_PASSWORD");
+        return user == null ? factory.createConnection() : factory.createConnection(user, password);
     }
 
     private static int run(String[] args) throws JMSException {
@@ -121,7 +140,7 @@ public final class JmsPeer {
      * service sends, its destination fixed for every message. */
     private static void sendEach(String brokerUrl, String queueName, String text, String[] tenants)
             throws JMSException {
-        Connection connection = new ActiveMQConnectionFactory(brokerUrl).createConnection();
+        Connection connection = connect(brokerUrl);
         try {
             Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
             MessageProducer producer = session.createProducer(session.createQueue(queueName));
@@ -142,7 +161,7 @@ public final class JmsPeer {
     private static void send(
             String brokerUrl, String queueName, String tenant, String text, List<String[]> properties)
             throws JMSException {
-        Connection connection = new ActiveMQConnectionFactory(brokerUrl).createConnection();
+        Connection connection = connect(brokerUrl);
         try {
             Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
             Queue queue = session.createQueue(queueName);
@@ -163,7 +182,7 @@ public final class JmsPeer {
     private static void receive(
             String brokerUrl, String queueName, String selector, int count, long timeoutMs)
             throws JMSException {
-        Connection connection = new ActiveMQConnectionFactory(brokerUrl).createConnection();
+        Connection connection = connect(brokerUrl);
         try {
             Session session = connection.createSession(false, Session.CLIENT_ACKNOWLEDGE);
             Queue queue = session.createQueue(queueName);

@@ -64,7 +64,9 @@ def _java_env() -> dict[str, str]:
     return env
 
 
-def _run(command: Sequence[str], timeout_s: float, what: str) -> str:
+def _run(
+    command: Sequence[str], timeout_s: float, what: str, env: Mapping[str, str] | None = None
+) -> str:
     try:
         completed = subprocess.run(
             list(command),
@@ -72,7 +74,7 @@ def _run(command: Sequence[str], timeout_s: float, what: str) -> str:
             text=True,
             encoding="utf-8",
             timeout=timeout_s,
-            env=_java_env(),
+            env=dict(env) if env is not None else _java_env(),
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
@@ -86,14 +88,31 @@ def _run(command: Sequence[str], timeout_s: float, what: str) -> str:
     return completed.stdout
 
 
+ARTEMIS_FACTORY = "org.apache.activemq.artemis.jms.client.ActiveMQConnectionFactory"
+"""The Artemis JMS 2.0 client's connection factory (CORE protocol)."""
+
+
 @dataclass(frozen=True)
 class JmsPeer:
-    """A compiled ``JmsPeer`` class, run once per call in a fresh JVM."""
+    """A compiled ``JmsPeer`` class, run once per call in a fresh JVM: with the ActiveMQ Classic
+    client over OpenWire, or, given artemis_client (the Artemis JMS 2.0 client jar from Maven
+    Central), with it over CORE, logged in as login."""
 
     classes_dir: Path
+    artemis_client: Path | None = None
+    login: tuple[str, str] | None = None
 
     def _command(self, *args: str) -> list[str]:
-        return ["java", "-cp", _classpath(self.classes_dir), PEER_CLASS, *args]
+        if self.artemis_client is None:
+            return ["java", "-cp", _classpath(self.classes_dir), PEER_CLASS, *args]
+        classpath = os.pathsep.join([str(self.classes_dir), str(self.artemis_client)])
+        return ["java", f"-Dpeer.factory={ARTEMIS_FACTORY}", "-cp", classpath, PEER_CLASS, *args]
+
+    def _env(self) -> dict[str, str]:
+        env = _java_env()
+        if self.login is not None:
+            env["JMS_PEER_USER"], env["JMS_PEER_PASSWORD"] = self.login
+        return env
 
     def send(
         self,
@@ -113,6 +132,7 @@ class JmsPeer:
             self._command("send", broker_url, queue, tenant, text, *extra),
             JVM_OVERHEAD_S,
             f"JMS send to {queue}",
+            self._env(),
         )
         lines = [line for line in stdout.splitlines() if line.strip()]
         if len(lines) != 1:
@@ -130,6 +150,7 @@ class JmsPeer:
             self._command("send-each", broker_url, queue, text, *tenants),
             JVM_OVERHEAD_S,
             f"JMS sends to {queue}",
+            self._env(),
         )
         if json.loads(stdout.strip() or "{}").get("sent") != len(tenants):
             raise RuntimeError(f"JMS send-each printed unexpected output: {stdout!r}")
@@ -156,6 +177,7 @@ class JmsPeer:
             self._command("receive", broker_url, queue, selector, str(count), str(timeout_ms)),
             timeout_ms / 1000 + JVM_OVERHEAD_S,
             f"JMS receive from {queue}",
+            self._env(),
         )
         return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
