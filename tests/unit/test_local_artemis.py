@@ -1,0 +1,74 @@
+"""The project's local Artemis manager: its configuration from the project's broker.xml, its
+ports, its cache, and one Artemis version named everywhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from devtools import local_artemis as la
+from devtools.broker_settings import LocalBrokerError
+from tests.artemis_container import DEFAULT_IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_the_test_container_and_the_local_broker_name_one_artemis_version() -> None:
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    images = set(re.findall(r"image: apache/activemq-artemis:([0-9.]+)", compose))
+    assert images == {la.ARTEMIS_VERSION}
+    assert DEFAULT_IMAGE == f"apache/activemq-artemis:{la.ARTEMIS_VERSION}"
+
+
+def test_the_projects_broker_xml_is_rendered_with_every_acceptor_on_its_own_loopback_port() -> None:
+    rendered = la.render_broker_xml(la.ArtemisSettings(home=Path("/x"), port_offset=100))
+    acceptors = re.findall(r"tcp://([0-9.]+):(\d+)", rendered)
+    assert acceptors == [("127.0.0.1", "61816"), ("127.0.0.1", "61813"), ("127.0.0.1", "5872")]
+    assert "0.0.0.0" not in rendered
+
+
+def test_an_unexpected_acceptor_port_is_refused() -> None:
+    source = la.BROKER_XML.read_text(encoding="utf-8").replace(":5672", ":5673")
+    with pytest.raises(LocalBrokerError, match="unknown port 5673"):
+        la.render_broker_xml(la.ArtemisSettings(home=Path("/x")), source)
+
+
+def test_extra_configuration_goes_into_core() -> None:
+    settings = la.ArtemisSettings(home=Path("/x"), extra_xml="    <ha-policy/>")
+    assert "    <ha-policy/>\n  </core>" in la.render_broker_xml(settings)
+
+
+def test_settings_from_the_environment_and_their_refusals(tmp_path: Path) -> None:
+    settings = la.ArtemisSettings.from_env(
+        {la.ENV_HOME: str(tmp_path), la.ENV_OFFSET: "7", la.ENV_CACHE: str(tmp_path / "c")}
+    )
+    assert (settings.home, settings.cache) == (tmp_path, tmp_path / "c")
+    assert settings.ports() == {"stomp": 61720, "core": 61723, "amqp": 5779}
+    env = settings.suite_env()
+    assert env["BOOST_TEST_BROKER_FLAVOUR"] == "artemis"
+    assert env["BOOST_BROKER_URL"] == "stomp://127.0.0.1:61720"
+    assert env["BOOST_BROKER_AMQP_URL"] == "amqp://boost:boost-test@127.0.0.1:5779"
+    with pytest.raises(LocalBrokerError, match="number of ports"):
+        la.ArtemisSettings.from_env({la.ENV_OFFSET: "-1"})
+    with pytest.raises(LocalBrokerError, match="0-2000"):
+        la.ArtemisSettings(home=tmp_path, port_offset=5000)
+
+
+def test_a_fetched_archive_whose_checksum_differs_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "apache-artemis-2.44.0-bin.zip"
+    archive.write_bytes(b"not the archive")
+    published = tmp_path / "apache-artemis-2.44.0-bin.zip.sha1"
+    published.write_text("0" * 40 + "\n", encoding="ascii")
+    with pytest.raises(LocalBrokerError, match="Maven Central publishes 0000"):
+        la._check_checksum(archive, published)
+
+
+def test_a_cached_artifact_is_used_without_asking_maven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cached = tmp_path / f"artemis-jms-client-all-{la.ARTEMIS_VERSION}.jar"
+    cached.write_bytes(b"jar")
+    monkeypatch.setattr(la.shutil, "which", lambda _name: None)  # mvn would be refused
+    assert la.ensure_client_jar(tmp_path) == cached
