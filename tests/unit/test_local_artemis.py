@@ -19,7 +19,7 @@ def test_compose_the_test_container_and_the_local_broker_name_one_artemis_versio
     compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     images = set(re.findall(r"image: apache/activemq-artemis:([0-9.]+)", compose))
     assert images == {la.ARTEMIS_VERSION}
-    assert DEFAULT_IMAGE == f"apache/activemq-artemis:{la.ARTEMIS_VERSION}"
+    assert f"apache/activemq-artemis:{la.ARTEMIS_VERSION}" == DEFAULT_IMAGE
 
 
 def test_the_projects_broker_xml_is_rendered_with_every_acceptor_on_its_own_loopback_port() -> None:
