@@ -4,17 +4,20 @@ start-up wait and its stop, shared by the Classic (devtools.local_broker) and Ar
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from devtools.broker_probes import port_in_use
 from devtools.broker_settings import LocalBrokerError
 
 LOG_TAIL_LINES: Final = 30
@@ -39,13 +42,24 @@ class BrokerProcess:
 
     name = "broker"
 
-    def __init__(self, home: Path, *, start_timeout_s: float) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        start_timeout_s: float,
+        logs: str = "logs",
+        log: str = "broker.log",
+        console: str = "broker.out",
+    ) -> None:
         # Absolute, because it is matched against the broker's command line to recognise it.
         self.home = home.expanduser().resolve()
         self.start_timeout_s = start_timeout_s
-        self.logs_dir = self.home / "logs"
+        self.logs_dir = self.home / logs
         self.pid_file = self.home / "broker.pid"
-        self.console_file = self.logs_dir / "broker.out"
+        self.log_file = self.logs_dir / log
+        """The broker's own log."""
+        self.console_file = self.logs_dir / console
+        """The JVM's console output of the latest start."""
         # Kept so a broker started by this process is reaped: an unreaped child stays a zombie,
         # which signal 0 reports as alive.
         self._process: subprocess.Popen[bytes] | None = None
@@ -59,7 +73,7 @@ class BrokerProcess:
 
     @property
     def log_files(self) -> Sequence[Path]:
-        return (self.console_file,)
+        return (self.log_file, self.console_file)
 
     def is_ready(self) -> bool:
         raise NotImplementedError
@@ -67,6 +81,33 @@ class BrokerProcess:
     def where(self) -> str:
         """Where readiness is probed, for the error when it never comes."""
         raise NotImplementedError
+
+    def _ports(self) -> Mapping[str, tuple[str, int]]:
+        """The ports the broker listens on, by name: (host, port)."""
+        raise NotImplementedError
+
+    def _launch(self) -> int:
+        """Write the configuration and spawn the broker (the lock held); returns its pid."""
+        raise NotImplementedError
+
+    def _start(self, advice: str) -> None:
+        """Start the broker and wait until it is ready; one already running is kept, and a port
+        another process holds is refused with advice (what to stop or change)."""
+        with self._locked():
+            pid = self.running_pid()
+            if pid is not None:
+                if not self.is_ready():
+                    # Started by someone else moments ago: wait for it rather than start twice.
+                    self._wait_ready(pid, launched=False)
+                return
+            self._remove_pid_file()
+            for name, (host, port) in self._ports().items():
+                if port_in_use(host, port):
+                    raise LocalBrokerError(
+                        f"port {port} ({name}) on {host} is in use by another process, not by "
+                        f"the {self.name} in {self.home}; {advice}"
+                    )
+            self._wait_ready(self._launch(), launched=True)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -236,3 +277,39 @@ class BrokerProcess:
                 return False
             time.sleep(POLL_INTERVAL_S / 2)
         return True
+
+
+def command_parser(
+    prog: str, description: str, start_help: str, *extra: tuple[str, str]
+) -> argparse.ArgumentParser:
+    """The commands every local broker script takes (start, stop, restart, status, purge), and
+    extra ones as (name, help)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("start", help=start_help)
+    stop = commands.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
+    stop.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL (default 30)"
+    )
+    commands.add_parser("restart", help="stop, then start")
+    commands.add_parser("status", help="print the broker's state as JSON")
+    commands.add_parser("purge", help="delete stored messages (the broker must be stopped)")
+    for name, help_text in extra:
+        commands.add_parser(name, help=help_text)
+    return parser
+
+
+def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code argparse chose (2 for a usage error)."""
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def failed(prog: str, command: str, exc: BaseException) -> int:
+    """Print a command's failure as one line and return its exit code, 2. The full message may
+    carry a log tail; the line names the log file to read."""
+    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    print(f"{prog} {command}: {first_line}", file=sys.stderr)
+    return 2

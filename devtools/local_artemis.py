@@ -21,7 +21,6 @@ three, for a second broker).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -38,8 +37,8 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.broker_probes import port_in_use, stomp_login
-from devtools.broker_process import BrokerProcess
+from devtools.broker_probes import stomp_login
+from devtools.broker_process import BrokerProcess, command_parser, failed, parse_command
 from devtools.broker_settings import LocalBrokerError, find_repo_root
 from devtools.commands import run_checked
 
@@ -248,20 +247,20 @@ class LocalArtemis(BrokerProcess):
     name = "Artemis broker"
 
     def __init__(self, settings: ArtemisSettings) -> None:
-        super().__init__(settings.home, start_timeout_s=START_TIMEOUT_S)
+        super().__init__(
+            settings.home,
+            start_timeout_s=START_TIMEOUT_S,
+            logs="log",
+            log="artemis.log",
+            console="artemis.out",
+        )
         self.settings = settings
-        self.logs_dir = self.home / "log"
-        self.console_file = self.logs_dir / "artemis.out"
-        self.log_file = self.logs_dir / "artemis.log"
         self.data_dir = self.home / "data"
+        self._distribution: Path | None = None
 
     @property
     def marker(self) -> str:
         return f"-Dartemis.instance={self.home}"
-
-    @property
-    def log_files(self) -> Sequence[Path]:
-        return (self.log_file, self.console_file)
 
     def where(self) -> str:
         return f"a STOMP login on {HOST}:{self.settings.stomp_port}"
@@ -272,26 +271,19 @@ class LocalArtemis(BrokerProcess):
     def start(self) -> None:
         """Install if needed, create the instance once, write its broker.xml, start it and wait
         until a STOMP login succeeds; a broker already running is kept."""
-        distribution = ensure_distribution(self.settings.cache)
-        with self._locked():
-            pid = self.running_pid()
-            if pid is not None:
-                if not self.is_ready():
-                    self._wait_ready(pid, launched=False)
-                return
-            self._remove_pid_file()
-            for name, port in self.settings.ports().items():
-                if port_in_use(HOST, port):
-                    raise LocalBrokerError(
-                        f"port {port} ({name}) on {HOST} is in use by another process, not by "
-                        f"the Artemis in {self.home}; stop it or set {ENV_OFFSET}"
-                    )
-            self._create(distribution)
-            (self.home / "etc" / "broker.xml").write_text(
-                render_broker_xml(self.settings), encoding="utf-8"
-            )
-            pid = self._spawn([str(self.home / "bin" / "artemis"), "run"])
-            self._wait_ready(pid, launched=True)
+        self._distribution = ensure_distribution(self.settings.cache)
+        self._start(f"stop it or set {ENV_OFFSET}")
+
+    def _ports(self) -> dict[str, tuple[str, int]]:
+        return {name: (HOST, port) for name, port in self.settings.ports().items()}
+
+    def _launch(self) -> int:
+        assert self._distribution is not None
+        self._create(self._distribution)
+        (self.home / "etc" / "broker.xml").write_text(
+            render_broker_xml(self.settings), encoding="utf-8"
+        )
+        return self._spawn([str(self.home / "bin" / "artemis"), "run"])
 
     def restart(self) -> None:
         self.stop()
@@ -350,23 +342,16 @@ class LocalArtemis(BrokerProcess):
 
 def run_cli(argv: Sequence[str]) -> int:
     """Run an Artemis command; 0 on success, 2 on error (one line on stderr)."""
-    parser = argparse.ArgumentParser(
-        prog=CLI_NAME,
-        description=f"Run the local ActiveMQ Artemis {ARTEMIS_VERSION} for development and tests.",
+    parser = command_parser(
+        CLI_NAME,
+        f"Run the local ActiveMQ Artemis {ARTEMIS_VERSION} for development and tests.",
+        "install if needed, start and wait for a STOMP login",
+        ("kill", "SIGKILL the broker, as a crash would"),
+        ("env", "print the variables that point the test suite at it"),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("start", help="install if needed, start and wait for a STOMP login")
-    stop = commands.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
-    stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
-    commands.add_parser("restart", help="stop, then start")
-    commands.add_parser("kill", help="SIGKILL the broker, as a crash would")
-    commands.add_parser("status", help="print the broker's state as JSON")
-    commands.add_parser("purge", help="delete stored messages (the broker must be stopped)")
-    commands.add_parser("env", help="print the variables that point the test suite at it")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parse_command(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         broker = LocalArtemis(ArtemisSettings.from_env(os.environ))
         if args.command in ("start", "restart"):
@@ -392,9 +377,7 @@ def run_cli(argv: Sequence[str]) -> int:
             for name, value in broker.settings.suite_env().items():
                 print(f"export {name}={value}")
     except (BoostTenancyError, OSError, subprocess.SubprocessError) as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"{CLI_NAME} {args.command}: {first_line}", file=sys.stderr)
-        return 2
+        return failed(CLI_NAME, args.command, exc)
     return 0
 
 

@@ -39,7 +39,6 @@ When the package is missing, ``start`` installs it with apt-get (devtools.active
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -56,8 +55,8 @@ from devtools.activemq_install import (
     STOMP_JSON_JARS,
     install_activemq,
 )
-from devtools.broker_probes import port_in_use, stomp_handshake
-from devtools.broker_process import BrokerProcess
+from devtools.broker_probes import stomp_handshake
+from devtools.broker_process import BrokerProcess, command_parser, failed, parse_command
 from devtools.broker_settings import (
     ENV_OPENWIRE_PORT,
     LOG4J_PROPERTIES,
@@ -85,7 +84,6 @@ class LocalBroker(BrokerProcess):
         self.settings = settings
         self.conf_dir = self.home / "conf"
         self.data_dir = self.home / "data"
-        self.log_file = self.logs_dir / "broker.log"
         self.lib_dir = self.home / "lib"
         self._java: str | None = None
         self._plugin_jar: Path | None = None
@@ -94,12 +92,15 @@ class LocalBroker(BrokerProcess):
     def marker(self) -> str:
         return f"-Dactivemq.base={self.home}"
 
-    @property
-    def log_files(self) -> Sequence[Path]:
-        return (self.log_file, self.console_file)
-
     def where(self) -> str:
         return f"STOMP on {self.settings.host}:{self.settings.stomp_port}"
+
+    def _ports(self) -> dict[str, tuple[str, int]]:
+        host = self.settings.host
+        return {
+            "STOMP": (host, self.settings.stomp_port),
+            "OpenWire": (host, self.settings.openwire_port),
+        }
 
     # -- installation -------------------------------------------------------------------------
 
@@ -121,26 +122,7 @@ class LocalBroker(BrokerProcess):
     def start(self) -> None:
         """Start the broker and wait until STOMP answers; a broker already running is kept."""
         self.ensure_installed()
-        with self._locked():
-            pid = self._read_pid()
-            if pid is not None and self._is_ours(pid):
-                if not self.is_ready():
-                    # Started by someone else moments ago: wait for it rather than start twice.
-                    self._wait_ready(pid, launched=False)
-                return
-            self._remove_pid_file()
-            for name, port in (
-                ("STOMP", self.settings.stomp_port),
-                ("OpenWire", self.settings.openwire_port),
-            ):
-                if port_in_use(self.settings.host, port):
-                    raise LocalBrokerError(
-                        f"port {port} ({name}) on {self.settings.host} is in use by another "
-                        f"process, not by the broker in {self.home}; stop it or choose another "
-                        f"port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})"
-                    )
-            pid = self._launch()
-            self._wait_ready(pid, launched=True)
+        self._start(f"stop it or choose another port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})")
 
     def restart(self) -> None:
         """Stop the broker (if running) and start it again."""
@@ -218,24 +200,14 @@ class LocalBroker(BrokerProcess):
 
 def run_cli(argv: Sequence[str]) -> int:
     """Run a broker command; 0 on success, 2 on error (one line on stderr)."""
-    parser = argparse.ArgumentParser(
-        prog=CLI_NAME,
-        description="Run the local ActiveMQ broker for development, tests and demos.",
+    parser = command_parser(
+        CLI_NAME,
+        "Run the local ActiveMQ broker for development, tests and demos.",
+        "install if needed, start and wait until STOMP answers",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("start", help="install if needed, start and wait until STOMP answers")
-    stop = commands.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
-    stop.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL (default 30)"
-    )
-    commands.add_parser("restart", help="stop, then start")
-    commands.add_parser("status", help="print the broker's state as JSON")
-    commands.add_parser("purge", help="delete stored messages (the broker must be stopped)")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-
+    args = parse_command(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         broker = LocalBroker(LocalBrokerSettings.from_env(os.environ))
         if args.command == "start":
@@ -253,11 +225,7 @@ def run_cli(argv: Sequence[str]) -> int:
             broker.purge_data()
             print(f"broker data deleted ({broker.data_dir})")
     except (BoostTenancyError, OSError) as exc:
-        # The full message may carry a log tail; the command keeps to one line, which names the
-        # log file to read.
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"{CLI_NAME} {args.command}: {first_line}", file=sys.stderr)
-        return 2
+        return failed(CLI_NAME, args.command, exc)
     return 0
 
 

@@ -68,6 +68,15 @@ class AmqpFlavour(enum.Enum):
             return RABBITMQ_QUEUE_PREFIX + queue
         return queue
 
+    @property
+    def durable_terminus(self) -> bool:
+        """Whether a link to a queue must say its terminus is durable for the queue to be.
+        RabbitMQ's AMQP 1.0 plugin declares the queue a link names durable only when the link's
+        terminus durability is not none (rabbit_amqp1_0_link_util:durable/1), and proton's
+        default is none: every queue the toolkit made there was transient, and a restart of the
+        broker dropped what it held. Artemis's queues are durable by its address settings."""
+        return self is AmqpFlavour.RABBITMQ
+
     def queue_of(self, address: str | None) -> str:
         """The queue an address names (the inverse of address())."""
         text = address or ""

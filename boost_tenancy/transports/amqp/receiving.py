@@ -151,6 +151,8 @@ class Receiving:
         receiver.handler = engine  # its events straight to the engine, not looked up each time
         receiver.source.address = engine.flavour.address(spec.queue)
         receiver.source.capabilities.put_object(QUEUE_CAPABILITY)
+        if engine.flavour.durable_terminus:
+            receiver.source.durability = Terminus.CONFIGURATION
         if spec.selector is not None:
             filters = receiver.source.filter
             filters.put_map()

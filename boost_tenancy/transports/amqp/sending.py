@@ -22,7 +22,7 @@ from cproton import (
     pn_delivery_updated,
     pn_incref,
 )
-from proton import Delivery, Endpoint, Link, Sender
+from proton import Delivery, Endpoint, Link, Sender, Terminus
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
@@ -73,6 +73,8 @@ class Sending:
                 # A node that is no queue goes without: Artemis would make a durable queue of
                 # that name (and cannot, where auto-creation is off).
                 sender.target.capabilities.put_object(QUEUE_CAPABILITY)
+                if engine.flavour.durable_terminus:
+                    sender.target.durability = Terminus.CONFIGURATION
             self._senders[address] = sender
         return sender
 
