@@ -5,6 +5,8 @@ Accepted algorithms come from configuration only; the tenant claim must pass Ten
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,11 @@ EC_ALGORITHMS: Final = ("ES256", "ES384")
 SUPPORTED_ALGORITHMS: Final = HMAC_ALGORITHMS + RSA_ALGORITHMS + EC_ALGORITHMS
 
 MIN_SECRET_BYTES: Final = 32
+DEFAULT_MAX_LIFETIME_S: Final = 86_400
+"""The longest a token may be valid from now (exp - now), and from its issue (exp - iat): a
+day by default. A signed token that is valid for ever cannot be taken back."""
+TIME_CLAIMS: Final = ("exp", "nbf", "iat")
+"""Claims that must be numbers (RFC 7519 NumericDate): PyJWT takes "9999999999" as a number."""
 MIN_RSA_BITS: Final = 2048
 MAX_LEEWAY_S: Final = 300
 # A bearer token arrives in an HTTP header; anything this long is not a token we issue, and
@@ -48,10 +55,18 @@ class _Names:
     secret: str
     public_key: str
     leeway_s: str
+    max_lifetime_s: str
 
 
 _FIELD_NAMES: Final = _Names(
-    "algorithms", "audience", "issuer", "tenant_claim", "secret", "public_key", "leeway_s"
+    "algorithms",
+    "audience",
+    "issuer",
+    "tenant_claim",
+    "secret",
+    "public_key",
+    "leeway_s",
+    "max_lifetime_s",
 )
 _ENV_NAMES: Final = _Names(
     "BOOST_JWT_ALGORITHMS",
@@ -61,6 +76,7 @@ _ENV_NAMES: Final = _Names(
     "BOOST_JWT_SECRET",
     "BOOST_JWT_PUBLIC_KEY_FILE",
     "BOOST_JWT_LEEWAY_S",
+    "BOOST_JWT_MAX_LIFETIME_S",
 )
 
 
@@ -132,9 +148,14 @@ def _validate(
     secret: str | None,
     public_key: str | None,
     leeway_s: int,
+    max_lifetime_s: int,
     names: _Names,
 ) -> None:
     _check_algorithms(algorithms, names.algorithms)
+    if not 60 <= max_lifetime_s <= 366 * 86_400:
+        raise ConfigError(
+            f"{names.max_lifetime_s} must be 60 seconds to a year, got {max_lifetime_s}"
+        )
     for value, name in ((audience, names.audience), (issuer, names.issuer)):
         if not value.strip():
             raise ConfigError(f"{name} is required")
@@ -167,6 +188,8 @@ class JwtSettings:
     secret: str | None = field(default=None, repr=False)
     public_key: str | None = None
     leeway_s: int = 30
+    max_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
+    """A token valid for longer than this, from now or from its iat, is refused."""
 
     def __post_init__(self) -> None:
         _validate(
@@ -177,13 +200,15 @@ class JwtSettings:
             secret=self.secret,
             public_key=self.public_key,
             leeway_s=self.leeway_s,
+            max_lifetime_s=self.max_lifetime_s,
             names=_FIELD_NAMES,
         )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JwtSettings:
-        """BOOST_JWT_ALGORITHMS, _AUDIENCE, _ISSUER (required), _TENANT_CLAIM, _LEEWAY_S, and
-        BOOST_JWT_SECRET (HS*) or BOOST_JWT_PUBLIC_KEY_FILE (RS*, ES*); errors name the variable."""
+        """BOOST_JWT_ALGORITHMS, _AUDIENCE, _ISSUER (required), _TENANT_CLAIM, _LEEWAY_S,
+        _MAX_LIFETIME_S, and BOOST_JWT_SECRET (HS*) or BOOST_JWT_PUBLIC_KEY_FILE (RS*, ES*);
+        errors name the variable."""
         algorithms = tuple(
             part.strip() for part in env.get("BOOST_JWT_ALGORITHMS", "").split(",") if part.strip()
         )
@@ -205,6 +230,7 @@ class JwtSettings:
             "secret": secret,
             "public_key": public_key,
             "leeway_s": env_int(env, "BOOST_JWT_LEEWAY_S", 30),
+            "max_lifetime_s": env_int(env, "BOOST_JWT_MAX_LIFETIME_S", DEFAULT_MAX_LIFETIME_S),
         }
         # Validated here first so that an error names the variable rather than the field.
         _validate(**values, names=_ENV_NAMES)
@@ -271,6 +297,33 @@ class TenantAuthenticator:
         if algorithm.strip().lower() == "none" or algorithm not in self._settings.algorithms:
             raise AuthenticationError("algorithm not allowed")
 
+    def _check_lifetime(self, claims: Mapping[str, Any]) -> None:
+        """Time claims are numbers (RFC 7519 NumericDate), the token is valid now within the
+        leeway, and for no longer than max_lifetime_s from now or from its iat. PyJWT alone
+        accepts exp "9999999999" (a string) and 10**30."""
+        for name in TIME_CLAIMS:
+            value = claims.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise AuthenticationError(f"claim {name} is not a number")
+            if not math.isfinite(value):
+                raise AuthenticationError(f"claim {name} is not a number")
+        leeway = self._settings.leeway_s
+        now = time.time()
+        expires = claims["exp"]
+        if expires <= now - leeway:
+            raise AuthenticationError("expired")
+        not_before = claims.get("nbf")
+        if not_before is not None and not_before > now + leeway:
+            raise AuthenticationError("not yet valid")
+        issued = claims.get("iat")
+        if issued is not None and issued > now + leeway:
+            raise AuthenticationError("not yet valid")
+        limit = self._settings.max_lifetime_s + leeway
+        if expires - now > limit or (issued is not None and expires - issued > limit):
+            raise AuthenticationError("token lifetime too long")
+
     def authenticate(self, token: str) -> TenantId:
         """The tenant of a verified token; AuthenticationError says why a token was refused."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
@@ -284,14 +337,21 @@ class TenantAuthenticator:
                 algorithms=self._algorithms,
                 audience=settings.audience,
                 issuer=settings.issuer,
-                leeway=settings.leeway_s,
-                options={"require": ["exp", "aud", "iss"]},
+                # The time claims are checked below, their types first: PyJWT takes exp
+                # "9999999999" (a string) for a number.
+                options={
+                    "require": ["exp", "aud", "iss"],
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
             )
         except jwt.PyJWTError as exc:
             raise AuthenticationError(_reason(exc)) from None
         # PyJWT 2.10.0 matched the issuer as a substring (CVE-2024-53861): compare exactly here.
         if claims.get("iss") != settings.issuer:
             raise AuthenticationError("wrong issuer")
+        self._check_lifetime(claims)
         raw_tenant = claims.get(settings.tenant_claim)
         if raw_tenant is None:
             raise AuthenticationError("missing claim")

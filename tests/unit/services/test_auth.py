@@ -141,6 +141,37 @@ def test_a_token_without_exp_is_refused(hs256: TenantAuthenticator) -> None:
     assert refusal(hs256, hs_token(exp=MISSING)) == "missing claim"
 
 
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+@pytest.mark.parametrize("value", ["9999999999", True, [1], {"n": 1}])
+def test_a_time_claim_that_is_no_number_is_refused(
+    hs256: TenantAuthenticator, claim: str, value: object
+) -> None:
+    """Signed with the right key: PyJWT itself takes exp "9999999999" as a number."""
+    assert refusal(hs256, hs_token(**{claim: value})) == f"claim {claim} is not a number"
+
+
+@pytest.mark.parametrize("exp_from_now", [10**30, 86_400 + 31 + 60, 10 * 365 * 86_400])
+def test_a_token_valid_for_longer_than_the_maximum_is_refused(
+    hs256: TenantAuthenticator, exp_from_now: int
+) -> None:
+    now = int(time.time())
+    assert refusal(hs256, hs_token(exp=now + exp_from_now)) == "token lifetime too long"
+
+
+def test_a_token_issued_long_ago_for_a_long_life_is_refused(hs256: TenantAuthenticator) -> None:
+    now = int(time.time())
+    token = hs_token(iat=now - 2 * 86_400, exp=now + 600)
+    assert refusal(hs256, token) == "token lifetime too long"
+
+
+def test_the_maximum_lifetime_is_a_setting() -> None:
+    now = int(time.time())
+    week = TenantAuthenticator(hs256_settings(max_lifetime_s=7 * 86_400))
+    assert week.authenticate(hs_token(exp=now + 3 * 86_400)).value == "org-a"
+    with pytest.raises(ConfigError, match="max_lifetime_s"):
+        hs256_settings(max_lifetime_s=10)
+
+
 def test_a_token_not_valid_yet_is_refused(hs256: TenantAuthenticator) -> None:
     assert refusal(hs256, hs_token(nbf=int(time.time()) + 3600)) == "not yet valid"
 
@@ -319,6 +350,10 @@ def test_from_env_defaults() -> None:
         tenant_claim="tenantId",
         secret=SECRET,
         leeway_s=30,
+        max_lifetime_s=86_400,
+    )
+    assert (
+        JwtSettings.from_env({**HS_ENV, "BOOST_JWT_MAX_LIFETIME_S": "3600"}).max_lifetime_s == 3600
     )
 
 
