@@ -6,13 +6,133 @@ import cycles.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from boost_tenancy.errors import ConfigError
 
 N = TypeVar("N", int, float)
+
+KNOWN_VARIABLES: Final = frozenset(
+    {
+        # the broker, its login, TLS and waits (transports/options.py, the URL schemes)
+        "BOOST_BROKER_URL",
+        "BOOST_BROKER_USER",
+        "BOOST_BROKER_PASSWORD",
+        "BOOST_BROKER_PASSWORD_FILE",
+        "BOOST_BROKER_CA_FILE",
+        "BOOST_BROKER_CERT_FILE",
+        "BOOST_BROKER_KEY_FILE",
+        "BOOST_BROKER_KEY_PASSWORD",
+        "BOOST_BROKER_KEY_PASSWORD_FILE",
+        "BOOST_BROKER_VERIFY_HOST",
+        "BOOST_BROKER_CONNECT_TIMEOUT_S",
+        "BOOST_BROKER_CONFIRM_TIMEOUT_S",
+        "BOOST_BROKER_RECONNECT_WAIT_S",
+        "BOOST_BROKER_RECONNECT_INITIAL_S",
+        "BOOST_BROKER_RECONNECT_MAX_S",
+        "BOOST_BROKER_HEARTBEAT_S",
+        "BOOST_ARTEMIS_WINDOW_BYTES",
+        # the runner and its policies (config.py)
+        "BOOST_TENANTS",
+        "BOOST_WORKERS",
+        "BOOST_PREFETCH",
+        "BOOST_MAX_ATTEMPTS",
+        "BOOST_RETRY_BASE_MS",
+        "BOOST_RETRY_MAX_MS",
+        "BOOST_SHUTDOWN_GRACE_S",
+        "BOOST_ERROR_STORE",
+        "BOOST_LOG_FORMAT",
+        "BOOST_LOG_LEVEL",
+        "BOOST_LOOP_STALL_S",
+        "BOOST_METRICS_HOST",
+        "BOOST_METRICS_PORT",
+        "BOOST_METRICS_TENANT_LABEL",
+        "BOOST_QUEUE_GAUGES_S",
+        "BOOST_QUEUE_STATE_POLL_S",
+        "BOOST_ROUTING",
+        "BOOST_ROUTING_OVERRIDES",
+        "BOOST_SEND_ROUTES",
+        "BOOST_DEFAULT_TENANT",
+        "BOOST_MESSAGE_TTL_S",
+        "BOOST_MAX_MESSAGE_BYTES",
+        "BOOST_MAX_QUEUED_MESSAGES",
+        "BOOST_FAIRNESS",
+        "BOOST_FAIRNESS_EXEMPT_QUEUES",
+        "BOOST_FAIRNESS_EXEMPT_TENANTS",
+        "BOOST_FAIRNESS_HOLD_S",
+        "BOOST_TENANT_CONCURRENCY",
+        "BOOST_DEFER_MS",
+        "BOOST_DEFER_JITTER_MS",
+        "BOOST_RATE_PER_S",
+        "BOOST_RATE_BURST_S",
+        "BOOST_PUBLISH_RATE_PER_S",
+        "BOOST_PUBLISH_BYTES_PER_S",
+        "BOOST_PUBLISH_BURST_S",
+        "BOOST_PUBLISH_REDIS_URL",
+        "BOOST_REDIS_URL",
+        "BOOST_POLICY_STORE",
+        "BOOST_TIER_STORE",
+        "BOOST_TIER_FREE_LIMIT",
+        "BOOST_TIER_PRO_LIMIT",
+        "BOOST_TIER_PRO_PLUS_LIMIT",
+        "BOOST_TIER_ENTERPRISE_LIMIT",
+        "BOOST_USAGE_STORE",
+        "BOOST_USAGE_FLUSH_S",
+        "BOOST_ACTOR",
+        # the sample services (services/)
+        "BOOST_BLOB_DIR",
+        "BOOST_DOCUMENT_STORE",
+        "BOOST_REVIEW_THRESHOLD",
+        "BOOST_RULES_DIR",
+        "BOOST_HTTP_HOST",
+        "BOOST_HTTP_PORT",
+        "BOOST_HTTP_MAX_UPLOAD_BYTES",
+        "BOOST_HTTP_TENANT_IN_FLIGHT",
+        "BOOST_HTTP_TENANT_REQUESTS_PER_MIN",
+        "BOOST_JWT_ALGORITHMS",
+        "BOOST_JWT_AUDIENCE",
+        "BOOST_JWT_ISSUER",
+        "BOOST_JWT_TENANT_CLAIM",
+        "BOOST_JWT_SECRET",
+        "BOOST_JWT_PUBLIC_KEY_FILE",
+        "BOOST_JWT_LEEWAY_S",
+        "BOOST_JWT_MAX_LIFETIME_S",
+        # the local brokers (devtools/), which read the same environment
+        "BOOST_BROKER_HOME",
+        "BOOST_BROKER_OPENWIRE_PORT",
+        "BOOST_BROKER_HEAP_MB",
+        "BOOST_BROKER_KEYSTORE",
+        "BOOST_BROKER_KEYSTORE_PASSWORD",
+        "BOOST_BROKER_KEYSTORE_PASSWORD_FILE",
+        "BOOST_BROKER_ROUTES",
+        "BOOST_BROKER_ROUTED_QUEUES",
+        "BOOST_BROKER_AMQP_URL",
+        "BOOST_ARTEMIS_HOME",
+        "BOOST_ARTEMIS_CACHE",
+        "BOOST_ARTEMIS_PORT_OFFSET",
+    }
+)
+"""Every BOOST_* variable something of the project reads. One that is set and not here is a
+mistake (BOOST_WORKER=8 for BOOST_WORKERS) and is refused, not ignored."""
+KNOWN_PREFIXES: Final = ("BOOST_TEST_",)
+"""Families read by the project's own test suite and scripts (BOOST_TEST_BROKER_FLAVOUR, ...)."""
+
+
+def unknown_variables(
+    env: Mapping[str, str], also_known: frozenset[str] = frozenset()
+) -> list[str]:
+    """The BOOST_* names set in env that nothing reads, each with the nearest known name."""
+    known = KNOWN_VARIABLES | also_known
+    found = []
+    for name in sorted(env):
+        if not name.startswith("BOOST_") or name in known or name.startswith(KNOWN_PREFIXES):
+            continue
+        nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        found.append(f"{name} (did you mean {nearest[0]}?)" if nearest else name)
+    return found
 
 
 def _env_number(

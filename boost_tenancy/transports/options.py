@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from boost_tenancy.envvars import env_flag, env_float
+from boost_tenancy.envvars import env_flag, env_float, unknown_variables
 from boost_tenancy.errors import ConfigError
 
 ENV_URL: Final = "BOOST_BROKER_URL"
@@ -52,12 +52,20 @@ _TLS_VARIABLES: Final = (
 
 
 def refuse_renamed(env: Mapping[str, str]) -> None:
-    """ConfigError naming every variable of RENAMED that is set, and what replaced it."""
+    """ConfigError naming every variable of RENAMED that is set, and what replaced it, or every
+    other BOOST_* variable that nothing reads, with the nearest known name: a mistyped variable
+    is refused at start-up instead of silently leaving its setting at the default."""
     given = [name for name in RENAMED if env.get(name, "").strip()]
     if given:
         replaced = "; ".join(f"{name} -> {RENAMED[name]}" for name in given)
         raise ConfigError(
             f"no longer read, set its replacement instead (docs/configuration.md): {replaced}"
+        )
+    unknown = unknown_variables({k: v for k, v in env.items() if k not in RENAMED})
+    if unknown:
+        raise ConfigError(
+            f"unknown variable{'s' if len(unknown) > 1 else ''}, read by nothing "
+            f"(docs/configuration.md lists them): {'; '.join(unknown)}"
         )
 
 
