@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 from cproton import pn_delivery_link
-from proton import Connection, Event, Handler, Link, ProtonException, SSLDomain
+from proton import Connection, Endpoint, Event, Handler, Link, ProtonException, SSLDomain
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
@@ -56,6 +56,8 @@ class AmqpConnection(Handler):
         self._closing = False
         self._reason = ""
         self._first_open: Future[None] = Future()
+        self._vhost_probe: Any = None
+        """The session that proves a virtual host before the first connection counts as open."""
         self._closed: Future[None] = Future()
         self._delay = settings.reconnect_initial_s
         self._waiting_for_open: list[Callable[[], None]] = []
@@ -129,7 +131,10 @@ class AmqpConnection(Handler):
                 password=s.password,
                 allowed_mechs="PLAIN" if s.username is not None else "ANONYMOUS",
                 allow_insecure_mechs=True,
-                virtual_host=s.vhost,
+                # RabbitMQ takes the virtual host from the open frame's hostname as
+                # "vhost:NAME" and ignores a bare name (measured on 3.10: "novhost" reached the
+                # default virtual host, "vhost:novhost" was refused for want of permissions).
+                virtual_host=None if s.vhost is None else f"vhost:{s.vhost}",
                 sni=s.addresses[self._address][0] if s.tls is not None else None,
             )
         except (ProtonException, OSError) as exc:
@@ -153,11 +158,46 @@ class AmqpConnection(Handler):
         conn = given(event.connection, "connection")
         if conn != self._conn:
             return
+        if conn.state & Endpoint.REMOTE_CLOSED:
+            # Opened and closed in the same breath (RabbitMQ refusing a login or a virtual host
+            # sends open, then close with the reason): no connection; the close says why.
+            return
         properties = conn.remote_properties or {}
         offered = [str(c) for c in (conn.remote_offered_capabilities or ())]
         self.flavour = AmqpFlavour.from_open(properties)
         self.capabilities = self.flavour.capabilities(offered)
         self.remote_product = f"{properties.get('product', '?')}/{properties.get('version', '?')}"
+        vhost = self.settings.vhost
+        if vhost is not None and not self.flavour.virtual_hosts:
+            # Never ignored: a broker without virtual hosts would put everything in its one.
+            self._reason = (
+                f"the URL names the virtual host {vhost!r}, and {self.remote_product} has no "
+                f"virtual hosts: remove /{vhost} from the URL"
+            )
+            self.abandon(self._reason)
+            return
+        if vhost is not None and not self._first_open.done():
+            # RabbitMQ opens a connection to any virtual host and refuses one it does not have
+            # (or the user may not use) only when a session begins (measured on 3.10): the
+            # first connection is open once a session of its own was.
+            probe = conn.session()
+            probe.handler = self
+            probe.open()
+            self._vhost_probe = probe
+            return
+        self._opened()
+
+    def on_session_remote_open(self, event: Event) -> None:
+        session = event.session
+        if session is None or self._vhost_probe is None or session != self._vhost_probe:
+            return
+        self._vhost_probe = None
+        session.close()
+        if self._conn is not None and session.connection == self._conn:
+            self._opened()
+
+    def _opened(self) -> None:
+        """The connection is usable: the parts attach anew and what waited for it runs."""
         self.sending.forget_senders()
         self._delay = self.settings.reconnect_initial_s
         self.generation += 1
@@ -175,6 +215,11 @@ class AmqpConnection(Handler):
         conn = given(event.connection, "connection")
         if conn == self._conn:
             self._reason = describe(conn.remote_condition)
+            if self.settings.vhost is not None and not self.is_open:
+                self._reason += (
+                    f" (the URL names the virtual host {self.settings.vhost!r}: does it exist, "
+                    "and may the user use it?)"
+                )
         conn.close()
 
     def on_transport_error(self, event: Event) -> None:
@@ -224,6 +269,11 @@ class AmqpConnection(Handler):
         self.sending.fail_all(error)
         self.sending.forget_senders()
         self.receiving.connection_lost(error)
+
+    @property
+    def last_reason(self) -> str:
+        """Why the latest connection ended (the broker's condition, a timeout), or empty."""
+        return self._reason
 
     def loop_failed(self, exc: BaseException) -> None:
         """The loop thread is ending on an error (EventLoop's on_failure): nothing will run

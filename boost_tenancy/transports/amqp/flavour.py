@@ -69,6 +69,12 @@ class AmqpFlavour(enum.Enum):
         return queue
 
     @property
+    def virtual_hosts(self) -> bool:
+        """Whether the broker has virtual hosts that the URL's path can select (RabbitMQ);
+        elsewhere a virtual host in the URL is refused, not ignored."""
+        return self is AmqpFlavour.RABBITMQ
+
+    @property
     def durable_terminus(self) -> bool:
         """Whether a link to a queue must say its terminus is durable for the queue to be.
         RabbitMQ's AMQP 1.0 plugin declares the queue a link names durable only when the link's
