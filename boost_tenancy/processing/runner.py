@@ -444,15 +444,20 @@ class ProcessorRunner:
         cancelled instead, and its worker settles it as a retry with its attempt counted.
         """
         grace = self._settings.shutdown_grace_s if grace_s is None else grace_s
+        deadline = time.monotonic() + grace
+        # First of all: no handler starts from now on. What is queued or arrives meanwhile stays
+        # unacknowledged and goes back to the broker uncounted when the transport closes; a
+        # handler started while the router and the re-drive wound down (up to 10 s) would be
+        # cut off by the close, and its attempt would run again.
+        self._stopping.set()
+        self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
         if self._queue_states is not None:
             self._queue_states.stop()
         if self._redrive is not None:
             self._redrive.stop()
         if self._router is not None:
             self._router.stop(timeout=min(grace, 10.0))
-        self._stopping.set()
-        self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
-        self._join_workers(time.monotonic() + grace)
+        self._join_workers(deadline)
         if self._event_loop is not None:
             # Past the grace period a coroutine is cancelled, and its worker settles it as a
             # retry before the transport closes; a plain handler cannot be, and is left.

@@ -5,6 +5,7 @@ the statistics readers, outlives a step that raises."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from boost_tenancy import (
     IncomingMessage,
     ProcessorRunner,
     TenantProcessor,
+    TenantProducer,
 )
 from boost_tenancy.lifecycle import Periodic
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
@@ -108,3 +110,55 @@ def test_periodic_runs_at_start_then_every_interval_and_outlives_a_step_that_rai
     assert not wait_until(lambda: len(steps) > stopped_at, timeout=0.1)
     with pytest.raises(ValueError, match="interval_s"):
         Periodic(step, interval_s=0, name="never")
+
+
+class Counting(TenantProcessor):
+    queues = ("lifecycle.count",)
+
+    def __init__(self) -> None:
+        self.started: list[float] = []
+        self._lock = threading.Lock()
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        with self._lock:
+            self.started.append(time.monotonic())
+
+
+def test_no_handler_starts_once_stop_began_and_what_waits_goes_back_uncounted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router winds down for up to 10 s: handlers that started meanwhile were cut off by
+    the close, and their attempt ran again (seen on RabbitMQ with held retries)."""
+    broker = InMemoryBroker()
+    processor = Counting()
+    runner = ProcessorRunner(
+        processor,
+        InMemoryTransport(broker),
+        ["org-a"],
+        error_store=SQLiteErrorStore(tmp_path / "errors.sqlite3"),
+    )
+    runner.start()
+    router = runner.router
+    assert router is not None
+    slow_stop = router.stop
+
+    def winding_down(timeout: float = 10.0) -> None:
+        # Messages keep coming while the router stops slowly.
+        for n in range(20):
+            producer.send("lifecycle.count", "org-a", {"n": n})
+            time.sleep(0.01)
+        slow_stop(timeout)
+
+    sender = InMemoryTransport(broker)
+    sender.connect()
+    producer = TenantProducer(sender)
+    monkeypatch.setattr(router, "stop", winding_down)
+    began = time.monotonic()
+    assert runner.stop(grace_s=5)
+    assert [t for t in processor.started if t > began] == []
+    # Nothing was acknowledged after the stop: every message waits, uncounted, for a runner.
+    held = broker.messages("tenant.org-a.lifecycle.count")
+    assert len(held) == 20
+    assert {m.properties.get("boostAttempt", "1") for m in held} == {"1"}
+    sender.close()
+    broker.close()
