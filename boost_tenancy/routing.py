@@ -17,7 +17,7 @@ from typing import Final
 
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.messages import check_queue_name
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.tenancy import MAX_TENANT_LENGTH, TenantId
 
 DLQ_PREFIX: Final = "DLQ."
 """DLQ.<queue>: the dead-letter queue of a broker queue."""
@@ -27,6 +27,24 @@ TENANT_QUEUE_PREFIX: Final = "tenant."
 """Per-tenant queues: tenant.<tenant>.<queue>; Classic secures tenant.<t>.>, Artemis tenant.<t>.#"""
 PARKED_QUEUE_PREFIX: Final = "parked."
 """Messages of tenants without a running processor wait in parked.<tenant>.<queue>."""
+MAX_QUEUE_NAME: Final = 200
+"""The longest broker queue name the toolkit makes (messages.check_queue_name)."""
+MAX_LOGICAL_QUEUE: Final = MAX_QUEUE_NAME - len(
+    f"{DLQ_PREFIX}{TENANT_QUEUE_PREFIX}{'t' * MAX_TENANT_LENGTH}.{QUARANTINE_SUFFIX}"
+)
+"""The longest logical queue whose every derived queue fits for every tenant: the quarantine of
+a tenant's queue, DLQ.tenant.<tenant>.<queue>.quarantine, is the longest of them."""
+BROKER_RESERVED: Final = (
+    ("ActiveMQ.", "ActiveMQ Classic's own destinations: ActiveMQ.DLQ, advisories, statistics"),
+    ("activemq.", "Artemis's management and notification addresses"),
+    ("BROKER.DLQ.", "the dead letters Artemis keeps per address (the project's broker.xml)"),
+    ("EXP.", "the expired messages Artemis keeps per address (the project's broker.xml)"),
+)
+"""Name prefixes the brokers use for themselves: a queue of the toolkit there would take over
+a broker destination (a composite queue named ActiveMQ.DLQ would capture Classic's dead letters,
+and the Classic plugin configured with it stops the broker at start)."""
+BROKER_RESERVED_NAMES: Final = frozenset({"DLA", "ExpiryQueue"})
+"""Artemis's dead-letter and expiry addresses."""
 
 
 class Topology(enum.StrEnum):
@@ -67,6 +85,22 @@ def check_logical_queue(queue: str) -> str:
     dispatcher would read it as t's per-tenant queue x; parked.<t>.x belongs to the sweeper.
     """
     check_queue_name(queue)
+    for prefix, owner in BROKER_RESERVED:
+        if queue.startswith(prefix):
+            raise ConfigError(
+                f"invalid queue name {queue!r}: {prefix}* names are reserved for the broker, "
+                f"{owner}"
+            )
+    if queue in BROKER_RESERVED_NAMES:
+        raise ConfigError(
+            f"invalid queue name {queue!r}: reserved for the broker, Artemis's own address"
+        )
+    if len(queue) > MAX_LOGICAL_QUEUE:
+        raise ConfigError(
+            f"invalid queue name {queue!r}: {len(queue)} characters, and a service queue may "
+            f"have at most {MAX_LOGICAL_QUEUE} so that DLQ.tenant.<tenant>.<queue>.quarantine "
+            f"fits in {MAX_QUEUE_NAME} for every tenant"
+        )
     # DLQ.<queue> and DLQ.<queue>.quarantine are derived names: a service queue shaped like one
     # would share its dead letters with another queue's, and re-drive would mix them.
     if queue.startswith(DLQ_PREFIX) or queue.endswith(QUARANTINE_SUFFIX):

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.messages import WireMessage
-from boost_tenancy.routing import DEFAULT_ROUTING, check_logical_queue
+from boost_tenancy.messages import WireMessage, check_queue_name
+from boost_tenancy.routing import TENANT_QUEUE_PREFIX, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY, SelectorLike
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing.diverts import DivertModel, QueueCount
@@ -92,7 +92,7 @@ def plugin_target(queue: str, tenant: object) -> str | None:
     tenant: tenant.<tenant>.<queue> for a valid tenant id and a resulting name of at most 200
     characters, else None (TenantRoutingPlugin.target)."""
     try:
-        return DEFAULT_ROUTING.physical(queue, TenantId.parse(tenant))
+        return check_queue_name(f"{TENANT_QUEUE_PREFIX}{TenantId.parse(tenant).value}.{queue}")
     except BoostTenancyError:
         return None
 

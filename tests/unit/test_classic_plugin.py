@@ -14,6 +14,7 @@ import pytest
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import ROUTING_PLUGIN_CLASS
+from boost_tenancy.routing import MAX_LOGICAL_QUEUE, check_logical_queue
 from devtools import classic_plugin
 from devtools.broker_settings import LocalBrokerError, LocalBrokerSettings, render_config
 from devtools.classic_plugin import build_digest, build_plugin
@@ -167,6 +168,14 @@ def test_the_plugin_itself_refuses_wildcards_and_the_toolkits_own_names(tmp_path
     classpath = os.pathsep.join([str(jar), *(str(p) for p in classic_plugin._BROKER_JARS)])
     names = [" cmd.a , cmd.b,", "cmd.>", "cmd.*", "tenant.acme.x", "parked.acme.x", "DLQ.x"]
     names += ["x.quarantine", "ActiveMQ.Statistics", "a b", "cmd.a,it's", ".cmd", "q" * 201]
+    # The brokers' own names, and a queue whose quarantine would not fit for a long tenant id:
+    # refused by the plugin exactly as by the toolkit (routing.check_logical_queue).
+    brokers_own = ["ActiveMQ.DLQ", "activemq.management", "DLA", "ExpiryQueue", "BROKER.DLQ.x"]
+    brokers_own += ["EXP.x", "q" * (MAX_LOGICAL_QUEUE + 1)]
+    for name in brokers_own:
+        with pytest.raises(ConfigError):
+            check_logical_queue(name)
+    names += brokers_own
     result = subprocess.run(
         ["java", "-cp", classpath, str(tmp_path / "CheckQueues.java"), *names],
         capture_output=True,

@@ -27,7 +27,7 @@ from boost_tenancy.messages import WireMessage, check_id
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
-from boost_tenancy.routing import Topology
+from boost_tenancy.routing import MAX_LOGICAL_QUEUE, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import Delivery, Outgoing
 from tests.conftest import Inbox, recorded, wait_until
@@ -118,20 +118,15 @@ def test_only_a_missing_tenant_gets_the_default_tenant(
     assert sorted(str(r.raw_tenant) for r in records) == ["", "x' OR '1'='1"]
 
 
-def test_a_tenant_whose_queue_name_would_be_too_long_is_quarantined(
+def test_a_queue_too_long_for_some_tenants_derived_queues_is_refused_up_front(
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
-    queue = "cmd." + "q" * 150  # a valid logical name, but tenant.<64 chars>.<it> is over 200
-    tenant = "t" * 64
-    router = TenantRouter(connected(broker), [queue], error_store=store)
-    quarantine = collect(broker, quarantine_queue(queue))
-    connected(broker).send(queue, WireMessage(body="{}", properties={"tenantUUID": tenant}))
-    router.start()
-    assert wait_until(lambda: len(quarantine) == 1)
-    router.stop()
-    (record,) = recorded(store, 1, tenant=TenantId(tenant), outcome=FailureOutcome.QUARANTINE)
-    assert record.tenant == TenantId(tenant)
-    assert "has no queue of its own" in record.error_text
+    """tenant.<64 characters>.<queue> and its quarantine must fit for every tenant: a queue
+    that fits for short tenant ids only is refused before anything is routed."""
+    fits = "cmd." + "q" * (MAX_LOGICAL_QUEUE - 4)
+    TenantRouter(connected(broker), [fits], error_store=store)
+    with pytest.raises(ConfigError, match=f"at most {MAX_LOGICAL_QUEUE}"):
+        TenantRouter(connected(broker), [fits + "q"], error_store=store)
 
 
 @pytest.mark.parametrize(

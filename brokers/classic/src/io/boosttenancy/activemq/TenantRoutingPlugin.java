@@ -55,6 +55,9 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     static final Pattern TENANT = Pattern.compile("[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?");
     /** The toolkit's queue names (boost_tenancy/messages.py). */
     static final Pattern QUEUE = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,199}");
+    /** The longest shared queue whose derived queues (DLQ.tenant.&lt;tenant&gt;.&lt;queue&gt;.quarantine
+     * the longest) fit in 200 characters for every tenant: the toolkit's MAX_LOGICAL_QUEUE. */
+    static final int MAX_QUEUE = 113;
     static final String TENANT_PREFIX = "tenant.";
     static final String PARKED_PREFIX = "parked.";
 
@@ -69,11 +72,12 @@ public class TenantRoutingPlugin implements BrokerPlugin {
             if (name.isEmpty()) {
                 continue;
             }
-            if (!QUEUE.matcher(name).matches() || reserved(name)) {
+            if (!QUEUE.matcher(name).matches() || name.length() > MAX_QUEUE || reserved(name)) {
                 throw new IllegalArgumentException(
                     "boost-tenancy tenant routing: " + name + " is not a shared queue name"
-                    + " (A-Z a-z 0-9 . _ -, no wildcard; not tenant.*, parked.*, DLQ.*,"
-                    + " *.quarantine or ActiveMQ.*)");
+                    + " (1-" + MAX_QUEUE + " of A-Z a-z 0-9 . _ -, no wildcard; not tenant.*,"
+                    + " parked.*, DLQ.*, *.quarantine, nor the broker's ActiveMQ.*, activemq.*,"
+                    + " BROKER.DLQ.*, EXP.*, DLA or ExpiryQueue)");
             }
             parsed.add(name);
         }
@@ -97,6 +101,11 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     /** Whether name is in one of the toolkit's own namespaces (never a shared queue). */
     static boolean reserved(String name) {
         return name.startsWith("ActiveMQ.")
+            || name.startsWith("activemq.")
+            || name.startsWith("BROKER.DLQ.")
+            || name.startsWith("EXP.")
+            || name.equals("DLA")
+            || name.equals("ExpiryQueue")
             || name.startsWith("DLQ.")
             || name.endsWith(".quarantine")
             || tenantPrefixed(name, TENANT_PREFIX)
