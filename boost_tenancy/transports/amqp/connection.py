@@ -27,6 +27,7 @@ from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.transactions import Transactions
 from boost_tenancy.transports.amqp.waiters import resolve
 from boost_tenancy.transports.base import TransportCapabilities
+from boost_tenancy.transports.reachability import unresolvable
 
 log = structlog.get_logger("boost_tenancy.transports.amqp")
 
@@ -121,6 +122,10 @@ class AmqpConnection(Handler):
         s = self.settings
         self._reason = ""
         url = self.url
+        # proton's event loop itself fails on a host that does not resolve: asked first.
+        if (unknown := unresolvable(s.addresses[self._address][0])) is not None:
+            self._lost(None, unknown)
+            return
         try:
             conn = self.loop.container.connect(
                 url=url,
@@ -147,7 +152,10 @@ class AmqpConnection(Handler):
 
     def _connect_timed_out(self, conn: Connection) -> None:
         if conn == self._conn and not self.is_open:
-            self._reason = f"no open frame within {self.settings.connect_timeout_s} s"
+            self._reason = (
+                f"no open frame within {self.settings.connect_timeout_s} s (is it an AMQP 1.0 "
+                "port? a STOMP or OpenWire port never answers the AMQP header)"
+            )
             conn.close()
             if conn.transport is not None:
                 conn.transport.close_tail()

@@ -20,6 +20,7 @@ import structlog
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.options import TlsSettings
+from boost_tenancy.transports.reachability import tcp_failure
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import Receipts
@@ -349,7 +350,8 @@ class StompConnection:
                     # A peer that accepts and closes at once (a broker starting or stopping,
                     # or not a broker at all) is told apart at once, not at the deadline.
                     raise TransportError(
-                        f"STOMP broker at {self.where} closed the connection before CONNECTED"
+                        f"STOMP broker at {self.where} closed the connection before CONNECTED "
+                        "(is it a STOMP port? an AMQP or OpenWire port closes it so)"
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -365,8 +367,11 @@ class StompConnection:
                 conn.transport.disconnect_socket()
             if isinstance(exc, TransportError):
                 raise
-            # stomp.py's ConnectFailedException has no message: name it instead.
-            detail = str(exc) or type(exc).__name__
+            # stomp.py's ConnectFailedException has no message: name the cause instead.
+            host, port = settings.addresses[self._address]
+            detail = tcp_failure(host, port, min(settings.connect_timeout_s, 2.0)) or (
+                str(exc) or type(exc).__name__
+            )
             if settings.tls is not None:
                 # stomp.py logs the TLS failure itself and raises without it.
                 detail += (
