@@ -260,13 +260,26 @@ class StompConnection:
             try:
                 self._open()
             except TransportError as exc:
-                errors.append(str(exc))
+                error = self._diagnosed(exc)
+                errors.append(str(error))
                 if self._closing or count == 1:
-                    raise
+                    raise error from exc
                 self._next_address()
             else:
                 return
         raise TransportError("no STOMP broker of the failover list answered: " + "; ".join(errors))
+
+    def _diagnosed(self, exc: TransportError) -> TransportError:
+        """exc, or, where stomp.py gave no cause (ConnectFailedException), one naming it: an
+        unknown host, a refused port, no answer. Asked once, by connect(): the reconnection
+        loop does not open a probe connection at every attempt."""
+        if "ConnectFailedException" not in str(exc):
+            return exc
+        host, port = self._settings.addresses[self._address]
+        reason = tcp_failure(host, port, min(self._settings.connect_timeout_s, 2.0))
+        if reason is None:
+            return exc
+        return TransportError(f"cannot connect to STOMP broker at {self.where}: {reason}")
 
     def _next_address(self) -> None:
         with self._lock:
@@ -367,11 +380,8 @@ class StompConnection:
                 conn.transport.disconnect_socket()
             if isinstance(exc, TransportError):
                 raise
-            # stomp.py's ConnectFailedException has no message: name the cause instead.
-            host, port = settings.addresses[self._address]
-            detail = tcp_failure(host, port, min(settings.connect_timeout_s, 2.0)) or (
-                str(exc) or type(exc).__name__
-            )
+            # stomp.py's ConnectFailedException has no message (connect() names the cause).
+            detail = str(exc) or type(exc).__name__
             if settings.tls is not None:
                 # stomp.py logs the TLS failure itself and raises without it.
                 detail += (
