@@ -85,6 +85,11 @@ class ArtemisSettings:
     extra_xml: str = ""
     """Elements put into broker.xml's <core> as they are (a cluster's connectors, an HA
     policy)."""
+    shared_data: Path | None = None
+    """Where the journal, bindings, paging and large messages live when not in the instance's
+    own data/: the one store a live broker and its shared-store backup both use."""
+    start_timeout_s: float = START_TIMEOUT_S
+    """How long start() waits for a STOMP login (a backup answers only once it is active)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port_offset <= 2000:
@@ -150,6 +155,14 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
         )
     if settings.extra_xml:
         text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
+    if settings.shared_data is not None:
+        text, moved_dirs = re.subn(
+            r"(<[a-z-]+-directory>)data/", rf"\g<1>{settings.shared_data}/", text
+        )
+        if moved_dirs != 4:
+            raise LocalBrokerError(
+                f"{BROKER_XML} should name 4 data directories, found {moved_dirs}"
+            )
     return text
 
 
@@ -249,7 +262,7 @@ class LocalArtemis(BrokerProcess):
     def __init__(self, settings: ArtemisSettings) -> None:
         super().__init__(
             settings.home,
-            start_timeout_s=START_TIMEOUT_S,
+            start_timeout_s=settings.start_timeout_s,
             logs="log",
             log="artemis.log",
             console="artemis.out",

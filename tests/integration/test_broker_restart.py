@@ -30,6 +30,7 @@ from boost_tenancy import (
 from boost_tenancy.messages import new_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until
 from tests.integration.worker_support import OwnBroker, own_broker, read_queues, stored_in
@@ -82,9 +83,12 @@ class IdRecorder(TenantProcessor):
 class SteadyProducer(threading.Thread):
     """Sends TOTAL persistent messages at a steady pace, re-sending (same id) what failed."""
 
-    def __init__(self, settings: StompSettings, queue: str) -> None:
+    def __init__(self, settings: StompSettings | Callable[[], Transport], queue: str) -> None:
+        """settings: the STOMP broker, or a factory of the (unconnected) transport to send on."""
         super().__init__(name="steady-producer", daemon=True)
-        self._settings = settings
+        self._connect: Callable[[], Transport] = (
+            (lambda: StompTransport(settings)) if isinstance(settings, StompSettings) else settings
+        )
         self._queue = queue
         self.sent: list[str] = []
         """Ids the broker confirmed, in order."""
@@ -98,7 +102,7 @@ class SteadyProducer(threading.Thread):
             return len(self.sent)
 
     def run(self) -> None:
-        transport = StompTransport(self._settings)
+        transport = self._connect()
         try:
             transport.connect()
             producer = TenantProducer(transport)
@@ -134,7 +138,7 @@ class SteadyProducer(threading.Thread):
 class ConnectionWatch(threading.Thread):
     """Notes every change of a transport's is_connected, from the outside."""
 
-    def __init__(self, transport: StompTransport) -> None:
+    def __init__(self, transport: Transport) -> None:
         super().__init__(name="connection-watch", daemon=True)
         self._transport = transport
         self.changes: list[bool] = [transport.is_connected]

@@ -1,7 +1,8 @@
 """Kill storm: workers SIGKILLed at random and the broker restarted twice lose and leak nothing.
 
 Three tenants' persistent messages wait on one shared queue of a dedicated broker (its own home
-and ports, never the shared one). Worker processes (`boost-tenancy run`) consume them while the
+and ports, never the shared one), ActiveMQ Classic and ActiveMQ Artemis in turn. Worker
+processes (`boost-tenancy run`) consume them while the
 test SIGKILLs the worker ten times at random moments, restarts the broker cleanly once and kills
 it (-9) once; a last worker drains the queue. Every sent message must have been handled, by its
 own tenant only, with duplicates no more than the deliveries in flight at the failures.
@@ -10,6 +11,7 @@ Replay a run with KILL_STORM_SEED=<the printed seed>.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import secrets
@@ -25,15 +27,14 @@ import pytest
 from boost_tenancy import TenantProducer
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_broker import LocalBroker
 from tests.conftest import unique_queue, wait_until
 from tests.integration.storm_processors import HANDLE_MS_ENV, LOG_ENV, QUEUE_ENV
 from tests.integration.worker_support import (
+    OwnBroker,
     Worker,
     WorkerPool,
-    dedicated_broker,
     message_ids,
-    read_queue,
+    own_broker,
     read_queues,
     stored_in,
     worker_pool,
@@ -42,7 +43,7 @@ from tests.integration.worker_support import (
 pytestmark = [
     pytest.mark.broker,
     pytest.mark.slow,
-    pytest.mark.local_broker("restarts and kills a dedicated local broker"),
+    pytest.mark.local_broker("restarts and kills a Classic and an Artemis of its own"),
 ]
 
 PROCESSOR = "tests.integration.storm_processors:StormRecorder"
@@ -67,10 +68,16 @@ SUBSCRIPTIONS = len(TENANTS)
 # process (the WORKERS handlers only ever run prefetched deliveries). So a SIGKILL of the worker,
 # and likewise a broker restart that drops its connection, can make at most
 # PREFETCH x SUBSCRIPTIONS = 4 x 3 = 12 extra handlings; the storm at most
-# (10 kills + 2 restarts) x 12 = 144. The final worker stops by SIGTERM once the queue is
+# (10 kills + 2 restarts) x 12 = 144 on Classic. The final worker stops by SIGTERM once the queue is
 # drained, which duplicates nothing.
 IN_FLIGHT_BOUND = PREFETCH * SUBSCRIPTIONS
-DUPLICATE_BOUND = (KILLS + BROKER_RESTARTS) * IN_FLIGHT_BOUND
+# Artemis bounds a subscription by bytes: PREFETCH x ARTEMIS_WINDOW_BYTES, and it hands out one
+# more message while any credit is left. Every message of the storm is at least
+# MIN_MESSAGE_BYTES as the broker counts it (body, properties, headers), so at most
+# PREFETCH x ARTEMIS_WINDOW_BYTES / MIN_MESSAGE_BYTES + 1 = 11 are in flight per subscription.
+ARTEMIS_WINDOW_BYTES = 512
+MIN_MESSAGE_BYTES = 200
+ARTEMIS_IN_FLIGHT_BOUND = (PREFETCH * ARTEMIS_WINDOW_BYTES // MIN_MESSAGE_BYTES + 1) * SUBSCRIPTIONS
 
 PROGRESS_BETWEEN_FAILURES = (40, 110)
 """Handled messages (lines of the log) between two failures, drawn at random. At most 12 x 110 =
@@ -81,19 +88,17 @@ EXTRA_DELAY_S = (0.0, 0.03)
 WAIT_S = 120.0
 
 
-@pytest.fixture(scope="module")
-def storm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    yield from dedicated_broker(tmp_path_factory.mktemp("storm-broker"), 62713, 62716)
+@pytest.fixture(scope="module", params=["classic", "artemis"])
+def storm_broker(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[OwnBroker]:
+    home = tmp_path_factory.mktemp(f"storm-{request.param}")
+    yield from own_broker(request.param, home, 62713, 62716)
 
 
 @pytest.fixture
-def storm_settings(storm_broker: LocalBroker) -> StompSettings:
-    return StompSettings(
-        host=storm_broker.settings.host,
-        port=storm_broker.settings.stomp_port,
-        receipt_timeout_s=10.0,
-        reconnect_wait_s=60.0,
-    )
+def storm_settings(storm_broker: OwnBroker) -> StompSettings:
+    return dataclasses.replace(storm_broker.settings, receipt_timeout_s=10.0, reconnect_wait_s=60.0)
 
 
 @pytest.fixture
@@ -164,12 +169,17 @@ def _progress(worker: Worker, log: Path, lines: int, what: str) -> None:
         )
 
 
+@pytest.mark.parametrize("protocol", ["stomp", "amqp"])
 def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
-    storm_broker: LocalBroker,
+    storm_broker: OwnBroker,
     storm_settings: StompSettings,
     workers: WorkerPool,
     tmp_path: Path,
+    protocol: str,
 ) -> None:
+    """The workers consume over protocol; the messages are sent and read back over STOMP."""
+    if protocol == "amqp" and storm_broker.amqp_url is None:
+        pytest.skip(f"{storm_broker.flavour} has no AMQP 1.0 acceptor")
     seed = int(os.environ.get(SEED_ENV) or secrets.randbits(32))
     print(f"\nkill storm: seed={seed} (replay with {SEED_ENV}={seed})")
     rng = random.Random(seed)
@@ -188,7 +198,16 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
         "BOOST_WORKERS": str(WORKERS),
         "BOOST_PREFETCH": str(PREFETCH),
         "BOOST_SHUTDOWN_GRACE_S": "10",
+        "BOOST_ARTEMIS_WINDOW_BYTES": str(ARTEMIS_WINDOW_BYTES),
     }
+    artemis = storm_broker.flavour == "artemis"
+    # AMQP link credit counts messages, as Classic's prefetch does; Artemis's STOMP window bytes.
+    byte_window = artemis and protocol == "stomp"
+    bound = (KILLS + BROKER_RESTARTS) * (
+        ARTEMIS_IN_FLIGHT_BOUND if byte_window else IN_FLIGHT_BOUND
+    )
+    if protocol == "amqp" and storm_broker.amqp_url is not None:
+        env["BOOST_BROKER_URL"] = storm_broker.amqp_url
     failures = ["kill"] * KILLS + ["broker-restart", "broker-kill"]
     rng.shuffle(failures)
 
@@ -230,7 +249,9 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     left = read_queues(storm_settings, stored)
     dead = read_queues(storm_settings, [dead_letter_queue(q) for q in stored])
     quarantined = read_queues(storm_settings, [quarantine_queue(q) for q in stored])
-    broker_dlq = read_queue(storm_settings, "ActiveMQ.DLQ", tenant=None, expect=0)
+    # The broker's own dead letters: Classic's ActiveMQ.DLQ, Artemis's per-address BROKER.DLQ.*.
+    broker_dlqs = [f"BROKER.DLQ.{q}" for q in stored] if artemis else ["ActiveMQ.DLQ"]
+    broker_dlq = read_queues(storm_settings, broker_dlqs, tenant=None, expect=0)
     run_s = time.monotonic() - began
 
     lost = sorted(set(sent_for) - set(handled) - set(message_ids(dead)))
@@ -245,13 +266,14 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     extra = sum(handled.values()) - len(handled)
     per_tenant = Counter(sent_for.values())
     print(
-        f"kill storm: seed={seed} messages={TOTAL} "
+        f"kill storm: broker={storm_broker.flavour} protocol={protocol} seed={seed} "
+        f"messages={TOTAL} "
         f"({', '.join(f'{t}={per_tenant[t]}' for t in TENANTS)}) kills={KILLS} "
         f"broker_restarts={BROKER_RESTARTS} ({', '.join(f for f in failures if f != 'kill')} "
         f"at positions {[i for i, f in enumerate(failures, 1) if f != 'kill']}) "
         f"workers_started={started} handlings={len(records)} lost={len(lost)} "
         f"leaked={len(leaked)} dead={len(dead)} duplicates={len(duplicates)} "
-        f"extra_handlings={extra} bound={DUPLICATE_BOUND} "
+        f"extra_handlings={extra} bound={bound} "
         f"max_attempt={max((r.attempt for r in records), default=0)} "
         f"send={send_s:.1f}s storm={storm_s:.1f}s run={run_s:.1f}s"
     )
@@ -265,7 +287,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     assert message_ids(quarantined) == [], "no delivery reached another tenant's subscription"
     assert broker_dlq == [], "the broker dead-lettered nothing by itself"
     assert message_ids(left) == [], "every message was acknowledged"
-    assert extra <= DUPLICATE_BOUND, (
+    assert extra <= bound, (
         f"{extra} extra handlings exceed what the {KILLS + BROKER_RESTARTS} failures had in "
-        f"flight (at most {DUPLICATE_BOUND}): {duplicates}"
+        f"flight (at most {bound}): {duplicates}"
     )

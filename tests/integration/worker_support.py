@@ -241,6 +241,9 @@ class OwnBroker:
     flavour: str
     process: LocalBroker | LocalArtemis
     settings: StompSettings
+    amqp_url: str | None = None
+    """Its AMQP 1.0 acceptor (Artemis), logged in by BOOST_BROKER_USER/_PASSWORD; None for
+    Classic 5.17, which has none."""
 
     def restart(self) -> None:
         self.process.restart()
@@ -284,6 +287,7 @@ def own_broker(
                 username=ARTEMIS_USER,
                 password=ARTEMIS_PASSWORD,
             ),
+            amqp_url=f"amqp://{ARTEMIS_HOST}:{artemis.settings.amqp_port}",
         )
     finally:
         artemis.stop(timeout_s=30)

@@ -360,7 +360,23 @@ class AmqpConnection(Handler):
             self.receiving.link_closed(link, reason)
 
     def on_session_remote_close(self, event: Event) -> None:
-        given(event.session, "session").close()
+        """The broker ended a session: its links end with it, with the session's reason.
+        RabbitMQ ends the session of a link it cannot attach (a queue that exists with other
+        properties: durable, exclusive, auto-delete), and a send waiting on that link would
+        otherwise wait out its confirmation timeout without saying why."""
+        session = given(event.session, "session")
+        reason = describe(session.remote_condition)
+        session.close()
+        link = session.connection.link_head(0)
+        while link is not None:
+            following = link.next(0)
+            if link.session == session and not link.state & Endpoint.LOCAL_CLOSED:
+                link.close()
+                if link.is_sender:
+                    self.sending.link_closed(link, reason)
+                else:
+                    self.receiving.link_closed(link, reason)
+            link = following
 
     def delivered(self, impl: Any) -> bool:
         """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
