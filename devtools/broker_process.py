@@ -95,19 +95,21 @@ class BrokerProcess:
         another process holds is refused with advice (what to stop or change)."""
         with self._locked():
             pid = self.running_pid()
-            if pid is not None:
-                if not self.is_ready():
-                    # Started by someone else moments ago: wait for it rather than start twice.
-                    self._wait_ready(pid, launched=False)
-                return
-            self._remove_pid_file()
-            for name, (host, port) in self._ports().items():
-                if port_in_use(host, port):
-                    raise LocalBrokerError(
-                        f"port {port} ({name}) on {host} is in use by another process, not by "
-                        f"the {self.name} in {self.home}; {advice}"
-                    )
-            self._wait_ready(self._launch(), launched=True)
+            launched = pid is None
+            if pid is None:
+                self._remove_pid_file()
+                for name, (host, port) in self._ports().items():
+                    if port_in_use(host, port):
+                        raise LocalBrokerError(
+                            f"port {port} ({name}) on {host} is in use by another process, not "
+                            f"by the {self.name} in {self.home}; {advice}"
+                        )
+                pid = self._launch()
+        # Waited for without the lock: a broker that becomes ready only later (a backup waiting
+        # for its live broker) must not keep stop() or kill() out meanwhile. One started by
+        # someone else moments ago is waited for rather than started twice.
+        if not self.is_ready():
+            self._wait_ready(pid, launched=launched)
 
     # -- life cycle ---------------------------------------------------------------------------
 

@@ -133,7 +133,10 @@ def _broker_of(item: pytest.Item, target: BrokerTarget) -> str:
     """Which real broker a test talks to, by its markers, for the per-broker tally; a test
     that runs an Artemis of its own says so by its parameter."""
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and "artemis" in callspec.params.values():
+    own = item.get_closest_marker("own_broker")
+    if (own is not None and own.args == ("artemis",)) or (
+        callspec is not None and "artemis" in callspec.params.values()
+    ):
         return "artemis (own instance)"
     if item.get_closest_marker("amqp_broker") is not None:
         return f"{target.flavour if target.amqp_url else 'rabbitmq'} (AMQP 1.0)"
