@@ -157,6 +157,21 @@ def _send_all(settings: StompSettings, queue: str, rng: random.Random) -> dict[s
     return sent_for
 
 
+def _stuck_in_the_broker(settings: StompSettings, queues: list[str]) -> int:
+    """Messages the broker counts in delivery on queues that no consumer holds any more."""
+    reader = StompTransport(settings)
+    reader.connect()
+    try:
+        if not reader.capabilities.queue_listing:
+            return 0
+        listed = {q.name: q for q in reader.list_queues(["tenant."])}
+    finally:
+        reader.close()
+    return sum(
+        q.stats.in_flight for name, q in listed.items() if name in queues and q.consumers == 0
+    )
+
+
 def _progress(worker: Worker, log: Path, lines: int, what: str) -> None:
     """Wait until the log has `lines` lines; fail at once if the worker exits by itself."""
     reached = wait_until(lambda: _line_count(log) >= lines or not worker.running(), timeout=WAIT_S)
@@ -241,6 +256,19 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
         time.sleep(2.0)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.text()[-4000:]
+    stuck = _stuck_in_the_broker(storm_settings, stored_in(queue, TENANTS))
+    if stuck and artemis:
+        # Artemis 2.44 over STOMP can leave a few messages "in delivery" with no consumer at
+        # all after consumers are killed around its restarts (seen in 2 of 6 storms here, 2 and
+        # 6 messages, still so 70 s later): stored and unacknowledged, but given to nobody
+        # until the broker restarts. A restart and one more worker prove they are there.
+        print(f"kill storm: {stuck} messages held in delivery by no consumer; restarting")
+        storm_broker.restart()
+        worker = workers.start(PROCESSOR, TENANTS, env)
+        wait_until(drained, timeout=WAIT_S, interval=0.2)
+        time.sleep(2.0)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.text()[-4000:]
 
     records = _records(log)
     handled = Counter(r.message_id for r in records)
@@ -275,6 +303,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
         f"leaked={len(leaked)} dead={len(dead)} duplicates={len(duplicates)} "
         f"extra_handlings={extra} bound={bound} "
         f"max_attempt={max((r.attempt for r in records), default=0)} "
+        f"held_by_no_consumer_until_a_broker_restart={stuck} "
         f"send={send_s:.1f}s storm={storm_s:.1f}s run={run_s:.1f}s"
     )
     if duplicates:
