@@ -18,7 +18,7 @@ from typing import ClassVar, Final
 from hypothesis import strategies as st
 
 from boost_tenancy import HandlerContext, IncomingMessage, PermanentError, TenantProcessor
-from boost_tenancy.messages import WireMessage
+from boost_tenancy.messages import WireMessage, parse_attempt
 
 KEY: Final = "hostileKey"
 BEHAVIOUR: Final = "hostileBehaviour"
@@ -253,6 +253,10 @@ def _decodes(body: str | bytes, tenant: str) -> str:
     return "ok"
 
 
+MAX_ATTEMPTS: Final = 3
+"""The retry cap the hostile runners are given (their RetryPolicy's max_attempts)."""
+
+
 def expected_end(message: HostileMessage) -> str:
     """Where a message must end: 'out', 'dlq' or 'quarantine'."""
     decoded = _decodes(message.body, message.tenant)
@@ -260,6 +264,10 @@ def expected_end(message: HostileMessage) -> str:
         return "dlq"
     if decoded == "foreign-tenant":
         return "quarantine"
+    # A valid boostAttempt past the cap is out of attempts: dead-lettered without a handler.
+    claimed = parse_attempt(message.message.properties.get("boostAttempt"))
+    if claimed is not None and claimed > MAX_ATTEMPTS:
+        return "dlq"
     return "dlq" if message.behaviour in FAILS_ALWAYS else "out"
 
 
