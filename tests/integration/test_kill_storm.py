@@ -259,7 +259,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     stuck = _stuck_in_the_broker(storm_settings, stored_in(queue, TENANTS))
     if stuck and artemis:
         # Artemis 2.44 over STOMP can leave a few messages "in delivery" with no consumer at
-        # all after consumers are killed around its restarts (seen in 2 of 6 storms here, 2 and
+        # all after consumers are killed around its restarts (seen in 5 of 8 storms here, 2 to
         # 6 messages, still so 70 s later): stored and unacknowledged, but given to nobody
         # until the broker restarts. A restart and one more worker prove they are there.
         print(f"kill storm: {stuck} messages held in delivery by no consumer; restarting")
