@@ -18,20 +18,38 @@ from typing import Any
 
 from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.selectors import tenant_selector
-from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_artemis import HOST as ARTEMIS_HOST
 from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
 from devtools.local_artemis import USER as ARTEMIS_USER
 from devtools.local_artemis import ArtemisSettings, LocalArtemis
 from devtools.local_broker import ACTIVEMQ_JAR, LocalBroker, LocalBrokerSettings
-from tests.broker_target import stomp_env
+from tests.broker_target import URL_ENV, stomp_env
 from tests.conftest import Inbox, unavailable, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The project root: the worker's working directory, so `tests` is importable there."""
 BOOST_TENANCY = Path(sys.executable).parent / "boost-tenancy"
 """The command-line entry point installed next to the interpreter running the tests."""
+
+BrokerAddress = StompSettings | str
+"""Where a broker answers: STOMP settings, or the URL of any transport (amqp://user:pw@host)."""
+
+
+def open_client(address: BrokerAddress) -> Transport:
+    """A connected transport to address."""
+    transport = (
+        StompTransport(address) if isinstance(address, StompSettings) else open_transport(address)
+    )
+    transport.connect()
+    return transport
+
+
+def broker_env(address: BrokerAddress) -> dict[str, str]:
+    """The BOOST_BROKER_* variables that point a worker process at address."""
+    return stomp_env(address) if isinstance(address, StompSettings) else {URL_ENV: address}
 
 
 class Worker:
@@ -85,16 +103,16 @@ class Worker:
 class WorkerPool:
     """Starts worker processes and kills whatever is left of them at teardown."""
 
-    def __init__(self, directory: Path, settings: StompSettings) -> None:
+    def __init__(self, directory: Path, address: BrokerAddress) -> None:
         self._directory = directory
-        self._settings = settings
+        self._address = address
         self._workers: list[Worker] = []
 
     def base_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             {
-                **stomp_env(self._settings),
+                **broker_env(self._address),
                 "BOOST_ERROR_STORE": f"sqlite:///{self._directory / 'errors.sqlite3'}",
                 "BOOST_LOG_FORMAT": "json",
                 "BOOST_LOG_LEVEL": "INFO",
@@ -131,9 +149,9 @@ class WorkerPool:
             worker.ensure_stopped()
 
 
-def worker_pool(directory: Path, settings: StompSettings) -> Iterator[WorkerPool]:
+def worker_pool(directory: Path, address: BrokerAddress) -> Iterator[WorkerPool]:
     """Fixture body: a pool whose processes are all gone after the test."""
-    pool = WorkerPool(directory, settings)
+    pool = WorkerPool(directory, address)
     try:
         yield pool
     finally:
@@ -141,7 +159,7 @@ def worker_pool(directory: Path, settings: StompSettings) -> Iterator[WorkerPool
 
 
 def read_queue(
-    settings: StompSettings,
+    address: BrokerAddress,
     queue: str,
     *,
     tenant: str | None,
@@ -155,12 +173,12 @@ def read_queue(
     message more than expected is seen too.
     """
     return read_queues(
-        settings, [queue], tenant=tenant, expect=expect, quiet_s=quiet_s, timeout_s=timeout_s
+        address, [queue], tenant=tenant, expect=expect, quiet_s=quiet_s, timeout_s=timeout_s
     )
 
 
 def read_queues(
-    settings: StompSettings,
+    address: BrokerAddress,
     queues: Sequence[str],
     *,
     tenant: str | None = None,
@@ -169,8 +187,7 @@ def read_queues(
     timeout_s: float = 15.0,
 ) -> list[Delivery]:
     """read_queue over several queues at once: `expect` counts what all of them hold."""
-    transport = StompTransport(settings)
-    transport.connect()
+    transport = open_client(address)
     inbox = Inbox()
     try:
         for queue in dict.fromkeys(queues):
