@@ -262,6 +262,7 @@ class _Entry:
 class _Queue:
     name: str
     address: str
+    durable: bool = True  # Artemis: by its address settings; RabbitMQ: as the declaring link said
     entries: list[_Entry] = field(default_factory=list)
     consumers: list[_Consumer] = field(default_factory=list)
     turn: int = 0  # round robin
@@ -331,6 +332,12 @@ def _binary(value: object) -> bytes:
 def _data_object(data: Data) -> Any:
     data.rewind()
     return data.get_object() if data.next() is not None else None
+
+
+def _durable(terminus: Terminus) -> bool:
+    """rabbit_amqp1_0_link_util:durable/1: a terminus durability other than none (configuration,
+    unsettled-state) declares a durable queue."""
+    return bool(terminus.durability != Terminus.NONDURABLE)
 
 
 def _capability(terminus: Terminus) -> str | None:
@@ -559,7 +566,8 @@ class _Engine:
             self._producers[link] = target
             link.target.copy(remote)
         else:
-            self._producers[link] = _Target(self._rabbit_queue(remote.address).name, None)
+            queue = self._rabbit_queue(remote.address, _durable(remote))
+            self._producers[link] = _Target(queue.name, None)
             link.target.copy(remote)
         link.source.copy(link.remote_source)
         link.open()
@@ -597,7 +605,7 @@ class _Engine:
             link.snd_settle_mode = link.remote_snd_settle_mode
         else:
             # RabbitMQ 3.10 echoes every filter and applies none; it offers no modified outcome
-            queue = self._rabbit_queue(source.address)
+            queue = self._rabbit_queue(source.address, _durable(source))
             link.source.outcomes.clear()
             link.source.outcomes.put_object(
                 _symbols("amqp:accepted:list", "amqp:rejected:list", "amqp:released:list")
@@ -609,23 +617,24 @@ class _Engine:
         self._pump(queue)
 
     # -- addresses and queues ---------------------------------------------------------------------
-    def _queue(self, name: str, address: str | None = None) -> _Queue:
+    def _queue(self, name: str, address: str | None = None, durable: bool = True) -> _Queue:
         if name not in self._queues:
-            self._queues[name] = _Queue(name, address or name)
+            self._queues[name] = _Queue(name, address or name, durable)
         return self._queues[name]
 
-    def _rabbit_queue(self, address: str | None) -> _Queue:
+    def _rabbit_queue(self, address: str | None, durable: bool) -> _Queue:
         """RabbitMQ 3.10's answer to an address (measured): /queue/NAME and a bare NAME are queue
-        NAME, declared if missing; other forms end the session."""
+        NAME, declared if missing, durable when the link's terminus is (a queue declared without
+        it is transient: a restart drops it and what it holds); other forms end the session."""
         if address is None:
             raise _Refusal(
                 "amqp:invalid-field", "Attach rejected: {address_not_utf8_string,undefined}", True
             )
         if not address.startswith("/"):
-            return self._queue(address)
+            return self._queue(address, durable=durable)
         kind, _, name = address[1:].partition("/")
         if kind == "queue" and name and "/" not in name:
-            return self._queue(name)
+            return self._queue(name, durable=durable)
         if kind == "queue":
             rest = address.removeprefix("/queue")
             shown = f'"{rest}"' if rest else "[]"
@@ -983,6 +992,10 @@ class _Engine:
             result.append(message)
         return result
 
+    def durable(self, name: str) -> bool | None:
+        found = self._queues.get(name)
+        return None if found is None else found.durable
+
     def routing_type(self, name: str) -> str | None:
         if not self._artemis:
             queue = name.removeprefix("/queue/")
@@ -1084,6 +1097,10 @@ class AmqpPeer:
 
     def depth(self, queue: str) -> int:
         return len(self.messages(queue))
+
+    def durable(self, queue: str) -> bool | None:
+        """Whether the queue would outlive a restart of the broker; None: no such queue."""
+        return self._call(lambda: self._engine.durable(queue))
 
     def routing_type(self, address: str) -> str | None:
         """'anycast' (the address has its queue), 'multicast', or None: no such address."""

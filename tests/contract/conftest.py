@@ -21,10 +21,12 @@ from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTranspo
 from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.amqp import AmqpTransport
 from boost_tenancy.transports.amqp.connection import DeliveryToken
+from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.base import Delivery, Transport
 from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import TransportFactory
+from tests.queue_flags import KEPT, QueueFlags, artemis_queue_flags, rabbitmq_queue_flags
 
 MEMORY_FLAVOURS = {
     "memory-classic": BrokerFlavour.CLASSIC,
@@ -67,11 +69,46 @@ def transport_factory(request: pytest.FixtureRequest) -> Iterator[TransportFacto
         made.append(transport)
         return transport
 
+    request.node.stash[MODEL_KEY] = broker
     yield make
     for transport in made:
         transport.close()
     if broker is not None:
         broker.close()
+
+
+MODEL_KEY = pytest.StashKey[InMemoryBroker | AmqpPeer | None]()
+"""The model a contract test runs on (transport_factory), or None for a real broker."""
+
+QueueFlagsOf = Callable[[Transport, str], QueueFlags | None]
+
+
+@pytest.fixture
+def queue_flags(
+    request: pytest.FixtureRequest, transport_factory: TransportFactory
+) -> QueueFlagsOf:
+    """The flags of a queue as the broker (or model) behind transport_factory reports them; None:
+    no such queue. Each broker is asked in its own terms: RabbitMQ by rabbitmqctl, Artemis by its
+    listQueues, the models by their state. ActiveMQ Classic 5.17 has no way to tell over STOMP;
+    every queue it has is durable and shared by nature (KahaDB, no auto-deletion by default)."""
+    model = request.node.stash[MODEL_KEY]
+
+    def of(transport: Transport, name: str) -> QueueFlags | None:
+        if isinstance(model, InMemoryBroker):
+            return KEPT if model.queue_stats([name])[name] is not None else None
+        if isinstance(model, AmqpPeer):
+            durable = model.durable(name)
+            return None if durable is None else KEPT._replace(durable=durable)
+        if isinstance(transport, AmqpTransport) and transport.flavour is AmqpFlavour.RABBITMQ:
+            try:
+                return rabbitmq_queue_flags(name)
+            except LookupError as exc:
+                pytest.skip(str(exc))
+        if transport.capabilities.queue_listing:
+            return artemis_queue_flags(transport, name)
+        pytest.skip("ActiveMQ Classic tells no queue's flags over STOMP; its queues are durable")
+
+    return of
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from boost_tenancy.transports.base import (
 )
 from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
-from tests.contract.conftest import LoseConnection, lose_connection_now
+from tests.contract.conftest import LoseConnection, QueueFlagsOf, lose_connection_now
+from tests.queue_flags import KEPT
 
 
 def wire(tenant: str, body: str | bytes = "{}", **props: str) -> WireMessage:
@@ -582,3 +583,18 @@ def test_connection_status_tells_which_subscriptions_consume_now(
     transport.close()
     assert wait_until(lambda: not transport.is_connected)
     assert not transport.is_open(kept)
+
+
+def test_every_queue_the_transport_makes_is_durable_shared_and_kept_without_consumers(
+    transport_factory: TransportFactory, queue_flags: QueueFlagsOf
+) -> None:
+    """A queue made by a send and one made by a subscription outlive a broker restart (durable),
+    are no one consumer's (not exclusive), and are not dropped with what they hold when their
+    last consumer leaves: asked of the broker itself, while the subscription is open."""
+    transport = transport_factory()
+    sent, subscribed = unique_queue("kept.sent"), unique_queue("kept.subscribed")
+    transport.send(sent, wire("t1"))
+    transport.subscribe(subscribed, selector=None, prefetch=1, on_delivery=Inbox())
+    assert wait_until(lambda: queue_flags(transport, subscribed) is not None, timeout=10)
+    flags = {q: queue_flags(transport, q) for q in (sent, subscribed)}
+    assert flags == {sent: KEPT, subscribed: KEPT}

@@ -2,7 +2,7 @@
 local RabbitMQ is restarted (its application stopped and started) or killed (-9) and started
 again while a producer and a ProcessorRunner work over AMQP 1.0 for two tenants. Both reconnect
 by themselves; every confirmed message is handled. It holds only because the queues the
-transport makes there are durable (tests/integration/test_durable_queues.py): before, a restart
+transport makes there are durable (the transport contract reads their flags back): before, a restart
 dropped every queue and what it held."""
 
 from __future__ import annotations
