@@ -90,9 +90,10 @@ class BrokerProcess:
         """Write the configuration and spawn the broker (the lock held); returns its pid."""
         raise NotImplementedError
 
-    def _start(self, advice: str) -> None:
-        """Start the broker and wait until it is ready; one already running is kept, and a port
-        another process holds is refused with advice (what to stop or change)."""
+    def _start(self, advice: str, *, wait: bool = True) -> None:
+        """Start the broker and wait until it is ready (wait=False: only launch it); one already
+        running is kept, and a port another process holds is refused with advice (what to stop
+        or change)."""
         with self._locked():
             pid = self.running_pid()
             launched = pid is None
@@ -108,7 +109,7 @@ class BrokerProcess:
         # Waited for without the lock: a broker that becomes ready only later (a backup waiting
         # for its live broker) must not keep stop() or kill() out meanwhile. One started by
         # someone else moments ago is waited for rather than started twice.
-        if not self.is_ready():
+        if wait and not self.is_ready():
             self._wait_ready(pid, launched=launched)
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -144,6 +145,12 @@ class BrokerProcess:
         """True when the process named by the pid file is alive and is this instance's broker."""
         pid = self._read_pid()
         return pid is not None and self._is_ours(pid)
+
+    def is_alive(self) -> bool:
+        """True while the process named by the pid file lives, whether or not it carries its
+        marker yet (a start script execs the JVM only after a while)."""
+        pid = self._read_pid()
+        return pid is not None and self._is_alive(pid)
 
     def running_pid(self) -> int | None:
         pid = self._read_pid()

@@ -281,11 +281,12 @@ class LocalArtemis(BrokerProcess):
     def is_ready(self) -> bool:
         return stomp_login(HOST, self.settings.stomp_port, USER, PASSWORD)
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         """Install if needed, create the instance once, write its broker.xml, start it and wait
-        until a STOMP login succeeds; a broker already running is kept."""
+        until a STOMP login succeeds (wait=False: only launch it, as for a backup, which answers
+        once it is active); a broker already running is kept."""
         self._distribution = ensure_distribution(self.settings.cache)
-        self._start(f"stop it or set {ENV_OFFSET}")
+        self._start(f"stop it or set {ENV_OFFSET}", wait=wait)
 
     def _ports(self) -> dict[str, tuple[str, int]]:
         return {name: (HOST, port) for name, port in self.settings.ports().items()}

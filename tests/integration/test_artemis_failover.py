@@ -4,7 +4,8 @@ takes over the store and every confirmed message; both clients move to it by the
 their failover list. Then the old live broker comes back and the backup hands the store back
 (fail-back, allow-failback): the clients move back, and still nothing confirmed is lost.
 
-docs/operations.md shows the configuration ("A live/backup Artemis pair").
+The pair is devtools.artemis_pair's, the one `scripts/artemis-pair` runs; docs/operations.md
+shows its configuration ("A live/backup Artemis pair").
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 from boost_tenancy import ProcessorRunner, RunnerSettings
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
+from devtools.artemis_pair import ArtemisPair
+from devtools.local_artemis import HOST, PASSWORD, USER
 from tests.conftest import unavailable, unique_queue, wait_until
 from tests.integration.test_broker_restart import (
     OUTAGE_AFTER,
@@ -40,100 +42,27 @@ pytestmark = [
 
 LIVE_OFFSET, BACKUP_OFFSET = 1200, 1300
 """Ports 62913/62916/6972 and 63013/63016/7072: clear of every other broker of the suite."""
-ROLES = {
-    "live": "<primary><failover-on-shutdown>true</failover-on-shutdown></primary>",
-    "backup": "<backup><allow-failback>true</allow-failback></backup>",
-}
 
 
-def pair_xml(role: str, own_core_port: int, peer_core_port: int) -> str:
-    """What a broker of the pair adds to the project's broker.xml: its HA role on the shared
-    store, and a cluster connection to its peer, over which a returning live broker asks the
-    active backup for the store back (without one Artemis logs AMQ222308 and the live broker
-    waits for the lock for ever)."""
-    return f"""    <ha-policy><shared-store>{ROLES[role]}</shared-store></ha-policy>
-    <connectors>
-      <connector name="self">tcp://{HOST}:{own_core_port}</connector>
-      <connector name="peer">tcp://{HOST}:{peer_core_port}</connector>
-    </connectors>
-    <cluster-user>{USER}</cluster-user>
-    <cluster-password>{PASSWORD}</cluster-password>
-    <cluster-connections>
-      <cluster-connection name="boost-pair">
-        <connector-ref>self</connector-ref>
-        <static-connectors><connector-ref>peer</connector-ref></static-connectors>
-      </cluster-connection>
-    </cluster-connections>"""
-
-
-class ArtemisPair:
-    """A live Artemis and its backup on one store; the backup starts on a thread of its own,
-    since it answers only once it is active."""
-
-    def __init__(self, home: Path) -> None:
-        store = home / "store"
-        store.mkdir(parents=True)
-        live_core = ArtemisSettings(port_offset=LIVE_OFFSET).core_port
-        backup_core = ArtemisSettings(port_offset=BACKUP_OFFSET).core_port
-        self.live = LocalArtemis(
-            ArtemisSettings(
-                home=home / "live",
-                port_offset=LIVE_OFFSET,
-                extra_xml=pair_xml("live", live_core, backup_core),
-                shared_data=store,
-                start_timeout_s=600.0,
-            )
-        )
-        self.backup = LocalArtemis(
-            ArtemisSettings(
-                home=home / "backup",
-                port_offset=BACKUP_OFFSET,
-                extra_xml=pair_xml("backup", backup_core, live_core),
-                shared_data=store,
-                start_timeout_s=600.0,
-            )
-        )
-        self.backup_error: BaseException | None = None
-        self._backup_thread = threading.Thread(target=self._start_backup, daemon=True)
-
-    def _start_backup(self) -> None:
-        try:
-            self.backup.start()
-        except BaseException as exc:
-            self.backup_error = exc
-
-    def start(self) -> None:
-        self.live.start()
-        self._backup_thread.start()
-        # A shared-store backup says so in its log once it waits for the store's lock.
-        assert wait_until(lambda: "AMQ221109" in self.backup.log_tail(200), timeout=120), (
-            self.backup.log_tail()
-        )
-
-    def settings(self) -> StompSettings:
-        """Both brokers as the clients' failover list, as BOOST_BROKER_URL gives it."""
-        return StompSettings(
-            host=HOST,
-            port=self.live.settings.stomp_port,
-            alternates=((HOST, self.backup.settings.stomp_port),),
-            username=USER,
-            password=PASSWORD,
-            receipt_timeout_s=10.0,
-            reconnect_wait_s=120.0,
-            reconnect_max_s=1.0,
-        )
-
-    def stop(self) -> None:
-        self.live.stop(timeout_s=30)
-        self._backup_thread.join(60)
-        self.backup.stop(timeout_s=30)
+def _settings(pair: ArtemisPair) -> StompSettings:
+    """Both brokers as the clients' failover list, as BOOST_BROKER_URL gives it."""
+    return StompSettings(
+        host=HOST,
+        port=pair.live.settings.stomp_port,
+        alternates=((HOST, pair.backup.settings.stomp_port),),
+        username=USER,
+        password=PASSWORD,
+        receipt_timeout_s=10.0,
+        reconnect_wait_s=120.0,
+        reconnect_max_s=1.0,
+    )
 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[ArtemisPair]:
     if shutil.which("java") is None or shutil.which("mvn") is None:
         unavailable("Java and Maven are needed to run Artemis brokers of the test's own")
-    brokers = ArtemisPair(tmp_path / "pair")
+    brokers = ArtemisPair(tmp_path / "pair", LIVE_OFFSET, BACKUP_OFFSET)
     try:
         brokers.start()
         yield brokers
@@ -170,7 +99,7 @@ def _phase(
 def test_kill_9_of_the_live_broker_then_fail_back_lose_nothing_confirmed(
     pair: ArtemisPair, tmp_path: Path
 ) -> None:
-    settings = pair.settings()
+    settings = _settings(pair)
     live = f"{HOST}:{pair.live.settings.stomp_port}"
     backup = f"{HOST}:{pair.backup.settings.stomp_port}"
     queue = unique_queue("artemis.failover")
@@ -191,7 +120,7 @@ def test_kill_9_of_the_live_broker_then_fail_back_lose_nothing_confirmed(
 
         # 1. kill -9 of the live broker: the backup takes the store over.
         first, failover = _phase(settings, queue, processor, pair.live.kill, "failover")
-        assert pair.backup_error is None, f"the backup did not start: {pair.backup_error!r}"
+        assert pair.backup.is_running(), f"the backup is gone:\n{pair.backup.log_tail()}"
         assert wait_until(lambda: runner_transport.is_connected, timeout=60)
         assert runner_transport._connection.where == backup
         assert wait_until(lambda: first <= set(processor.snapshot()), timeout=120), (

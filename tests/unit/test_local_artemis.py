@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from devtools import local_artemis as la
+from devtools.artemis_pair import ENV_HOME as PAIR_HOME
+from devtools.artemis_pair import ArtemisPair
+from devtools.artemis_pair import run_cli as run_pair_cli
 from devtools.broker_settings import LocalBrokerError
 from tests.artemis_container import DEFAULT_IMAGE
 
@@ -72,3 +75,24 @@ def test_a_cached_artifact_is_used_without_asking_maven(
     cached.write_bytes(b"jar")
     monkeypatch.setattr(la.shutil, "which", lambda _name: None)  # mvn would be refused
     assert la.ensure_client_jar(tmp_path) == cached
+
+
+def test_the_pair_gives_clients_both_brokers_and_each_broker_its_peer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pair = ArtemisPair(tmp_path, live_offset=100, backup_offset=200)
+    assert pair.client_env()["BOOST_BROKER_URL"] == "stomp://127.0.0.1:61813,127.0.0.1:61913"
+    live_xml, backup_xml = pair.live.settings.extra_xml, pair.backup.settings.extra_xml
+    assert "<primary>" in live_xml and "<backup><allow-failback>true" in backup_xml
+    assert 'name="peer">tcp://127.0.0.1:61916<' in live_xml
+    assert 'name="peer">tcp://127.0.0.1:61816<' in backup_xml
+    assert pair.live.settings.shared_data == pair.backup.settings.shared_data == pair.store
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(PAIR_HOME, str(tmp_path))
+        assert run_pair_cli(["env"]) == 0
+        assert run_pair_cli(["purge"]) == 0
+        assert run_pair_cli(["no-such-command"]) == 2
+    out = capsys.readouterr()
+    assert "export BOOST_BROKER_URL=stomp://127.0.0.1:61813,127.0.0.1:61913" in out.out
+    assert "invalid choice: 'no-such-command'" in out.err
