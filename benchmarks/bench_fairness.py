@@ -61,7 +61,7 @@ from boost_tenancy import (
     TenantProducer,
     open_error_store,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.selectors import SelectorLike

@@ -63,7 +63,7 @@ from boost_tenancy import (
     TenantProducer,
     open_error_store,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.settings import build_fairness
 from boost_tenancy.observability import configure_logging

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from boost_tenancy import TenantId
-from boost_tenancy.fairness.scheduling import FairWorkQueue
+from boost_tenancy.processing.scheduling import FairWorkQueue
 
 GET_TIMEOUT_S = 0.2
 """The runner's worker timeout, so both queues take the same get path as in production."""

@@ -9,6 +9,8 @@ boost_tenancy.selectors, fairness in boost_tenancy.fairness, publishing limits i
 boost_tenancy.quotas.
 """
 
+from boost_tenancy.application.runner import ProcessorRunner
+from boost_tenancy.application.wiring import start_metrics_server
 from boost_tenancy.async_producer import AsyncTenantProducer
 from boost_tenancy.errors import (
     BacklogQuotaExceededError,
@@ -25,17 +27,16 @@ from boost_tenancy.errors import (
     TransientError,
     TransportError,
 )
-from boost_tenancy.fairness.wiring import start_metrics_server
 from boost_tenancy.messages import IncomingMessage, Message, MessageBody
 from boost_tenancy.processing.aio import AsyncMiddleware
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
-from boost_tenancy.processing.runner import ProcessorRunner, RunnerSettings
+from boost_tenancy.processing.retry import RetryPolicy
+from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.producer import TenantProducer
 from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store
-from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.registry import open_transport

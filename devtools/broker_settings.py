@@ -16,7 +16,7 @@ from typing import Final
 from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
-from boost_tenancy.config import routing_from_env
+from boost_tenancy.application.config import routing_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import check_routed_at_send, classic_routing_plugin
 from boost_tenancy.routing import Topology, check_logical_queue

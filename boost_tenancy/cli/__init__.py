@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli import (
     dead_letters,
     messaging,
@@ -27,7 +28,6 @@ from boost_tenancy.cli import (
     queues,
 )
 from boost_tenancy.cli.messaging import load_processor
-from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.observability.logging import configure_logging
 

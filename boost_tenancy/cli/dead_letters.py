@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import Subparsers, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
-from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin, DeadLetterView
 from boost_tenancy.resilience.dead_letter import dead_letter_queue

@@ -10,9 +10,9 @@ import os
 import sys
 from typing import Any
 
-from boost_tenancy.app import run_processor
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.run import run_processor
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, positive_int, tenants
-from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants
-from boost_tenancy.config import AppSettings
 from boost_tenancy.ops.migration import migrate_dead_letters
 
 

@@ -7,8 +7,8 @@ import json
 from datetime import date
 from typing import Any
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, tenants
-from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store

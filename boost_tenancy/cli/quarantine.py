@@ -8,9 +8,9 @@ import json
 import sys
 from typing import Any, Final
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import Subparsers, acting, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
-from boost_tenancy.config import AppSettings
 from boost_tenancy.ops.quarantine import QuarantineAdmin, QuarantinedView
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.tenancy import TenantId

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, connected
-from boost_tenancy.config import AppSettings
 from boost_tenancy.ops.queue_admin import QueueAdmin, rows_table
 from boost_tenancy.ops.queue_states import SqlQueueStateStore, open_queue_state_store
 from boost_tenancy.quotas.policy import PolicyChange

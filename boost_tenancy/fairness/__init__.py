@@ -13,7 +13,6 @@ from boost_tenancy.fairness.redis_backend import (
     RedisTokenBucketLimiter,
     redis_client,
 )
-from boost_tenancy.fairness.scheduling import FairWorkQueue
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.fairness.tiers import (
     PostgresTierStore,
@@ -25,7 +24,6 @@ from boost_tenancy.fairness.tiers import (
     TierStoreError,
     open_tier_store,
 )
-from boost_tenancy.fairness.wiring import FairnessWiring, metrics_server, start_metrics_server
 
 __all__ = [
     "Accounting",
@@ -33,11 +31,9 @@ __all__ = [
     "Admission",
     "Admitted",
     "ConcurrencyLimiter",
-    "FairWorkQueue",
     "FairnessEvent",
     "FairnessGate",
     "FairnessSettings",
-    "FairnessWiring",
     "InMemoryConcurrencyLimiter",
     "PostgresTierStore",
     "RatePolicy",
@@ -51,8 +47,6 @@ __all__ = [
     "TierStoreError",
     "TokenBucketLimiter",
     "build_fairness",
-    "metrics_server",
     "open_tier_store",
     "redis_client",
-    "start_metrics_server",
 ]

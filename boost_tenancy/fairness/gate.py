@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import structlog
 
@@ -31,6 +31,7 @@ from boost_tenancy.fairness.concurrency import ConcurrencyLimiter
 from boost_tenancy.fairness.rates import TokenBucketLimiter
 from boost_tenancy.fairness.redis_backend import RedisTokenBucketLimiter
 from boost_tenancy.fairness.tiers import TierResolver
+from boost_tenancy.processing.admission import Admitted
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Delivery
 
@@ -72,15 +73,6 @@ class ThrottledWarning:
             self._last[event] = now
             suppressed = self._suppressed.pop(event, 0)
         log.warning(event, suppressed_since_last=suppressed, **fields)
-
-
-class Admitted(NamedTuple):
-    """A delivery let through the gate: the slot it holds (None when exempt or expired), and
-    whether it waited longer than the gate holds a delivery (the runner defers it)."""
-
-    delivery: Delivery
-    slot: str | None
-    expired: bool = False
 
 
 @dataclass(slots=True, eq=False)

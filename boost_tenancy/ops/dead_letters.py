@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 import structlog
 
 from boost_tenancy.errors import DeadLettersNotFoundError
-from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import (
     DEAD_LETTER_REASON_PROPERTY,
     ERROR_TEXT_PROPERTY,
     ERROR_TYPE_PROPERTY,
     check_queue_name,
 )
+from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, redrive_copy, source_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
 from boost_tenancy.resilience.recorder import record_failure

@@ -13,9 +13,9 @@ from typing import TypeVar
 import structlog
 
 from boost_tenancy.errors import ConfigError, NotConfirmedError
-from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import DispatchSettings
+from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import DeadLetter, Quarantine
 from boost_tenancy.processing.settle import DispatchObserver, Settler
 from boost_tenancy.resilience.dead_letter import DeadLetterReason

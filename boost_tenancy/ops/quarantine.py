@@ -24,7 +24,6 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     TenantMismatchError,
 )
-from boost_tenancy.inbound import Adopted, adopt
 from boost_tenancy.messages import (
     ERROR_TEXT_PROPERTY,
     ERROR_TYPE_PROPERTY,
@@ -35,6 +34,7 @@ from boost_tenancy.messages import (
     header_text,
 )
 from boost_tenancy.ops.dead_letters import _Collector
+from boost_tenancy.processing.inbound import Adopted, adopt
 from boost_tenancy.resilience.dead_letter import quarantine_queue, redrive_copy
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
 from boost_tenancy.resilience.recorder import record_failure

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.inbound import adopt
 from boost_tenancy.ops.moving import MOVE_BATCH, Move, QueueMover, copy_of, tenancy_violation
+from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import Quarantine
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore

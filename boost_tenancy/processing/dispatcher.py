@@ -19,11 +19,11 @@ from boost_tenancy.errors import (
     TenantMismatchError,
 )
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.inbound import adopt
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
 from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
+from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import (
     HandlerContext,
@@ -31,12 +31,12 @@ from boost_tenancy.processing.processor import (
     check_processor,
     refuse_unawaited,
 )
+from boost_tenancy.processing.retry import RetryMiddleware, RetryPolicy, policy_for
 from boost_tenancy.processing.settle import DispatchObserver, Settler
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
-from boost_tenancy.resilience.retry import RetryMiddleware, RetryPolicy, policy_for
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId

@@ -30,7 +30,7 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
 
 if TYPE_CHECKING:  # resilience.retry imports this module
-    from boost_tenancy.resilience.retry import RetryPolicy
+    from boost_tenancy.processing.retry import RetryPolicy
 
 
 @dataclass(slots=True)

@@ -1,5 +1,7 @@
-"""ProcessorRunner: one subscription per (tenant, queue), handlers on workers, and the router
-that empties the shared queues of routed queues into the tenants' own.
+"""TenantWorkers: one subscription per (tenant, queue), a work queue that takes turns between
+tenants, and worker threads that run the dispatcher; it runs what it is given (the dispatcher, the
+admission gate, companions such as the shared-queue router), which the application layer builds
+(boost_tenancy.application.runner.ProcessorRunner).
 
 The transport's receiving thread only hands deliveries over; worker threads run the dispatcher.
 Stopping lets in-flight handlers finish within a deadline and leaves the rest unacknowledged.
@@ -12,27 +14,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 import structlog
 
 from boost_tenancy.envvars import MAX_DURATION_S
 from boost_tenancy.errors import ConfigError, TransportError
-from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.fairness.gate import Admitted, FairnessGate
-from boost_tenancy.fairness.scheduling import FairWorkQueue, parse_weights
 from boost_tenancy.lifecycle import run_until_stopped
-from boost_tenancy.messages import PublishCheck, check_queue_name
-from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
-from boost_tenancy.ops.router import TenantRouter
-from boost_tenancy.ops.send_routes import install_send_routes, routes_of
-from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, EventLoopSettings
-from boost_tenancy.processing.aio import needs_event_loop as _needs_event_loop
+from boost_tenancy.processing.admission import AdmissionGate, Admitted
+from boost_tenancy.processing.aio import EventLoop, EventLoopSettings
 from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
 from boost_tenancy.processing.draining import QueueDrains, QueueKey, QueueStateSource
 from boost_tenancy.processing.processor import TenantProcessor
-from boost_tenancy.processing.settle import DispatchObserver
-from boost_tenancy.resilience.error_store import ErrorStore
-from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
+from boost_tenancy.processing.scheduling import FairWorkQueue, parse_weights
+from boost_tenancy.routing import Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import (
@@ -141,113 +136,56 @@ class RunnerHealth:
         return "\n".join(lines) + "\n"
 
 
-class ProcessorRunner:
-    """Runs a TenantProcessor for a fixed list of tenants on one transport."""
+class Companion(Protocol):
+    """What runs beside the workers while they consume (the shared-queue router, the parked
+    re-drive): started once every subscription is open, stopped before the workers finish."""
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+class TenantWorkers:
+    """Runs a TenantProcessor's deliveries for a fixed list of tenants on one transport."""
 
     def __init__(
         self,
         processor: TenantProcessor,
         transport: Transport,
-        tenants: Sequence[TenantId | str],
+        physical: Mapping[QueueKey, str],
+        dispatcher: Dispatcher,
         *,
-        error_store: ErrorStore,
-        settings: RunnerSettings | None = None,
-        middleware: Sequence[AnyMiddleware] = (),
-        gate: FairnessGate | None = None,
-        observers: Sequence[DispatchObserver] = (),
-        routing: Routing = DEFAULT_ROUTING,
-        redrive_parked: bool = True,
-        route_shared: bool = True,
-        route_at_send: bool = True,
-        default_tenant: TenantId | str | None = None,
-        publish_guard: PublishCheck | None = None,
-        message_ttl: ExpiryPolicy | None = None,
+        settings: RunnerSettings,
+        routing: Routing,
+        gate: AdmissionGate | None = None,
+        event_loop: EventLoop | None = None,
         queue_states: QueueStateSource | None = None,
         on_connected: Sequence[Callable[[], object]] = (),
+        companions: Sequence[Companion] = (),
     ) -> None:
-        """routing picks each (tenant, queue)'s broker queue; redrive_parked moves the tenants'
-        parked backlog (parked.<tenant>.<queue>, see ParkingSweeper) back at start.
+        """physical: the broker queue of each (tenant, logical queue) to subscribe to.
 
-        route_shared runs a TenantRouter for the processor's routed queues, whatever tenants
-        this runner serves: every message sent to their shared queue goes to its tenant's queue,
-        a message without a tenantUUID to default_tenant's when one is given (else quarantined).
-
-        route_at_send: where the broker takes routes at run time (the transport's
-        send_time_routes: Artemis), start() has it store this runner's tenants' messages sent
-        to the shared queues in their own queues at once (ops/send_routes.py); the router then
-        takes only what no route matches.
-
-        publish_guard and message_ttl apply to what handlers publish (ctx.publish): their
-        tenant's publishing limits, and the expiry its time-to-live gives each message.
-
+        gate: deliveries of a tenant over its limits wait there, unacknowledged, in order.
+        event_loop: where async handlers and middleware run (started and stopped here).
         queue_states tells which (tenant, queue) pairs operators drained or deleted: those are
         not subscribed, or drained while running (processing/draining.py).
 
         on_connected are called in order once start() has connected the transport, before any
         worker or subscription: what needs the broker's capabilities (known only then) starts
-        there, as the runner's queue gauges do. One that raises stops the start, the transport
-        closed again, and the error goes to the caller of start() or run().
+        there. One that raises stops the start, the transport closed again, and the error goes
+        to the caller of start() or run(). companions start, in order, once every subscription
+        is open, and stop first when the runner stops.
         """
-        if not processor.queues:
-            raise ConfigError(f"{type(processor).__name__}.queues names no queue to consume")
-        for name in processor.queues:
-            check_queue_name(name)
-        self._tenants = tuple(TenantId.parse(t) for t in tenants)
-        if not self._tenants:
-            raise ConfigError("a runner needs at least one tenant")
-        # Resolved once, so a name the routing refuses stops the runner before it connects.
-        self._physical = {
-            (tenant, queue): routing.physical(queue, tenant)
-            for tenant in self._tenants
-            for queue in processor.queues
-        }
+        self._tenants = tuple(dict.fromkeys(tenant for tenant, _ in physical))
+        self._physical = dict(physical)
         self._routing = routing
-        routed = [queue for queue in processor.queues if routing.routes(queue)]
-        self._router: TenantRouter | None = None
-        if route_shared and routed:
-            self._router = TenantRouter(
-                transport,
-                routed,
-                error_store=error_store,
-                routing=routing,
-                default_tenant=default_tenant,
-                observers=observers,
-            )
-        self._send_routes = (
-            routes_of(routing, processor.queues, self._tenants) if route_at_send else []
-        )
-        self.send_routes_added: int | None = None
-        """How many routes start() added on the broker (0: all were there); None: none made."""
-        self._redrive: ParkedRedrive | None = None
-        if redrive_parked:
-            self._redrive = ParkedRedrive(
-                transport,
-                [
-                    ParkedMove(tenant, parked_queue(queue, tenant), physical)
-                    for (tenant, queue), physical in self._physical.items()
-                ],
-            )
         self._processor = processor
         self._transport = transport
-        # Deliveries of a tenant over its limits wait at the gate, unacknowledged, in order.
         self._gate = gate
-        self._settings = settings or RunnerSettings()
-        # Only for an async handler or middleware; a plain processor runs no loop at all.
-        self._event_loop: EventLoop | None = None
-        if _needs_event_loop(processor, middleware):
-            self._event_loop = EventLoop(self._settings.event_loop)
-        self._dispatcher = Dispatcher(
-            processor,
-            transport,
-            error_store,
-            settings=self._settings.dispatch,
-            middleware=middleware,
-            observers=observers,
-            routing=routing,
-            publish_guard=publish_guard,
-            message_ttl=message_ttl,
-            event_loop=self._event_loop,
-        )
+        self._settings = settings
+        self._event_loop = event_loop
+        self._dispatcher = dispatcher
+        self._companions = tuple(companions)
 
         # Takes turns between tenants so one tenant's prefetched backlog cannot hold every worker.
         self._work: FairWorkQueue[Delivery | Admitted] = FairWorkQueue(
@@ -270,15 +208,6 @@ class ProcessorRunner:
     @property
     def routing(self) -> Routing:
         return self._routing
-
-    @property
-    def router(self) -> TenantRouter | None:
-        """What routes the shared queues of the processor's routed queues; None without any."""
-        return self._router
-
-    def wait_parked_redriven(self, timeout: float | None = None) -> bool:
-        """Block until the parked backlog has been moved back (True at once without redrive)."""
-        return self._redrive is None or self._redrive.wait(timeout)
 
     @property
     def in_flight(self) -> int:
@@ -318,8 +247,6 @@ class ProcessorRunner:
         try:
             for connected in self._on_connected:
                 connected()
-            # Before subscribing: the tenants' queues exist, and new messages go there from now.
-            self.send_routes_added = install_send_routes(self._transport, self._send_routes)
         except BaseException:
             self._transport.close()
             raise
@@ -333,12 +260,10 @@ class ProcessorRunner:
         self._drains.open(list(self._physical), held)
         if self._queue_states is not None:
             self._queue_states.start(self._drains.apply)
-        if self._redrive is not None:
-            # After subscribing: the backlog moves while the runner already handles new messages.
-            self._redrive.start()
-        if self._router is not None:
-            # After subscribing, so what it moves to this runner's tenants is taken at once.
-            self._router.start()
+        # After subscribing: what they move to this runner's tenants is taken at once, while
+        # the runner already handles new messages.
+        for companion in self._companions:
+            companion.start()
         log.info(
             "runner_started",
             processor=type(self._processor).__name__,
@@ -453,10 +378,8 @@ class ProcessorRunner:
         self._work.close()  # wakes idle workers now; queued deliveries stay unacknowledged
         if self._queue_states is not None:
             self._queue_states.stop()
-        if self._redrive is not None:
-            self._redrive.stop()
-        if self._router is not None:
-            self._router.stop(timeout=min(grace, 10.0))
+        for companion in self._companions:
+            companion.stop(min(grace, 10.0))
         self._join_workers(deadline)
         if self._event_loop is not None:
             # Past the grace period a coroutine is cancelled, and its worker settles it as a

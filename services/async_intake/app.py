@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
 from boost_tenancy import AsyncTenantProducer, TenantProducer
-from boost_tenancy.app import open_broker
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.run import open_broker
 from boost_tenancy.errors import MessageTooLargeError, PublishRefusedError, TransportError
 from boost_tenancy.messages import PublishCheck
 from boost_tenancy.producer import JsonBody

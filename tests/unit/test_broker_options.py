@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.transports.amqp import AmqpSettings, AmqpTransport
 from boost_tenancy.transports.options import RENAMED, ConnectOptions, TlsSettings

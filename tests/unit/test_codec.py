@@ -18,7 +18,7 @@ import pytest
 from boost_tenancy import codec
 from boost_tenancy.errors import MessageDecodeError, MessageEncodeError, PermanentError
 from boost_tenancy.messages import build_message, decode_json_body, encode_json_body
-from boost_tenancy.resilience.retry import RetryPolicy
+from boost_tenancy.processing.retry import RetryPolicy
 from boost_tenancy.tenancy import TenantId
 
 ORG_A = TenantId("org-a")

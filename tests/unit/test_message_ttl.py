@@ -9,7 +9,7 @@ import math
 import pytest
 
 from boost_tenancy import Message, MessageTtl, TenantId
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import LATEST_EXPIRY_MS, check_expiry, now_ms, read_expiry
 from boost_tenancy.messages import build_message

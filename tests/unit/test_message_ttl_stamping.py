@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
-import boost_tenancy.app as app_module
+import boost_tenancy.application.run as app_module
 import boost_tenancy.cli as cli_module
 import boost_tenancy.cli.common as cli_common
 from boost_tenancy import (
@@ -26,7 +26,7 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.expiry import now_ms
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import Topology

@@ -24,9 +24,9 @@ from boost_tenancy import (
     PublishRateExceededError,
     TenantId,
 )
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.cli import main
-from boost_tenancy.config import AppSettings
-from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas.policy import NO_POLICY, PolicyResolver, TenantPolicy
 from boost_tenancy.quotas.policy_store import (

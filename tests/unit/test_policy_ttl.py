@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
-import boost_tenancy.app as app_module
+import boost_tenancy.application.run as app_module
 from boost_tenancy import (
     ConfigError,
     HandlerContext,
@@ -24,8 +24,8 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli import main
-from boost_tenancy.config import AppSettings
 from boost_tenancy.expiry import now_ms
 from boost_tenancy.quotas.policy import NO_POLICY, TenantPolicy
 from boost_tenancy.quotas.policy_store import POLICY_TABLE, SqlPolicyStore, open_policy_store

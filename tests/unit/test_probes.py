@@ -23,9 +23,9 @@ from boost_tenancy import (
     TenantProcessor,
     start_metrics_server,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
-from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.processing.runner import RunnerHealth
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport

@@ -30,6 +30,7 @@ from boost_tenancy.errors import ErrorStoreError, MessageDecodeError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, MESSAGE_ID_PROPERTY, derived_id
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Outcome, Retry
+from boost_tenancy.processing.retry import RetryMiddleware
 from boost_tenancy.resilience.dead_letter import DeadLetterReason, dead_letter_queue
 from boost_tenancy.resilience.error_store import (
     ErrorStore,
@@ -37,7 +38,6 @@ from boost_tenancy.resilience.error_store import (
     FailureRecord,
 )
 from boost_tenancy.resilience.failure import ErrorInfo
-from boost_tenancy.resilience.retry import RetryMiddleware
 from boost_tenancy.routing import Topology
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport

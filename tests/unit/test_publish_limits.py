@@ -19,7 +19,7 @@ from boost_tenancy import (
     TenantId,
     TransientError,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.fairness import RatePolicy
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S
 from boost_tenancy.messages import WireMessage

@@ -19,10 +19,10 @@ from boost_tenancy import (
     PublishRateExceededError,
     TenantId,
 )
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
 from boost_tenancy.fairness.redis_backend import redis_breaker, redis_client
-from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.messages import WireMessage, build_message
 from boost_tenancy.quotas.guard import wire_size
 from boost_tenancy.quotas.policy import TenantPolicy

@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from structlog.testing import capture_logs
 from werkzeug.test import TestResponse
 
-import boost_tenancy.app as app_module
+import boost_tenancy.application.run as app_module
 from boost_tenancy import (
     DispatchSettings,
     HandlerContext,
@@ -36,8 +36,8 @@ from boost_tenancy import (
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.config import AppSettings
-from boost_tenancy.fairness.wiring import FairnessWiring
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.messages import MESSAGE_ID_PROPERTY, WireMessage, derived_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore

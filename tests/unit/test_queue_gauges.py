@@ -23,11 +23,11 @@ from boost_tenancy import (
     TenantProducer,
     start_metrics_server,
 )
-from boost_tenancy import app as app_module
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application import run as app_module
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.runner import ProcessorRunner
 from boost_tenancy.errors import InvalidTenantError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.ops.stats_metrics import QueueGauges
-from boost_tenancy.processing.runner import ProcessorRunner
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.base import QueueStats, Transport

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.resilience.retry import RetryPolicy, compute_backoff
+from boost_tenancy.processing.retry import RetryPolicy, compute_backoff
 
 
 def never() -> float:

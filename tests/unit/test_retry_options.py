@@ -21,8 +21,8 @@ from boost_tenancy import (
     TransientError,
 )
 from boost_tenancy.processing.outcomes import DeadLetter, Defer, Retry
+from boost_tenancy.processing.retry import RetryMiddleware, policy_for
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
-from boost_tenancy.resilience.retry import RetryMiddleware, policy_for
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.testing.harness import TEST_SETTINGS, RunningProcessor, error_store_in
 

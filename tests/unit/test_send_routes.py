@@ -17,8 +17,8 @@ import pytest
 from stomp.utils import parse_frame
 
 from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
+from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli import main
-from boost_tenancy.config import AppSettings
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.dead_letter import quarantine_queue

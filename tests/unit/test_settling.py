@@ -22,9 +22,9 @@ from boost_tenancy import (
     TenantProcessor,
 )
 from boost_tenancy.errors import MessageEncodeError, TransportError
-from boost_tenancy.inbound import FOREIGN_CORRELATION_PROPERTY, adopt
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.processing.inbound import FOREIGN_CORRELATION_PROPERTY, adopt
 from boost_tenancy.processing.runner import EXIT_HANDLERS_ABANDONED
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome

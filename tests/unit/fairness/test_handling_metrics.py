@@ -18,8 +18,8 @@ from boost_tenancy import (
     TenantId,
     TenantProcessor,
 )
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
-from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.error_store import ErrorStore

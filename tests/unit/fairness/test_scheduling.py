@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from boost_tenancy import RunnerSettings, TenantId
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.fairness.scheduling import FairWorkQueue
+from boost_tenancy.processing.scheduling import FairWorkQueue
 
 A, B, C, D = (TenantId(f"org-{name}") for name in "ABCD")
 ALL = (A, B, C, D)

@@ -15,8 +15,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from boost_tenancy import ConfigError, TenantId
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.cli import main
-from boost_tenancy.config import AppSettings
 from boost_tenancy.fairness.accounting import Accounting
 from boost_tenancy.fairness.usage import (
     ROWS_PER_STATEMENT,
@@ -26,7 +27,6 @@ from boost_tenancy.fairness.usage import (
     UsageStoreError,
     open_usage_store,
 )
-from boost_tenancy.fairness.wiring import FairnessWiring
 from tests.conftest import reachable_postgres_dsn
 
 A = TenantId("org-A")

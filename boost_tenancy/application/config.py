@@ -21,11 +21,11 @@ from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
 from boost_tenancy.fairness.tiers import TierLimits
 from boost_tenancy.processing.aio import EventLoopSettings
 from boost_tenancy.processing.dispatcher import DispatchSettings
+from boost_tenancy.processing.retry import RetryPolicy
 from boost_tenancy.processing.runner import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.quotas.shared import ENV_PUBLISH_REDIS_URL, check_redis_url
 from boost_tenancy.quotas.ttl import MessageTtl
-from boost_tenancy.resilience.retry import RetryPolicy
 from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions

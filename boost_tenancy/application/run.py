@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from boost_tenancy.config import AppSettings
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.runner import ProcessorRunner
+from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
-from boost_tenancy.fairness.wiring import FairnessWiring
 from boost_tenancy.ops.queue_states import (
     QueueStateWatcher,
     SqlQueueStateStore,
@@ -18,7 +19,6 @@ from boost_tenancy.ops.queue_states import (
 )
 from boost_tenancy.ops.stats_metrics import QueueGauges
 from boost_tenancy.processing.processor import TenantProcessor
-from boost_tenancy.processing.runner import ProcessorRunner
 from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.ttl import effective_ttl
 from boost_tenancy.resilience.error_store import ErrorStore, open_error_store
