@@ -1,6 +1,6 @@
 """Artemis's exclusive diverts and the management operations that make them, as its source has
 them (transports/artemis_management.py names where): one model for both in-process brokers,
-the in-memory one (memory.py, STOMP's view) and the AMQP peer (amqp_peer.py).
+the in-memory one (memory.py, STOMP's view) and the AMQP peer (amqp_peer/).
 
 - createQueue (its JSON configuration and ignoreIfExists) makes the queue where missing.
 - createDivert does nothing, and answers success all the same, where a queue or divert already
