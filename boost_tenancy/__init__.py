@@ -33,7 +33,7 @@ from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.middleware import Middleware
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
 from boost_tenancy.processing.retry import RetryPolicy
-from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.producer import TenantProducer
 from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store

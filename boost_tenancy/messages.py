@@ -1,27 +1,28 @@
-"""The message envelope: what the toolkit sends and what a handler receives.
-
-Reserved properties carry the tenant, the stable message id and the attempt count on the wire;
-applications cannot overwrite them, so a handler cannot forge another tenant's message.
-"""
+"""The message envelope: what the toolkit sends and what a handler receives, with the reserved
+properties (tenant, message id, attempt) that applications cannot overwrite."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol
 
-from boost_tenancy import codec
 from boost_tenancy.errors import (
     ConfigError,
     MessageDecodeError,
     MessageEncodeError,
 )
 from boost_tenancy.expiry import check_expiry
+from boost_tenancy.json_bodies import (
+    DataclassInstance,
+    PydanticModel,
+    encode_json_body,
+    json_object,
+)
+from boost_tenancy.message_ids import check_id, new_id
 from boost_tenancy.selectors import TENANT_PROPERTY, check_property_name
-from boost_tenancy.tenancy import TenantId, check_body_tenant
+from boost_tenancy.tenancy import TenantId
 
 MESSAGE_ID_PROPERTY: Final = "boostMessageId"
 ATTEMPT_PROPERTY: Final = "boostAttempt"
@@ -40,6 +41,8 @@ RESERVED_PROPERTIES: Final = frozenset(
         ERROR_TEXT_PROPERTY,
     }
 )
+"""Reserved properties carry the tenant, the stable message id and the attempt count on the wire;
+applications cannot overwrite them, so a handler cannot forge another tenant's message."""
 
 FRAME_LEVEL_HEADERS: Final = frozenset(
     {
@@ -60,7 +63,6 @@ with it is filed under a transaction nobody commits, and is lost although its re
 (shared BROKERS.md, 2026-11-28)."""
 
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _ATTEMPT_RE: Final = re.compile(r"[1-9][0-9]{0,6}")
 MAX_ATTEMPT: Final = 1_000_000
 """The largest boostAttempt trusted off the wire; beyond it a value is foreign (it would overflow
@@ -86,19 +88,6 @@ else:
     M = TypeVar("M")
 
 
-class DataclassInstance(Protocol):
-    """Any instance of a stdlib dataclass."""
-
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-
-
-class PydanticModel(Protocol):
-    """Any pydantic v2 model instance (the `models` extra); the toolkit never imports pydantic
-    for it."""
-
-    def model_dump(self, *, mode: str = ..., by_alias: bool | None = ...) -> dict[str, Any]: ...
-
-
 MessageBody = Mapping[str, Any] | DataclassInstance | PydanticModel | str | bytes
 """What a producer or ctx.publish sends: a mapping, a dataclass instance or a pydantic model
 (JSON with tenantUUID stamped in, values encoded by boost_tenancy.codec), or text or bytes as
@@ -112,13 +101,6 @@ def check_queue_name(name: str) -> str:
             f"invalid queue name {name!r}: expected 1-200 characters from A-Z a-z 0-9 . _ -"
         )
     return name
-
-
-def check_id(kind: str, value: str) -> str:
-    """Message and correlation ids travel as properties and into logs: keep them plain."""
-    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
-        raise ConfigError(f"invalid {kind} {value!r}: expected 1-128 characters [A-Za-z0-9._:-]")
-    return value
 
 
 def parse_attempt(raw: str | None) -> int | None:
@@ -174,23 +156,6 @@ def wire_body(body: Body) -> bytes:
         ) from exc
 
 
-_FOREIGN_ID_RE: Final = re.compile(r"[^A-Za-z0-9._:-]")
-
-
-def sanitized_id(value: str) -> str:
-    """A valid id made from a foreign one: other characters become '_', long ones are cut and
-    given a digest so two long ids sharing a prefix stay apart. Deterministic."""
-    if _ID_RE.fullmatch(value):
-        return value
-    cleaned = _FOREIGN_ID_RE.sub("_", value)
-    if not cleaned or not cleaned[0].isalnum() or not cleaned[0].isascii():
-        cleaned = "x" + cleaned
-    if len(cleaned) > 128 or cleaned != value:
-        digest = uuid.uuid5(_DERIVED_NAMESPACE, value).hex[:12]
-        cleaned = f"{cleaned[:110]}-{digest}"
-    return cleaned
-
-
 def check_text_body(body: str) -> str:
     """A text body the wire can carry: no NUL (STOMP ends a text frame with it), no lone
     surrogate other than the escapes of a received body that was not valid UTF-8."""
@@ -201,53 +166,6 @@ def check_text_body(body: str) -> str:
         # A received body decoded from invalid UTF-8 passes (it goes out as the same bytes).
         wire_body(body)
     return body
-
-
-def new_id() -> str:
-    """A fresh random message or correlation id."""
-    return str(uuid.uuid4())
-
-
-_DERIVED_NAMESPACE: Final = uuid.UUID("6f1d4d7e-3b1c-4a55-9a55-0b8f3f2c9e10")
-
-
-def derived_id(parent_id: str, queue: str, index: int) -> str:
-    """A deterministic id for the index-th message a handler publishes to queue.
-
-    A retried handler publishes the same ids again, so downstream idempotency holds across retries.
-    """
-    return str(uuid.uuid5(_DERIVED_NAMESPACE, f"{parent_id}/{queue}/{index}"))
-
-
-def json_object(body: object) -> Mapping[str, Any] | None:
-    """A body as the JSON object it is sent as: a mapping as it is, a pydantic model as its
-    JSON-mode dump by alias (what its model_validate reads back), a dataclass instance as its
-    fields; None for anything else."""
-    if isinstance(body, Mapping):
-        return body
-    if dataclasses.is_dataclass(body) and not isinstance(body, type):
-        return {item.name: getattr(body, item.name) for item in dataclasses.fields(body)}
-    dump = getattr(body, "model_dump", None)
-    if callable(dump) and hasattr(type(body), "model_fields"):
-        dumped = dump(mode="json", by_alias=True)
-        if isinstance(dumped, Mapping):
-            return cast(Mapping[str, Any], dumped)
-    return None
-
-
-def encode_json_body(
-    tenant: TenantId, body: Mapping[str, Any] | DataclassInstance | PydanticModel
-) -> str:
-    """Compact JSON text (boost_tenancy.codec) with the tenant in the body too; a body naming
-    another tenant is refused, one holding what JSON cannot carry raises MessageEncodeError."""
-    mapping = json_object(body)
-    if mapping is None:
-        raise MessageEncodeError(
-            f"cannot encode a {type(body).__name__} as a JSON object: send a mapping, a "
-            "dataclass instance or a pydantic model"
-        )
-    check_body_tenant(mapping, tenant, against="the message tenant")
-    return codec.encode({**mapping, TENANT_PROPERTY: tenant.value})
 
 
 def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
@@ -371,14 +289,6 @@ def body_text(body: Body) -> str:
     except UnicodeError as exc:
         raise MessageDecodeError(f"body is not UTF-8 text: {exc}") from exc
     return body
-
-
-def decode_json_body(text: str, tenant: TenantId) -> Any:
-    """Parse a JSON body and check any tenant it names; raises MessageDecodeError or mismatch."""
-    data = codec.decode(text)
-    if isinstance(data, dict):
-        check_body_tenant(data, tenant, against="the tenantUUID property")
-    return data
 
 
 def build_message(

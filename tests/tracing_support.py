@@ -13,7 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from boost_tenancy import HandlerContext, IncomingMessage, PermanentError, TenantProcessor
-from boost_tenancy.observability.tracing import TraceContext, current_trace
+from boost_tenancy.observability.trace_context import TraceContext
+from boost_tenancy.observability.tracing import current_trace
 
 _exporter: InMemorySpanExporter | None = None
 

@@ -1,8 +1,5 @@
-"""Every BOOST_* variable the toolkit reads, read here and only here, validated at start-up.
-
-Entry points (the CLI, the sample services) call AppSettings.from_env once; nothing reads the
-environment at import time, and a bad value raises ConfigError naming the variable.
-"""
+"""Every BOOST_* variable the toolkit reads is read here, or for the fairness gate in
+fairness_config.py, and nowhere else; validated at start-up into AppSettings."""
 
 from __future__ import annotations
 
@@ -13,16 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from boost_tenancy.application.fairness_config import fairness_from_env
 from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.fairness.accounting import DEFAULT_METRICS_HOST
-from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy
-from boost_tenancy.fairness.settings import DEFAULT_RATE_PER_S, FairnessSettings
-from boost_tenancy.fairness.tiers import TierLimits
-from boost_tenancy.processing.aio import EventLoopSettings
+from boost_tenancy.fairness.accounting_server import DEFAULT_METRICS_HOST
+from boost_tenancy.fairness.settings import FairnessSettings
 from boost_tenancy.processing.dispatcher import DispatchSettings
+from boost_tenancy.processing.event_loop import EventLoopSettings
 from boost_tenancy.processing.retry import RetryPolicy
-from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
 from boost_tenancy.quotas.shared import ENV_PUBLISH_REDIS_URL, check_redis_url
 from boost_tenancy.quotas.ttl import MessageTtl
@@ -122,7 +118,11 @@ class AppSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AppSettings:
-        """Read BOOST_* variables (documented in docs/configuration.md)."""
+        """Read BOOST_* variables (documented in docs/configuration.md).
+
+        Entry points (the CLI, the sample services) call it once; nothing reads the environment
+        at import time, and a bad value raises ConfigError naming the variable.
+        """
         base_ms = env_int(env, "BOOST_RETRY_BASE_MS", 1_000)
         max_ms = env_int(env, "BOOST_RETRY_MAX_MS", 60_000)
         if base_ms > max_ms:
@@ -293,114 +293,10 @@ def default_tenant_from_env(env: Mapping[str, str]) -> TenantId | None:
         raise ConfigError(f"BOOST_DEFAULT_TENANT: {exc}") from None
 
 
-TIER_LIMIT_VARIABLES = (
-    "BOOST_TIER_FREE_LIMIT",
-    "BOOST_TIER_PRO_LIMIT",
-    "BOOST_TIER_PRO_PLUS_LIMIT",
-    "BOOST_TIER_ENTERPRISE_LIMIT",
-)
-FAIRNESS_VARIABLES = (
-    "BOOST_RATE_PER_S",
-    "BOOST_RATE_BURST_S",
-    "BOOST_TENANT_CONCURRENCY",
-    *TIER_LIMIT_VARIABLES,
-    "BOOST_TIER_STORE",
-    "BOOST_REDIS_URL",
-    "BOOST_FAIRNESS_EXEMPT_TENANTS",
-    "BOOST_FAIRNESS_EXEMPT_QUEUES",
-    "BOOST_FAIRNESS_HOLD_S",
-    "BOOST_DEFER_MS",
-    "BOOST_DEFER_JITTER_MS",
-)
-"""Every variable of the fairness gate: each one is refused while BOOST_FAIRNESS=off."""
-
-
-def tier_limits_from_env(env: Mapping[str, str]) -> TierLimits:
-    """BOOST_TIER_FREE_LIMIT, _PRO_, _PRO_PLUS_ and _ENTERPRISE_LIMIT (each >= 1)."""
-    defaults = TierLimits()
-    return TierLimits(
-        free=env_int(env, "BOOST_TIER_FREE_LIMIT", defaults.free, minimum=1),
-        pro=env_int(env, "BOOST_TIER_PRO_LIMIT", defaults.pro, minimum=1),
-        pro_plus=env_int(env, "BOOST_TIER_PRO_PLUS_LIMIT", defaults.pro_plus, minimum=1),
-        enterprise=env_int(env, "BOOST_TIER_ENTERPRISE_LIMIT", defaults.enterprise, minimum=1),
-    )
-
-
-def _given(env: Mapping[str, str], names: tuple[str, ...]) -> list[str]:
-    return [name for name in names if env.get(name, "").strip()]
-
-
-def _list(env: Mapping[str, str], name: str) -> list[str]:
-    return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
-
-
-def fairness_from_env(env: Mapping[str, str]) -> FairnessSettings | None:
-    """The fairness gate's settings, or None when BOOST_FAIRNESS=off (it is on by default).
-
-    Strict, because a limit that silently does nothing is worse than none: every value is
-    checked whether or not fairness is on (a negative one is refused either way), a limit given
-    while its mechanism is off stops start-up naming the variable (any fairness variable with
-    BOOST_FAIRNESS=off; a tier limit without BOOST_TIER_STORE; BOOST_TENANT_CONCURRENCY with
-    it, where the tiers decide), and an exempt tenant or queue must be a valid name.
-    """
-    enabled = env_flag(env, "BOOST_FAIRNESS", default=True)
-    try:
-        exempt_tenants = frozenset(
-            TenantId.parse(t) for t in _list(env, "BOOST_FAIRNESS_EXEMPT_TENANTS")
-        )
-    except InvalidTenantError as exc:
-        raise ConfigError(f"BOOST_FAIRNESS_EXEMPT_TENANTS: {exc}") from None
-    exempt_queues: set[str] = set()
-    for queue in _list(env, "BOOST_FAIRNESS_EXEMPT_QUEUES"):
-        try:
-            exempt_queues.add(check_logical_queue(queue))
-        except ConfigError as exc:
-            raise ConfigError(f"BOOST_FAIRNESS_EXEMPT_QUEUES: {exc}") from None
-    tier_store = env.get("BOOST_TIER_STORE", "").strip()
-    settings = FairnessSettings(
-        rate=RatePolicy(
-            rate_per_s=env_float(env, "BOOST_RATE_PER_S", DEFAULT_RATE_PER_S),
-            burst_s=env_seconds(env, "BOOST_RATE_BURST_S", DEFAULT_BURST_S),
-        ),
-        concurrency=env_int(env, "BOOST_TENANT_CONCURRENCY", 0),
-        tier_limits=tier_limits_from_env(env),
-        tier_store_url=tier_store,
-        redis_url=env.get("BOOST_REDIS_URL", "").strip(),
-        exempt_tenants=exempt_tenants,
-        exempt_queues=frozenset(exempt_queues),
-        hold_s=env_seconds(env, "BOOST_FAIRNESS_HOLD_S", 300.0, minimum=0.001),
-        defer_ms=env_int(env, "BOOST_DEFER_MS", 1000),
-        jitter_ms=env_int(env, "BOOST_DEFER_JITTER_MS", 1000),
-    )
-    if not enabled:
-        given = _given(env, FAIRNESS_VARIABLES)
-        if given:
-            raise ConfigError(
-                f"{', '.join(given)} set while BOOST_FAIRNESS=off: the limit would do nothing; "
-                "remove it or turn fairness on"
-            )
-        return None
-    tier_limits = _given(env, TIER_LIMIT_VARIABLES)
-    if tier_limits and not tier_store:
-        raise ConfigError(
-            f"{', '.join(tier_limits)} set without BOOST_TIER_STORE: tier limits apply only to "
-            "tenants with a tier; name the tier store, or set BOOST_TENANT_CONCURRENCY instead"
-        )
-    if tier_store and _given(env, ("BOOST_TENANT_CONCURRENCY",)):
-        raise ConfigError(
-            "BOOST_TENANT_CONCURRENCY set with BOOST_TIER_STORE: the tiers decide each tenant's "
-            "concurrency (BOOST_TIER_*_LIMIT); remove one of them"
-        )
-    return settings
-
-
 __all__ = [
     "ERROR_STORE_FILE",
-    "FAIRNESS_VARIABLES",
     "AppSettings",
     "default_error_store",
     "default_tenant_from_env",
-    "fairness_from_env",
     "routing_from_env",
-    "tier_limits_from_env",
 ]

@@ -15,11 +15,13 @@ from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.ops.send_routes import install_send_routes, routes_of
 from boost_tenancy.processing.admission import AdmissionGate
-from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, needs_event_loop
+from boost_tenancy.processing.aio import AnyMiddleware, needs_event_loop
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueStateSource
+from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.processor import TenantProcessor
-from boost_tenancy.processing.runner import Companion, RunnerSettings, TenantWorkers
+from boost_tenancy.processing.runner import Companion, TenantWorkers
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from boost_tenancy.fairness.accounting import (
+from boost_tenancy.fairness.accounting import Accounting, Event
+from boost_tenancy.fairness.accounting_server import (
     DEFAULT_METRICS_HOST,
-    Accounting,
     AccountingServer,
-    Event,
     HealthSource,
     MetricsSource,
 )

@@ -8,7 +8,8 @@ import sys
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, connected
-from boost_tenancy.ops.queue_admin import QueueAdmin, rows_table
+from boost_tenancy.ops.queue_admin import QueueAdmin
+from boost_tenancy.ops.queue_reports import rows_table
 from boost_tenancy.ops.queue_states import SqlQueueStateStore, open_queue_state_store
 from boost_tenancy.quotas.policy import PolicyChange
 from boost_tenancy.tenancy import TenantId

@@ -4,7 +4,8 @@ A tenant over a limit is held at the gate, unacknowledged and in order, never re
 rejected; limits are per process or shared through Redis.
 """
 
-from boost_tenancy.fairness.accounting import Accounting, AccountingServer
+from boost_tenancy.fairness.accounting import Accounting
+from boost_tenancy.fairness.accounting_server import AccountingServer
 from boost_tenancy.fairness.concurrency import ConcurrencyLimiter, InMemoryConcurrencyLimiter
 from boost_tenancy.fairness.gate import Admitted, FairnessEvent, FairnessGate
 from boost_tenancy.fairness.rates import Admission, RatePolicy, TokenBucketLimiter

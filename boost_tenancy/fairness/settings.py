@@ -1,7 +1,7 @@
 """What the fairness gate is built from, with defaults generous enough to be on by default.
 
-config.fairness_from_env reads FairnessSettings from BOOST_* variables; build_fairness turns them
-into a FairnessGate with per-process or Redis-backed limiters.
+application.fairness_config.fairness_from_env reads FairnessSettings from BOOST_* variables;
+build_fairness turns them into a FairnessGate with per-process or Redis-backed limiters.
 """
 
 from __future__ import annotations

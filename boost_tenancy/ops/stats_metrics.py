@@ -73,7 +73,7 @@ def _labels(tenant: str, queue: str) -> str:
 
 
 class QueueGauges:
-    """A metrics source (MetricsSource of fairness/accounting.py, for AccountingServer and
+    """A metrics source (MetricsSource of fairness/accounting_server.py, for AccountingServer and
     metrics_server(sources=...)): tenants' queue statistics as the gauges of queue_gauges.
 
     The rows are read on a daemon thread of its own, one statistics request to the broker every

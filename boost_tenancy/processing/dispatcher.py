@@ -19,10 +19,13 @@ from boost_tenancy.errors import (
     TenantMismatchError,
 )
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text, decode_json_body
+from boost_tenancy.json_bodies import decode_json_body
+from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
-from boost_tenancy.processing.aio import AnyMiddleware, EventLoop, build_chain
+from boost_tenancy.processing.aio import AnyMiddleware
+from boost_tenancy.processing.async_chain import build_chain
+from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import (

@@ -12,16 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
+from boost_tenancy.message_ids import check_id, derived_id, sanitized_id
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
     MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
-    check_id,
-    derived_id,
     header_text,
     parse_attempt,
-    sanitized_id,
 )
 from boost_tenancy.transports.base import Delivery
 

@@ -15,16 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from boost_tenancy.errors import ConfigError, PermanentError
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.messages import (
-    IncomingMessage,
-    M,
-    MessageBody,
-    PublishCheck,
-    build_message,
-    derived_id,
-)
+from boost_tenancy.message_ids import derived_id
+from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck, build_message
 from boost_tenancy.models import binding_for
-from boost_tenancy.observability.tracing import TraceContext, current_trace, stamp
+from boost_tenancy.observability.trace_context import TraceContext
+from boost_tenancy.observability.tracing import current_trace, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -142,7 +137,7 @@ class TenantProcessor(abc.ABC, Generic[M]):
         """Handle one message. Raise PermanentError to dead-letter it, anything else to retry.
 
         A plain def runs on a worker thread. An async def runs on the runner's event loop while
-        a worker waits for it (processing/aio.py): it must never block the loop, so blocking
+        a worker waits for it (processing/event_loop.py): it must never block the loop, so blocking
         calls go through `await asyncio.to_thread(...)`.
         """
 

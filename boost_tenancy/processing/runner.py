@@ -1,32 +1,25 @@
 """TenantWorkers: one subscription per (tenant, queue), a work queue that takes turns between
-tenants, and worker threads that run the dispatcher; it runs what it is given (the dispatcher, the
-admission gate, companions such as the shared-queue router), which the application layer builds
-(boost_tenancy.application.runner.ProcessorRunner).
-
-The transport's receiving thread only hands deliveries over; worker threads run the dispatcher.
-Stopping lets in-flight handlers finish within a deadline and leaves the rest unacknowledged.
-"""
+tenants, and worker threads that run the dispatcher, stopped within a grace period."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Protocol
 
 import structlog
 
-from boost_tenancy.envvars import MAX_DURATION_S
-from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.errors import TransportError
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.processing.admission import AdmissionGate, Admitted
-from boost_tenancy.processing.aio import EventLoop, EventLoopSettings
-from boost_tenancy.processing.dispatcher import Dispatcher, DispatchSettings
+from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueDrains, QueueKey, QueueStateSource
+from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.processor import TenantProcessor
-from boost_tenancy.processing.scheduling import FairWorkQueue, parse_weights
+from boost_tenancy.processing.runner_health import RunnerHealth
+from boost_tenancy.processing.runner_settings import RunnerSettings
+from boost_tenancy.processing.scheduling import FairWorkQueue
 from boost_tenancy.routing import Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
@@ -48,94 +41,6 @@ CANCELLED_SETTLE_S = 5.0
 grace period, for their workers to settle them (retried, the attempt counted)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunnerSettings:
-    """Concurrency, flow control and shutdown behaviour of a runner."""
-
-    workers: int = 4
-    prefetch: int = 10
-    """Unacknowledged messages per subscription; the transport maps it to what its broker reads
-    (Classic activemq.prefetchSize, Artemis consumer-window-size in bytes)."""
-    shutdown_grace_s: float = 30.0
-    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
-    tenant_weights: Mapping[str, int] = field(default_factory=dict)
-    """Deliveries a tenant may start per turn of the local work queue (default 1 each)."""
-    event_loop: EventLoopSettings = field(default_factory=EventLoopSettings)
-    """The event loop of async handlers and middleware (processing/aio.py)."""
-
-    def __post_init__(self) -> None:
-        # Imported on use: the fairness package imports config, and config imports this module.
-
-        parse_weights(self.tenant_weights)
-        # A read-only copy: the caller's dict changing later must not change frozen settings.
-        object.__setattr__(self, "tenant_weights", MappingProxyType(dict(self.tenant_weights)))
-        if self.workers < 1:
-            raise ConfigError(f"workers must be at least 1, got {self.workers}")
-        if self.prefetch < 1:
-            raise ConfigError(f"prefetch must be at least 1, got {self.prefetch}")
-        if not 0 <= self.shutdown_grace_s <= MAX_DURATION_S:  # False for nan too
-            raise ConfigError(
-                f"shutdown_grace_s must be a number of seconds from 0 to {MAX_DURATION_S:g}, "
-                f"got {self.shutdown_grace_s}"
-            )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunnerHealth:
-    """A runner's state at one moment, for liveness and readiness probes and their gauges."""
-
-    started: bool
-    stopped: bool
-    """stop() began: the runner takes nothing more."""
-    workers: int
-    """Worker threads started (none before start())."""
-    workers_alive: int
-    connected: bool
-    """The transport's connection is up (ConnectionStatus); without it, started and not
-    stopped."""
-    subscriptions: int
-    """What the runner should consume now: one subscription per (tenant, queue) not drained."""
-    subscriptions_open: int
-    """Those consuming on the current connection now."""
-
-    def liveness(self) -> dict[str, bool]:
-        """Checks that fail only when restarting the process helps: the runner stopped, or a
-        worker thread ended while running (supervise() replaces it within a tick)."""
-        return {
-            "running": not self.stopped,
-            "workers": self.stopped or self.workers_alive == self.workers,
-        }
-
-    def readiness(self) -> dict[str, bool]:
-        """Checks that fail while the runner cannot take messages: not started yet, the broker
-        connection down (reconnecting), a subscription not (re-)opened."""
-        return {
-            "started": self.started and not self.stopped,
-            "connected": self.connected,
-            # >=: a draining pair keeps its subscription until what it took is settled.
-            "subscriptions": self.started and self.subscriptions_open >= self.subscriptions,
-        }
-
-    def prometheus(self) -> str:
-        """boost_tenancy_connected, boost_tenancy_subscriptions(_open), boost_tenancy_workers."""
-        gauges = (
-            ("connected", "1 while the runner's broker connection is up, else 0.", self.connected),
-            ("subscriptions", "Subscriptions the runner consumes.", self.subscriptions),
-            (
-                "subscriptions_open",
-                "Subscriptions consuming on the current connection.",
-                self.subscriptions_open,
-            ),
-            ("workers_alive", "Worker threads alive.", self.workers_alive),
-        )
-        lines: list[str] = []
-        for name, help_text, value in gauges:
-            metric = f"boost_tenancy_{name}"
-            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
-            lines.append(f"{metric} {int(value)}")
-        return "\n".join(lines) + "\n"
-
-
 class Companion(Protocol):
     """What runs beside the workers while they consume (the shared-queue router, the parked
     re-drive): started once every subscription is open, stopped before the workers finish."""
@@ -146,7 +51,14 @@ class Companion(Protocol):
 
 
 class TenantWorkers:
-    """Runs a TenantProcessor's deliveries for a fixed list of tenants on one transport."""
+    """Runs a TenantProcessor's deliveries for a fixed list of tenants on one transport.
+
+    It runs what it is given (the dispatcher, the admission gate, companions such as the
+    shared-queue router), which the application layer builds
+    (boost_tenancy.application.runner.ProcessorRunner). The transport's receiving thread only
+    hands deliveries over; worker threads run the dispatcher. Stopping lets in-flight handlers
+    finish within a deadline and leaves the rest unacknowledged.
+    """
 
     def __init__(
         self,

@@ -1,15 +1,5 @@
-"""PublishGuard: admits or refuses a tenant's publish before a byte of it is sent.
-
-The order of checks: size first (a message too large is refused whatever the buckets hold), then
-the tenant's messages/s and bytes/s buckets and, where the queue has limits, the queue's, all
-taken together or not at all. Buckets are this process's, or with `shared`
-(quotas/shared.py) every producing process's, in Redis. Each refusal is counted by tenant and
-reason and told to on_refused (accounting).
-
-The check is on every send's path, so a tenant's resolved limits and its buckets sit in one
-object found by the tenant's text (one dict lookup); changing any limit drops those objects and
-the next check resolves them again.
-"""
+"""PublishGuard: admits or refuses a tenant's publish before a byte of it is sent, by its size,
+its backlog quota and its token buckets (buckets.py), counting each refusal."""
 
 from __future__ import annotations
 
@@ -25,9 +15,10 @@ from boost_tenancy.errors import (
     MessageTooLargeError,
     PublishRateExceededError,
 )
-from boost_tenancy.fairness.rates import TOKEN_EPSILON, RatePolicy, bucket_step, check_idle_s
+from boost_tenancy.fairness.rates import check_idle_s
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.quotas.backlog import BacklogSource
+from boost_tenancy.quotas.buckets import Lane, rate_text, take_buckets
 from boost_tenancy.quotas.limits import UNLIMITED_PUBLISHING, PublishLimits
 from boost_tenancy.quotas.policy import TenantPolicy
 from boost_tenancy.tenancy import TenantId
@@ -55,66 +46,6 @@ def wire_size(message: WireMessage) -> int:
     # One joined text instead of a loop: this runs on every send.
     text = "".join(properties) + "".join(properties.values())
     return (len(body) if isinstance(body, bytes) else _utf8_len(body)) + _utf8_len(text)
-
-
-class _Bucket:
-    """One token bucket: its policy (rate and capacity kept as plain floats, read on every
-    check) and its balance at updated_at."""
-
-    __slots__ = ("capacity", "policy", "rate", "tokens", "updated_at")
-
-    def __init__(self, policy: RatePolicy, now: float) -> None:
-        self.policy = policy
-        self.rate = policy.rate_per_s
-        self.capacity = self.tokens = policy.capacity
-        self.updated_at = now
-
-    def refilled(self, now: float) -> float:
-        # min() also clamps a balance down to a capacity lowered since the last take.
-        elapsed = now - self.updated_at
-        if elapsed <= 0:
-            return self.tokens
-        return min(self.capacity, self.tokens + elapsed * self.rate)
-
-    def full(self, now: float) -> bool:
-        return self.refilled(now) >= self.capacity
-
-
-class _Lane:
-    """What applies to one tenant, or to one tenant's queue: the size cap and the buckets, and
-    the run-time policy they were built with (a changed policy rebuilds the lane)."""
-
-    __slots__ = ("buckets", "cap", "limits", "policy", "shared_keys", "shared_specs", "used_at")
-
-    def __init__(
-        self,
-        limits: PublishLimits,
-        cap: int,
-        now: float,
-        policy: TenantPolicy | None = None,
-        shared: tuple[RedisPublishBuckets, str, str | None] | None = None,
-    ) -> None:
-        self.limits = limits
-        self.policy = policy
-        self.cap = cap
-        # (bucket, counts bytes): the messages/s and the bytes/s bucket, each only when limited.
-        self.buckets: tuple[tuple[_Bucket, bool], ...] = tuple(
-            (_Bucket(policy, now), counts_bytes)
-            for policy, counts_bytes in ((limits.messages, False), (limits.bytes, True))
-            if not policy.unlimited
-        )
-        # With shared buckets: each bucket's Redis key and its (rate/s, capacity) as the script
-        # reads them, made once per lane rather than on every publish.
-        self.shared_keys: tuple[str, ...] = ()
-        self.shared_specs: tuple[tuple[str, str], ...] = ()
-        if shared is not None:
-            backend, tenant, queue = shared
-            self.shared_keys = tuple(
-                backend.key(tenant, "bytes" if counts_bytes else "messages", queue)
-                for _, counts_bytes in self.buckets
-            )
-            self.shared_specs = tuple((repr(b.rate), repr(b.capacity)) for b, _ in self.buckets)
-        self.used_at = now
 
 
 class PublishGuard:
@@ -160,8 +91,8 @@ class PublishGuard:
         self._lock = threading.Lock()
         self._limits: dict[tuple[TenantId | None, str | None], PublishLimits] = {}
         self._queues_limited: frozenset[str] = frozenset()
-        self._lanes: dict[str, _Lane] = {}
-        self._queue_lanes: dict[tuple[str, str], _Lane] = {}
+        self._lanes: dict[str, Lane] = {}
+        self._queue_lanes: dict[tuple[str, str], Lane] = {}
         self._refused: dict[tuple[TenantId, str], int] = {}
         self._active = False
         self._last_sweep = clock()
@@ -232,7 +163,14 @@ class PublishGuard:
     def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None:
         """Admit messages of tenant to queue, or raise MessageTooLargeError,
         BacklogQuotaExceededError or PublishRateExceededError (nothing taken from any bucket
-        then)."""
+        then).
+
+        The order of checks: size first (a message too large is refused whatever the buckets
+        hold), then the tenant's messages/s and bytes/s buckets and, where the queue has limits,
+        the queue's, all taken together or not at all. Buckets are this process's, or with
+        `shared` (quotas/shared.py) every producing process's, in Redis. Each refusal is counted
+        by tenant and reason and told to on_refused (accounting).
+        """
         if not self._active or not messages:
             return
         if len(messages) == 1:
@@ -259,7 +197,7 @@ class PublishGuard:
             elif queued is not None and queued + count > quota:
                 refusal = "backlog"
             elif self._shared is None:
-                refusal, wait = self._take(lanes, count, max(1, total), now)
+                refusal, wait = take_buckets(lanes, count, max(1, total), now)
             else:
                 refusal = None
         if refusal is None and self._shared is not None:
@@ -287,11 +225,11 @@ class PublishGuard:
             tenant.value,
             queue,
             f"{count} message(s) of {total} bytes over the publishing rate "
-            f"({_rate_text(lanes)}); admitted again in {wait:.3f} s",
+            f"({rate_text(lanes)}); admitted again in {wait:.3f} s",
             retry_after_s=wait,
         )
 
-    def _lanes_for(self, tenant: TenantId, queue: str, now: float) -> tuple[_Lane, ...]:
+    def _lanes_for(self, tenant: TenantId, queue: str, now: float) -> tuple[Lane, ...]:
         # Called with the lock held.
         if now - self._last_sweep >= self._idle_s / 2:
             self._sweep(now)
@@ -299,7 +237,7 @@ class PublishGuard:
         policy = None if self._policy_of is None else self._policy_of(tenant)
         if lane is None or lane.policy is not policy:
             limits = self._own_limits(tenant, policy)
-            lane = _Lane(
+            lane = Lane(
                 limits, limits.max_message_bytes, now, policy, self._shared_of(tenant, None)
             )
             self._lanes[tenant.value] = lane
@@ -309,7 +247,7 @@ class PublishGuard:
         queue_lane = self._queue_lanes.get((tenant.value, queue))
         if queue_lane is None:
             limits = self.limits_for(tenant, queue)
-            queue_lane = _Lane(
+            queue_lane = Lane(
                 limits, limits.max_message_bytes, now, shared=self._shared_of(tenant, queue)
             )
             self._queue_lanes[(tenant.value, queue)] = queue_lane
@@ -322,7 +260,7 @@ class PublishGuard:
         return None if self._shared is None else (self._shared, tenant.value, queue)
 
     def _take_shared(
-        self, shared: RedisPublishBuckets, lanes: tuple[_Lane, ...], count: int, total: int
+        self, shared: RedisPublishBuckets, lanes: tuple[Lane, ...], count: int, total: int
     ) -> tuple[str | None, float]:
         """Take from every bucket in Redis, in one script call; when Redis cannot answer, from
         this process's buckets (see the class docstring)."""
@@ -345,7 +283,7 @@ class PublishGuard:
         except Exception as exc:  # Redis unreachable, hung or failing: this process decides
             with self._lock:
                 first, self._shared_down = not self._shared_down, True
-                local = self._take(lanes, count, total, self._clock())
+                local = take_buckets(lanes, count, total, self._clock())
             if first:
                 log.warning(
                     "publish_limits_shared_unavailable",
@@ -360,37 +298,6 @@ class PublishGuard:
             if restored:
                 log.info("publish_limits_shared_restored")
         return (None, 0.0) if admitted else ("rate", wait)
-
-    @staticmethod
-    def _take(
-        lanes: tuple[_Lane, ...], count: int, total: int, now: float
-    ) -> tuple[str | None, float]:
-        """Take count messages and total bytes from every bucket, or nothing: (refusal, wait)."""
-        steps: list[tuple[_Bucket, float]] = []
-        wait, refused = 0.0, False
-        for lane in lanes:
-            for bucket, counts_bytes in lane.buckets:
-                elapsed = now - bucket.updated_at  # bucket.refilled(now), inlined: every send
-                tokens = (
-                    bucket.tokens
-                    if elapsed <= 0
-                    else min(bucket.capacity, bucket.tokens + elapsed * bucket.rate)
-                )
-                n = total if counts_bytes else count
-                if tokens + TOKEN_EPSILON >= n:  # bucket_step's first case, the common one
-                    steps.append((bucket, tokens - n))
-                    continue
-                admitted, balance, after = bucket_step(tokens, bucket.policy, n)
-                if admitted:
-                    steps.append((bucket, balance))
-                else:
-                    refused, wait = True, max(wait, after)
-                    bucket.tokens, bucket.updated_at = tokens, now
-        if refused:
-            return "rate", wait
-        for bucket, balance in steps:
-            bucket.tokens, bucket.updated_at = balance, now
-        return None, 0.0
 
     def _sweep(self, now: float) -> None:
         # Called with the lock held, at most every idle_s / 2: a lane idle for idle_s whose
@@ -417,16 +324,6 @@ class PublishGuard:
 
 def _queue(queue: str | None) -> str | None:
     return None if queue is None else check_queue_name(queue)
-
-
-def _rate_text(lanes: tuple[_Lane, ...]) -> str:
-    parts = []
-    for lane in lanes:
-        if lane.limits.messages_per_s:
-            parts.append(f"{lane.limits.messages_per_s:g} messages/s")
-        if lane.limits.bytes_per_s:
-            parts.append(f"{lane.limits.bytes_per_s:g} bytes/s")
-    return ", ".join(parts)
 
 
 __all__ = ["PUBLISH_REFUSAL_REASONS", "OnRefused", "PublishGuard", "wire_size"]

@@ -17,7 +17,7 @@ from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.retry import RetryPolicy
-from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing

@@ -1,9 +1,5 @@
 """An in-memory broker with queues, selectors, flow control, acks, redelivery and delayed
-delivery, modelling ActiveMQ Classic or Artemis over STOMP where the toolkit depends on it.
-
-The contract suite in tests/contract runs against both models and the real broker, so unit
-tests can run without one. InMemoryTransport (testing/transport.py) is a connection to it.
-"""
+delivery, modelling ActiveMQ Classic or Artemis over STOMP where the toolkit depends on it."""
 
 from __future__ import annotations
 
@@ -12,18 +8,18 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.messages import WireMessage, check_queue_name
-from boost_tenancy.routing import TENANT_QUEUE_PREFIX, check_logical_queue
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.selectors import TENANT_PROPERTY, SelectorLike
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.testing.broker_records import Consumer, Stored
+from boost_tenancy.testing.broker_stats import artemis_queue_counts, classic_queue_stats
 from boost_tenancy.testing.diverts import DivertModel, QueueCount
 from boost_tenancy.testing.expiry import expired_copy, has_expired
+from boost_tenancy.testing.routing_plugin import plugin_queues, plugin_target
+from boost_tenancy.testing.sends import artemis_stores, scheduled_delay
 from boost_tenancy.testing.wire import (
-    FlowControl,
     MessageIds,
     Sent,
     as_sent,
@@ -48,70 +44,11 @@ if TYPE_CHECKING:
     from boost_tenancy.testing.transport import InMemoryTransport
 
 
-@dataclass(slots=True)
-class _Stored:
-    seq: int
-    queue: str
-    sent: Sent
-    available_at: float
-    redelivered: bool = False
-    deliveries: int = 0
-
-    def __lt__(self, other: _Stored) -> bool:
-        return self.seq < other.seq
-
-
-@dataclass(slots=True, eq=False)
-class Consumer:
-    """One subscription on the broker, as one connection (generation) opened it."""
-
-    id: str
-    queue: str
-    selector: SelectorLike | None
-    flow: FlowControl
-    on_delivery: OnDelivery
-    connection: InMemoryTransport
-    generation: int
-    in_flight: dict[int, _Stored] = field(default_factory=dict)
-    in_flight_bytes: int = 0
-
-    def accepts(self, stored: _Stored) -> bool:
-        if not self.flow.has_room(len(self.in_flight), self.in_flight_bytes):
-            return False
-        return self.selector is None or self.selector.matches(stored.sent.message.properties)
-
-    def take(self, seq: int) -> _Stored | None:
-        stored = self.in_flight.pop(seq, None)
-        if stored is not None:
-            self.in_flight_bytes -= stored.sent.size
-        return stored
-
-
-def plugin_target(queue: str, tenant: object) -> str | None:
-    """Where the Classic tenant routing plugin stores a message of queue whose tenantUUID is
-    tenant: tenant.<tenant>.<queue> for a valid tenant id and a resulting name of at most 200
-    characters, else None (TenantRoutingPlugin.target)."""
-    try:
-        return check_queue_name(f"{TENANT_QUEUE_PREFIX}{TenantId.parse(tenant).value}.{queue}")
-    except BoostTenancyError:
-        return None
-
-
-def _plugin_queues(queues: Iterable[str]) -> frozenset[str]:
-    """The queues a Classic tenant routing plugin may be configured with, as it checks them
-    (TenantRoutingPlugin.setQueues): toolkit queue names outside its namespaces and ActiveMQ.*."""
-    if isinstance(queues, str):
-        raise ConfigError(
-            f"tenant_routed_queues must be a list of queue names, not the string {queues!r}"
-        )
-    checked = frozenset(check_logical_queue(q) for q in queues)
-    if reserved := sorted(q for q in checked if q.startswith("ActiveMQ.")):
-        raise ConfigError(f"tenant_routed_queues: {reserved[0]!r} is reserved for the broker")
-    return checked
-
-
 class InMemoryBroker:
-    """Queues shared by any number of InMemoryTransport connections.
+    """Queues shared by any number of InMemoryTransport connections (testing/transport.py).
+
+    The contract suite in tests/contract runs against both models and the real broker, so unit
+    tests can run without one.
 
     flavour: BrokerFlavour.CLASSIC (the default) or ARTEMIS; transports connected to it report
     that flavour's capabilities and get its behaviour: on Artemis every MESSAGE carries
@@ -146,7 +83,7 @@ class InMemoryBroker:
         tenant_routed_queues: Iterable[str] = (),
     ) -> None:
         self.flavour = check_modelled(flavour)
-        self._tenant_routed = _plugin_queues(tenant_routed_queues)
+        self._tenant_routed = plugin_queues(tenant_routed_queues)
         if self._tenant_routed and flavour is not BrokerFlavour.CLASSIC:
             raise ConfigError(
                 "tenant_routed_queues models the project's Classic plugin; Artemis routes at "
@@ -159,7 +96,7 @@ class InMemoryBroker:
         self._dead_letter_address = dead_letter_address
         self._ids = MessageIds(flavour)
         self._cond = threading.Condition()
-        self._queues: dict[str, list[_Stored]] = {}
+        self._queues: dict[str, list[Stored]] = {}
         self._consumers: list[Consumer] = []
         self._seq = itertools.count(1)
         self._transactions = itertools.count(1)
@@ -201,34 +138,15 @@ class InMemoryBroker:
         with self._cond:
             now = self._clock()
             if self.flavour is BrokerFlavour.ARTEMIS:
-                items = self._as_artemis_stores(items, transaction)
+                tx = f"tx-{next(self._transactions)}" if transaction else None
+                items, lost = artemis_stores(items, tx)
+                self.lost_to_stale_transactions += lost
             for queue, sent, delay_ms in items:
-                delay = delay_ms or _scheduled_delay(sent.message.properties)
+                delay = delay_ms or scheduled_delay(sent.message.properties)
                 seq = next(self._seq)
                 for target, routed in self._diverted(queue, sent, seq):
-                    self._insert(_Stored(seq, target, routed, now + delay / 1000.0))
+                    self._insert(Stored(seq, target, routed, now + delay / 1000.0))
             self._cond.notify_all()
-
-    def _as_artemis_stores(
-        self, items: Sequence[tuple[str, Sent, int]], transaction: bool
-    ) -> list[tuple[str, Sent, int]]:
-        """What Artemis makes of SENDs: a text body (no content-length) that is not valid UTF-8
-        with its bad bytes as U+FFFD; a transaction's `transaction` header kept as a property;
-        a later SEND carrying such a header lost (shared BROKERS.md, 2026-11-28)."""
-        header = {"transaction": f"tx-{next(self._transactions)}"} if transaction else {}
-        stored = []
-        for queue, sent, delay in items:
-            if not transaction and "transaction" in sent.message.properties:
-                self.lost_to_stale_transactions += 1
-                continue
-            message, body = sent.message, sent.body
-            if "content-length" not in sent.body_headers:
-                text = body.decode("utf-8", "replace")
-                message, body = replace(message, body=text), text.encode()
-            properties = {**message.properties, **header}
-            message = replace(message, properties=properties)
-            stored.append((queue, replace(sent, message=message, body=body), delay))
-        return stored
 
     def run(self, ops: Sequence[Operation]) -> list[object]:
         """Artemis only: its broker control for the management operations the toolkit asks
@@ -261,7 +179,7 @@ class InMemoryBroker:
     def _make_queue(self, name: str) -> None:
         self._queues.setdefault(name, [])
 
-    def _insert(self, stored: _Stored) -> None:
+    def _insert(self, stored: Stored) -> None:
         bisect.insort(self._queues.setdefault(stored.queue, []), stored)
 
     # -- inspection for tests ------------------------------------------------------------------
@@ -282,38 +200,11 @@ class InMemoryBroker:
         None for a queue never sent to nor subscribed to; scheduled messages are in no count,
         and their number is not told (Classic's scheduler serves the whole broker)."""
         with self._cond:
-            now = self._clock()
-            stats: dict[str, QueueStats | None] = {}
-            for queue in queues:
-                stored = self._queues.get(queue)
-                if stored is None:
-                    stats[queue] = None
-                    continue
-                in_flight = sum(
-                    1 for c in self._consumers for s in c.in_flight.values() if s.queue == queue
-                )
-                waiting = sum(1 for s in stored if s.available_at <= now)
-                stats[queue] = QueueStats(waiting=waiting, in_flight=in_flight, scheduled=None)
-            return stats
+            return classic_queue_stats(self._queues, self._consumers, queues, self._clock())
 
     def _artemis_queue_counts(self) -> list[QueueCount]:
         """Every queue as Artemis's listQueues counts it (called with the lock held)."""
-        now = self._clock()
-        counts = []
-        for name, stored in self._queues.items():
-            holding = [c for c in self._consumers if c.queue == name]
-            counts.append(
-                QueueCount(
-                    name=name,
-                    waiting=sum(1 for s in stored if s.available_at <= now),
-                    in_flight=sum(
-                        1 for c in self._consumers for s in c.in_flight.values() if s.queue == name
-                    ),
-                    scheduled=sum(1 for s in stored if s.available_at > now),
-                    consumers=len(holding),
-                )
-            )
-        return counts
+        return artemis_queue_counts(self._queues, self._consumers, self._clock())
 
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
         """What Classic's statistics plugin answers for prefix + ">" (InMemoryTransport's
@@ -377,12 +268,12 @@ class InMemoryBroker:
             consumer.in_flight_bytes = 0
             self._cond.notify_all()
 
-    def _dead_letter(self, stored: _Stored) -> None:
+    def _dead_letter(self, stored: Stored) -> None:
         sent = broker_dead_letter(stored.sent, queue=stored.queue, message_id=str(stored.seq))
         queue = self._dead_letter_address
-        self._insert(_Stored(next(self._seq), queue, sent, self._clock()))
+        self._insert(Stored(next(self._seq), queue, sent, self._clock()))
 
-    def _expire(self, stored: _Stored, wall_ms: int) -> None:
+    def _expire(self, stored: Stored, wall_ms: int) -> None:
         moved = expired_copy(
             self.flavour,
             stored.sent,
@@ -393,7 +284,7 @@ class InMemoryBroker:
         )
         if moved is not None:
             queue, sent = moved
-            self._insert(_Stored(next(self._seq), queue, sent, self._clock()))
+            self._insert(Stored(next(self._seq), queue, sent, self._clock()))
 
     def ack(self, consumer: Consumer, seq: int) -> bool:
         """Forget an in-flight message; False when the consumer does not hold it."""
@@ -434,7 +325,7 @@ class InMemoryBroker:
             consumers = [c for c in self._consumers if c.queue == queue]
             if not consumers:
                 continue
-            remaining: list[_Stored] = []
+            remaining: list[Stored] = []
             for stored in stored_list:
                 if stored.available_at > now:
                     due = stored.available_at
@@ -458,7 +349,7 @@ class InMemoryBroker:
             self._queues[queue] = remaining
         return handed, next_due
 
-    def _delivery(self, consumer: Consumer, stored: _Stored) -> Delivery:
+    def _delivery(self, consumer: Consumer, stored: Stored) -> Delivery:
         """The Delivery the STOMP transport would make of this flavour's MESSAGE frame."""
         headers = message_headers(
             self.flavour,
@@ -489,11 +380,3 @@ class InMemoryBroker:
                     continue
             for consumer, delivery in handed:
                 consumer.on_delivery(delivery)
-
-
-def _scheduled_delay(properties: Mapping[str, str]) -> int:
-    """AMQ_SCHEDULED_DELAY in ms from a property (it goes out as a SEND header); 0 if none."""
-    raw = properties.get("AMQ_SCHEDULED_DELAY")
-    if raw is None or not raw.isdigit():
-        return 0
-    return int(raw)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.processing.processor import TenantProcessor
-from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.producer import TenantProducer
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing

@@ -13,7 +13,8 @@ from typing import TypeVar
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
-from boost_tenancy.testing.memory import Consumer, InMemoryBroker
+from boost_tenancy.testing.broker_records import Consumer
+from boost_tenancy.testing.memory import InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
 from boost_tenancy.transports import artemis_queues
 from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs

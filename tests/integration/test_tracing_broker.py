@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from boost_tenancy import ProcessorRunner, RunnerSettings, TenantProducer
-from boost_tenancy.observability.tracing import TRACEPARENT, TRACESTATE, TraceContext
+from boost_tenancy.observability.trace_context import TRACEPARENT, TRACESTATE, TraceContext
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import unique_queue, wait_until

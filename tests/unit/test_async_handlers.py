@@ -29,8 +29,9 @@ from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.concurrency import InMemoryConcurrencyLimiter
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.messages import ATTEMPT_PROPERTY
-from boost_tenancy.processing.aio import AnyMiddleware, EventLoopSettings
+from boost_tenancy.processing.aio import AnyMiddleware
 from boost_tenancy.processing.dispatcher import Dispatcher
+from boost_tenancy.processing.event_loop import EventLoopSettings
 from boost_tenancy.processing.outcomes import Outcome
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore

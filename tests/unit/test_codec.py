@@ -17,7 +17,8 @@ import pytest
 
 from boost_tenancy import codec
 from boost_tenancy.errors import MessageDecodeError, MessageEncodeError, PermanentError
-from boost_tenancy.messages import build_message, decode_json_body, encode_json_body
+from boost_tenancy.json_bodies import decode_json_body, encode_json_body
+from boost_tenancy.messages import build_message
 from boost_tenancy.processing.retry import RetryPolicy
 from boost_tenancy.tenancy import TenantId
 

@@ -8,7 +8,7 @@ import pytest
 
 from boost_tenancy.application.config import AppSettings, default_error_store
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.processing.runner import RunnerSettings
+from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.transports.stomp import StompSettings
 
 

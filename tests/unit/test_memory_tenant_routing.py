@@ -17,7 +17,7 @@ from boost_tenancy.resilience.dead_letter import quarantine_queue
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.testing.memory import plugin_target
+from boost_tenancy.testing.routing_plugin import plugin_target
 from boost_tenancy.transports.stomp import BrokerFlavour
 from tests.conftest import wait_until
 

@@ -14,6 +14,8 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     TenantMismatchError,
 )
+from boost_tenancy.json_bodies import decode_json_body, encode_json_body
+from boost_tenancy.message_ids import check_id, derived_id
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     MESSAGE_ID_PROPERTY,
@@ -21,12 +23,8 @@ from boost_tenancy.messages import (
     IncomingMessage,
     Message,
     build_message,
-    check_id,
     check_properties,
     check_queue_name,
-    decode_json_body,
-    derived_id,
-    encode_json_body,
 )
 from boost_tenancy.processing.processor import HandlerContext
 from boost_tenancy.selectors import TENANT_PROPERTY

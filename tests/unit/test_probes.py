@@ -26,7 +26,7 @@ from boost_tenancy import (
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
-from boost_tenancy.processing.runner import RunnerHealth
+from boost_tenancy.processing.runner_health import RunnerHealth
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 

@@ -23,7 +23,8 @@ from boost_tenancy import (
 )
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.ops.queue_admin import QueueAdmin, QueueAdminError, rows_table
+from boost_tenancy.ops.queue_admin import QueueAdmin, QueueAdminError
+from boost_tenancy.ops.queue_reports import rows_table
 from boost_tenancy.ops.queue_states import (
     AUDIT_FIELD_PREFIX,
     STATE_TABLE,

@@ -20,7 +20,8 @@ from boost_tenancy import (
     TenantProducer,
 )
 from boost_tenancy.observability import tracing
-from boost_tenancy.observability.tracing import TRACEPARENT, TRACESTATE, TraceContext, stamp
+from boost_tenancy.observability.trace_context import TRACEPARENT, TRACESTATE, TraceContext
+from boost_tenancy.observability.tracing import stamp
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import wait_until

@@ -23,12 +23,8 @@ from boost_tenancy import (
     TenantProducer,
     TransientError,
 )
-from boost_tenancy.fairness.accounting import (
-    UNKNOWN_TENANT,
-    Accounting,
-    AccountingServer,
-    escape_label_value,
-)
+from boost_tenancy.fairness.accounting import UNKNOWN_TENANT, Accounting, escape_label_value
+from boost_tenancy.fairness.accounting_server import AccountingServer
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.error_store import ErrorStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from boost_tenancy import ConfigError, TenantId
-from boost_tenancy.application.config import FAIRNESS_VARIABLES, fairness_from_env
+from boost_tenancy.application.fairness_config import FAIRNESS_VARIABLES, fairness_from_env
 from boost_tenancy.fairness import RatePolicy, TierLimits, TokenBucketLimiter
 from boost_tenancy.fairness.settings import default_concurrency
 from tests.conftest import ManualClock as Clock

@@ -1,0 +1,48 @@
+"""Message and correlation ids: the check every id passes, fresh ones, ones derived for what a
+handler publishes, and valid ones made from foreign ids."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Final
+
+from boost_tenancy.errors import ConfigError
+
+_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_FOREIGN_ID_RE: Final = re.compile(r"[^A-Za-z0-9._:-]")
+_DERIVED_NAMESPACE: Final = uuid.UUID("6f1d4d7e-3b1c-4a55-9a55-0b8f3f2c9e10")
+
+
+def check_id(kind: str, value: str) -> str:
+    """Message and correlation ids travel as properties and into logs: keep them plain."""
+    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
+        raise ConfigError(f"invalid {kind} {value!r}: expected 1-128 characters [A-Za-z0-9._:-]")
+    return value
+
+
+def sanitized_id(value: str) -> str:
+    """A valid id made from a foreign one: other characters become '_', long ones are cut and
+    given a digest so two long ids sharing a prefix stay apart. Deterministic."""
+    if _ID_RE.fullmatch(value):
+        return value
+    cleaned = _FOREIGN_ID_RE.sub("_", value)
+    if not cleaned or not cleaned[0].isalnum() or not cleaned[0].isascii():
+        cleaned = "x" + cleaned
+    if len(cleaned) > 128 or cleaned != value:
+        digest = uuid.uuid5(_DERIVED_NAMESPACE, value).hex[:12]
+        cleaned = f"{cleaned[:110]}-{digest}"
+    return cleaned
+
+
+def new_id() -> str:
+    """A fresh random message or correlation id."""
+    return str(uuid.uuid4())
+
+
+def derived_id(parent_id: str, queue: str, index: int) -> str:
+    """A deterministic id for the index-th message a handler publishes to queue.
+
+    A retried handler publishes the same ids again, so downstream idempotency holds across retries.
+    """
+    return str(uuid.uuid5(_DERIVED_NAMESPACE, f"{parent_id}/{queue}/{index}"))
