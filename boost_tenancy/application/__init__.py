@@ -1,2 +1,44 @@
 """The application layer: settings read from the environment (config), a runner assembled from
 them (runner, wiring) and run until a signal (run). The CLI and the services start here."""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from boost_tenancy.application.config import AppSettings
+    from boost_tenancy.application.run import open_broker, run_processor
+    from boost_tenancy.application.runner import ProcessorRunner
+    from boost_tenancy.application.wiring import (
+        FairnessWiring,
+        open_policies,
+        start_metrics_server,
+    )
+
+_HOMES = {
+    "AppSettings": "config",
+    "FairnessWiring": "wiring",
+    "ProcessorRunner": "runner",
+    "open_broker": "run",
+    "open_policies": "wiring",
+    "run_processor": "run",
+    "start_metrics_server": "wiring",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Each name imported from its module when first asked for: `import boost_tenancy` (which
+    needs the runner) does not load the settings' readers and the entry points' wiring."""
+    if name in _HOMES:
+        return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AppSettings",
+    "FairnessWiring",
+    "ProcessorRunner",
+    "open_broker",
+    "open_policies",
+    "run_processor",
+    "start_metrics_server",
+]

@@ -4,8 +4,23 @@ TenantProducer, a handler's ctx.publish, and what is built on them (the Integrat
 and how long each tenant's messages may wait on the broker (MessageTtl), stamped there too.
 """
 
+from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.guard import PUBLISH_REFUSAL_REASONS, PublishGuard, wire_size
 from boost_tenancy.quotas.limits import PublishLimits
-from boost_tenancy.quotas.ttl import MessageTtl
+from boost_tenancy.quotas.policy import LIMIT_FIELDS, PolicyResolver, TenantPolicy
+from boost_tenancy.quotas.shared import RedisPublishBuckets
+from boost_tenancy.quotas.ttl import MessageTtl, effective_ttl
 
-__all__ = ["PUBLISH_REFUSAL_REASONS", "MessageTtl", "PublishGuard", "PublishLimits", "wire_size"]
+__all__ = [
+    "LIMIT_FIELDS",
+    "PUBLISH_REFUSAL_REASONS",
+    "BrokerBacklog",
+    "MessageTtl",
+    "PolicyResolver",
+    "PublishGuard",
+    "PublishLimits",
+    "RedisPublishBuckets",
+    "TenantPolicy",
+    "effective_ttl",
+    "wire_size",
+]

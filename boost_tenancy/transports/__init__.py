@@ -1,6 +1,9 @@
 """Transports: the small protocol the toolkit needs from a broker, its implementations, and the
 registry that picks one by URL (stomp://...)."""
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from boost_tenancy.transports.base import (
     Delivery,
     OnDelivery,
@@ -16,9 +19,23 @@ from boost_tenancy.transports.registry import (
     register_transport,
 )
 
+if TYPE_CHECKING:
+    from boost_tenancy.transports.stomp import StompSettings, StompTransport
+
+
+def __getattr__(name: str) -> object:
+    """The STOMP transport's names, imported when first asked for: a process that speaks AMQP
+    only never loads the STOMP client library."""
+    if name in ("StompSettings", "StompTransport"):
+        return getattr(import_module(f"{__name__}.stomp"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Delivery",
     "OnDelivery",
+    "StompSettings",
+    "StompTransport",
     "SubscribeRequest",
     "Subscription",
     "Transport",

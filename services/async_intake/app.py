@@ -20,14 +20,13 @@ from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
 from boost_tenancy import AsyncTenantProducer, TenantProducer
-from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.run import open_broker
+from boost_tenancy.application import AppSettings, open_broker
 from boost_tenancy.errors import MessageTooLargeError, PublishRefusedError, TransportError
 from boost_tenancy.messages import PublishCheck
 from boost_tenancy.producer import JsonBody
 from boost_tenancy.quotas import PublishGuard
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
-from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports import Transport
 from services.common.auth import AuthenticationError, JwtSettings, TenantAuthenticator
 
 EVENTS_QUEUE: Final = "events.received"

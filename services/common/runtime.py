@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boost_tenancy import BoostTenancyError, ConfigError, TenantId, TenantProcessor
-from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.run import run_processor
+from boost_tenancy.application import AppSettings, run_processor
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.tenancy import parse_tenants
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from boost_tenancy import TenantId
-from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.resilience import SQLiteErrorStore
 from services.demo.stack import FINAL_STATES, PROCESSORS, Stack, environment
 from services.extractor.processor import DocumentExtractor
 from services.manager.processor import DocumentManager

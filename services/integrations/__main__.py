@@ -22,14 +22,10 @@ import structlog
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from boost_tenancy import BoostTenancyError, ConfigError, PublishGuard, TenantProducer
-from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.run import open_broker
-from boost_tenancy.application.wiring import open_policies
+from boost_tenancy.application import AppSettings, open_broker, open_policies
 from boost_tenancy.envvars import env_int
 from boost_tenancy.observability import configure_logging
-from boost_tenancy.quotas.backlog import BrokerBacklog
-from boost_tenancy.quotas.shared import RedisPublishBuckets
-from boost_tenancy.quotas.ttl import effective_ttl
+from boost_tenancy.quotas import BrokerBacklog, RedisPublishBuckets, effective_ttl
 from services.common.auth import JwtSettings, TenantAuthenticator
 from services.common.blobs import LocalBlobStore
 from services.common.documents import DocumentStore, open_document_store

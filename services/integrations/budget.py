@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 from boost_tenancy import TenantId
 from boost_tenancy.envvars import env_int
-from boost_tenancy.fairness.rates import RatePolicy, TokenBucketLimiter
+from boost_tenancy.fairness import RatePolicy, TokenBucketLimiter
 
 DEFAULT_IN_FLIGHT: Final = 8
 DEFAULT_PER_MINUTE: Final = 600

@@ -13,8 +13,7 @@ import structlog
 from flask import Response, jsonify, request
 
 from boost_tenancy import BoostTenancyError, PublishGuard, TenantId, TenantProducer
-from boost_tenancy.quotas.guard import PUBLISH_REFUSAL_REASONS
-from boost_tenancy.quotas.policy import LIMIT_FIELDS
+from boost_tenancy.quotas import LIMIT_FIELDS, PUBLISH_REFUSAL_REASONS
 from services.common.blobs import LocalBlobStore, document_key
 from services.common.contract import (
     CMD_DOCUMENT_PROCESS,

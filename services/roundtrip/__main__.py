@@ -14,7 +14,7 @@ import uuid
 
 from boost_tenancy import InvalidTenantError, ProcessorRunner, TenantProducer, open_error_store
 from boost_tenancy.observability import configure_logging
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.transports import StompSettings, StompTransport
 from services.roundtrip.processors import REQUESTS, EchoProcessor, ReplyCollector
 
 TENANTS = ("org-acme", "org-globex", "6f9619ff-8b86-d011-b42d-00cf4fc964ff")
