@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from boost_tenancy.application.fairness_config import fairness_from_env
+from boost_tenancy.application.publishing_config import (
+    message_ttl_from_env,
+    publish_limits_from_env,
+)
 from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.accounting_server import DEFAULT_METRICS_HOST
@@ -177,9 +181,9 @@ class AppSettings:
             metrics_host=_metrics_host(env, metrics_port),
             metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
             queue_gauges_s=_queue_gauges_s(env, metrics_port),
-            publish=PublishLimits.from_env(env),
+            publish=publish_limits_from_env(env),
             publish_redis_url=_publish_redis_url(env),
-            message_ttl=MessageTtl.from_env(env),
+            message_ttl=message_ttl_from_env(env),
             policy_store_url=(
                 env.get("BOOST_POLICY_STORE", "").strip() or env.get("BOOST_TIER_STORE", "").strip()
             ),

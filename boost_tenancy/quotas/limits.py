@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from boost_tenancy.envvars import env_float, env_int
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S, RatePolicy, check_limit
 
@@ -61,19 +59,6 @@ class PublishLimits:
     @property
     def unlimited(self) -> bool:
         return not self.limits_rate and self.max_message_bytes == 0 and not self.max_queued_messages
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> PublishLimits:
-        """BOOST_PUBLISH_RATE_PER_S, _BYTES_PER_S, _BURST_S, BOOST_MAX_MESSAGE_BYTES and
-        BOOST_MAX_QUEUED_MESSAGES: every
-        tenant's default; a negative or non-numeric value stops start-up naming the variable."""
-        return cls(
-            messages_per_s=env_float(env, "BOOST_PUBLISH_RATE_PER_S", 0.0),
-            bytes_per_s=env_float(env, "BOOST_PUBLISH_BYTES_PER_S", 0.0),
-            burst_s=env_float(env, "BOOST_PUBLISH_BURST_S", DEFAULT_BURST_S),
-            max_message_bytes=env_int(env, "BOOST_MAX_MESSAGE_BYTES", 0),
-            max_queued_messages=env_int(env, "BOOST_MAX_QUEUED_MESSAGES", 0),
-        )
 
 
 UNLIMITED_PUBLISHING: Final = PublishLimits()

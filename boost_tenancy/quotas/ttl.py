@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
-from boost_tenancy.envvars import env_float
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.expiry import expiry_after
 from boost_tenancy.tenancy import TenantId
@@ -86,15 +85,6 @@ class MessageTtl:
         """This value with tenant's time-to-live set to seconds (0: its messages never expire,
         whatever the default)."""
         return replace(self, per_tenant={**self.per_tenant, TenantId.parse(tenant): seconds})
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> MessageTtl:
-        """BOOST_MESSAGE_TTL_S, every tenant's default; a negative, non-numeric, non-finite or
-        too large value stops start-up naming the variable."""
-        seconds = env_float(env, TTL_VARIABLE, 0.0)
-        if seconds > MAX_TTL_S:
-            raise ConfigError(f"{TTL_VARIABLE} must be at most {MAX_TTL_S} seconds, got {seconds}")
-        return cls(default_s=seconds)
 
 
 class PolicyTtl:

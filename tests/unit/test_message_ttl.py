@@ -10,6 +10,7 @@ import pytest
 
 from boost_tenancy import Message, MessageTtl, TenantId
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.publishing_config import message_ttl_from_env
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import LATEST_EXPIRY_MS, check_expiry, now_ms, read_expiry
 from boost_tenancy.messages import build_message
@@ -86,7 +87,7 @@ def test_boost_message_ttl_s_sets_every_tenants_default() -> None:
     settings = AppSettings.from_env({TTL_VARIABLE: "90"})
     assert settings.message_ttl == MessageTtl(default_s=90)
     assert AppSettings.from_env({TTL_VARIABLE: "0"}).message_ttl.applies is False
-    assert MessageTtl.from_env({TTL_VARIABLE: " 0.5 "}).ttl_ms_of(A) == 500
+    assert message_ttl_from_env({TTL_VARIABLE: " 0.5 "}).ttl_ms_of(A) == 500
 
 
 @pytest.mark.parametrize("raw", ["-1", "-0.5", "abc", "1s", "inf", "nan", "-inf", "1e12"])

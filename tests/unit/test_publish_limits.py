@@ -20,6 +20,7 @@ from boost_tenancy import (
     TransientError,
 )
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.publishing_config import publish_limits_from_env
 from boost_tenancy.fairness import RatePolicy
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S
 from boost_tenancy.messages import WireMessage
@@ -110,9 +111,9 @@ def test_limits_default_to_unlimited_and_expose_their_policies() -> None:
 
 # -- from the environment -------------------------------------------------------------------------
 def test_from_env_defaults_to_unlimited() -> None:
-    assert PublishLimits.from_env({}) == UNLIMITED_PUBLISHING
+    assert publish_limits_from_env({}) == UNLIMITED_PUBLISHING
     blank = dict.fromkeys(PUBLISH_VARIABLES, " ")
-    assert PublishLimits.from_env(blank) == UNLIMITED_PUBLISHING
+    assert publish_limits_from_env(blank) == UNLIMITED_PUBLISHING
     assert AppSettings.from_env({}).publish.unlimited
 
 
@@ -126,7 +127,7 @@ def test_from_env_defaults_to_unlimited() -> None:
     ],
 )
 def test_from_env_reads_each_variable(variable: str, raw: str, field: str, expected: float) -> None:
-    limits = PublishLimits.from_env({variable: raw})
+    limits = publish_limits_from_env({variable: raw})
     assert getattr(limits, field) == expected
     others = {f for f in ("messages_per_s", "bytes_per_s", "max_message_bytes") if f != field}
     assert all(getattr(limits, f) == 0 for f in others)
@@ -151,14 +152,14 @@ def test_app_settings_carry_every_publish_variable() -> None:
 @pytest.mark.parametrize("raw", ["-1", "fast", "nan", "inf"])
 def test_from_env_refuses_bad_values_naming_the_variable(variable: str, raw: str) -> None:
     with pytest.raises(ConfigError, match=variable):
-        PublishLimits.from_env({variable: raw})
+        publish_limits_from_env({variable: raw})
     with pytest.raises(ConfigError, match=variable):
         AppSettings.from_env({variable: raw})
 
 
 def test_max_message_bytes_from_env_must_be_whole() -> None:
     with pytest.raises(ConfigError, match="BOOST_MAX_MESSAGE_BYTES"):
-        PublishLimits.from_env({"BOOST_MAX_MESSAGE_BYTES": "1.5"})
+        publish_limits_from_env({"BOOST_MAX_MESSAGE_BYTES": "1.5"})
 
 
 # -- PublishGuard: every bucket or none -----------------------------------------------------------
