@@ -8,70 +8,41 @@ the waits).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.transports.options import ConnectOptions, TlsSettings
+from boost_tenancy.transports.endpoint import DEFAULT_HOST, ConnectionSettings
+from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 
-DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 5672
 DEFAULT_TLS_PORT: Final = 5671
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AmqpSettings:
-    """Where the broker is, who the client is and how patient to be with it."""
+class AmqpSettings(ConnectionSettings):
+    """The connection settings (ConnectionSettings) with AMQP's own. Credentials mean SASL PLAIN
+    (neither: SASL ANONYMOUS); the vhost is the open frame's hostname (RabbitMQ: 'vhost:NAME'
+    selects a virtual host); connect_timeout_s covers SASL too."""
 
-    host: str = DEFAULT_HOST
+    PROTOCOL: ClassVar[str] = "AMQP"
+
     port: int = DEFAULT_PORT
-    alternates: tuple[tuple[str, int], ...] = ()
-    """Further brokers (host, port) of a failover list, tried in turn after host:port."""
-    tls: TlsSettings | None = None
-    """TLS settings (amqps://); None: a plain TCP connection."""
-    username: str | None = None
-    """SASL PLAIN with username and password; neither: SASL ANONYMOUS."""
-    password: str | None = dataclasses.field(default=None, repr=False)
-    vhost: str | None = None
-    """The open frame's hostname (RabbitMQ: 'vhost:NAME' selects a virtual host)."""
-    connect_timeout_s: float = 5.0
-    """Limit on one connection attempt: TCP, TLS, SASL and the broker's open frame."""
     confirm_timeout_s: float = 30.0
     """How long a send, a commit or an attach waits for the broker's answer."""
-    reconnect_wait_s: float = 30.0
-    """How long an operation waits for a lost connection to come back before failing."""
-    reconnect_initial_s: float = 0.2
-    reconnect_max_s: float = 5.0
     heartbeat_s: float = 10.0
     """The idle timeout the client asks for: a silent broker is noticed within twice this."""
 
     def __post_init__(self) -> None:
-        for _, port in self.addresses:
-            if not 0 < port < 65536:
-                raise ConfigError(f"AMQP port must be 1-65535, got {port}")
+        ConnectionSettings.__post_init__(self)
         # Written as ranges so NaN fails too; an infinite timeout cannot be waited on.
-        for name in ("connect_timeout_s", "confirm_timeout_s", "heartbeat_s"):
+        for name in ("confirm_timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ConfigError(f"AMQP {name} must be a positive number, got {value}")
-        if not 0 <= self.reconnect_wait_s < math.inf:
-            raise ConfigError(f"AMQP reconnect_wait_s must be >= 0, got {self.reconnect_wait_s}")
-        if not 0 < self.reconnect_initial_s <= self.reconnect_max_s < math.inf:
-            raise ConfigError(
-                "AMQP reconnect delays must satisfy 0 < reconnect_initial_s <= reconnect_max_s, "
-                f"got {self.reconnect_initial_s} and {self.reconnect_max_s}"
-            )
-        if (self.username is None) != (self.password is None):
-            raise ConfigError("set both the broker username and password, or neither")
-
-    @property
-    def addresses(self) -> tuple[tuple[str, int], ...]:
-        """Every broker to try, in order: host:port first, then the alternates."""
-        return ((self.host, self.port), *self.alternates)
 
     @property
     def url(self) -> str:

@@ -7,18 +7,17 @@ Read from a stomp:// or stomp+ssl:// URL (from_url) and the BOOST_BROKER_* varia
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from boost_tenancy.envvars import env_int
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions, TlsSettings
+from boost_tenancy.transports.endpoint import DEFAULT_HOST, ConnectionSettings
+from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl, parse_transport_url
 
-DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 61613
 DEFAULT_TLS_PORT: Final = 61612
 """The port of the stomp+ssl connector in ActiveMQ's own examples."""
@@ -34,66 +33,34 @@ MAX_ARTEMIS_WINDOW_BYTES: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StompSettings:
-    """Where the broker is and how patient to be with it."""
+class StompSettings(ConnectionSettings):
+    """The connection settings (ConnectionSettings) with STOMP's own: receipts, heartbeats and
+    Artemis's consumer window."""
 
-    host: str = DEFAULT_HOST
+    PROTOCOL: ClassVar[str] = "STOMP"
+
     port: int = DEFAULT_PORT
-    alternates: tuple[tuple[str, int], ...] = ()
-    """Further brokers (host, port) of a failover list, tried in order after host:port."""
-    tls: TlsSettings | None = None
-    """TLS settings; None: a plain TCP connection."""
-    username: str | None = None
-    password: str | None = dataclasses.field(default=None, repr=False)
-    vhost: str | None = None
     heartbeat_ms: int = 10_000
-    connect_timeout_s: float = _DEFAULT_CONNECT_TIMEOUT_S
-    """Limit on one connection attempt: the TCP connect plus the wait for CONNECTED."""
     receipt_timeout_s: float = 30.0
-    reconnect_wait_s: float = 30.0
-    """How long a send waits for a lost connection to come back before failing."""
-    reconnect_initial_s: float = 0.2
-    reconnect_max_s: float = 5.0
+    """How long a send, a commit or a subscription waits for the broker's receipt."""
     artemis_window_bytes: int = DEFAULT_ARTEMIS_WINDOW_BYTES
     """The expected size of one message on Artemis, in bytes: a subscription's consumer window
     (Artemis counts prefetch in bytes) is prefetch times this. Smaller messages are then more in
     flight, larger ones fewer, and one larger than the whole window still comes alone."""
 
     def __post_init__(self) -> None:
-        for _, port in self.addresses:
-            if not 0 < port < 65536:
-                raise ConfigError(f"STOMP port must be 1-65535, got {port}")
-        if not 0 < self.receipt_timeout_s < math.inf or not 0 <= self.reconnect_wait_s < math.inf:
+        ConnectionSettings.__post_init__(self)
+        if not 0 < self.receipt_timeout_s < math.inf:
             raise ConfigError(
-                "STOMP timeouts must be positive: "
-                f"receipt_timeout_s={self.receipt_timeout_s}, "
-                f"reconnect_wait_s={self.reconnect_wait_s}"
+                f"STOMP timeouts must be positive: receipt_timeout_s={self.receipt_timeout_s}"
             )
         if self.heartbeat_ms <= 0:
             raise ConfigError(f"STOMP heartbeat_ms must be positive, got {self.heartbeat_ms}")
-        # Written as a range so NaN fails too; an infinite timeout cannot be waited on.
-        if not 0 < self.connect_timeout_s < math.inf:
-            raise ConfigError(
-                f"STOMP timeouts must be positive: connect_timeout_s={self.connect_timeout_s}"
-            )
-        if not 0 < self.reconnect_initial_s <= self.reconnect_max_s < math.inf:
-            # Zero would retry in a busy loop; a negative delay would end the reconnecting thread.
-            raise ConfigError(
-                "STOMP reconnect delays must satisfy 0 < reconnect_initial_s <= reconnect_max_s, "
-                f"got {self.reconnect_initial_s} and {self.reconnect_max_s}"
-            )
-        if (self.username is None) != (self.password is None):
-            raise ConfigError("set both the broker username and password, or neither")
         if not 1 <= self.artemis_window_bytes <= MAX_ARTEMIS_WINDOW_BYTES:
             raise ConfigError(
                 f"artemis_window_bytes must be 1-{MAX_ARTEMIS_WINDOW_BYTES} bytes per message, "
                 f"got {self.artemis_window_bytes}"
             )
-
-    @property
-    def addresses(self) -> tuple[tuple[str, int], ...]:
-        """Every broker to try, in order: host:port first, then the alternates."""
-        return ((self.host, self.port), *self.alternates)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StompSettings:
