@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.broker_process import command_parser, failed, parse_command
+from devtools.broker_process import command_parser, failed, parse_command, print_exports
 from devtools.broker_settings import LocalBrokerError, find_repo_root
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 
@@ -184,8 +184,7 @@ def run_cli(argv: Sequence[str]) -> int:
             pair.purge_data()
             print(f"Artemis pair store deleted ({pair.store})")
         else:
-            for name, value in pair.client_env().items():
-                print(f"export {name}={value}")
+            print_exports(pair.client_env())
     except (BoostTenancyError, OSError, subprocess.SubprocessError) as exc:
         return failed(CLI_NAME, args.command, exc)
     return 0

@@ -316,6 +316,12 @@ def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpa
         return exc.code if isinstance(exc.code, int) else 2
 
 
+def print_exports(variables: Mapping[str, str]) -> None:
+    """Print variables as shell exports, for `eval "$(scripts/... env)"`."""
+    for name, value in variables.items():
+        print(f"export {name}={value}")
+
+
 def failed(prog: str, command: str, exc: BaseException) -> int:
     """Print a command's failure as one line and return its exit code, 2. The full message may
     carry a log tail; the line names the log file to read."""

@@ -38,7 +38,13 @@ from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
 from devtools.broker_probes import stomp_login
-from devtools.broker_process import BrokerProcess, command_parser, failed, parse_command
+from devtools.broker_process import (
+    BrokerProcess,
+    command_parser,
+    failed,
+    parse_command,
+    print_exports,
+)
 from devtools.broker_settings import LocalBrokerError, find_repo_root
 from devtools.commands import run_checked
 
@@ -388,8 +394,7 @@ def run_cli(argv: Sequence[str]) -> int:
             broker.purge_data()
             print(f"Artemis data deleted ({broker.data_dir})")
         else:
-            for name, value in broker.settings.suite_env().items():
-                print(f"export {name}={value}")
+            print_exports(broker.settings.suite_env())
     except (BoostTenancyError, OSError, subprocess.SubprocessError) as exc:
         return failed(CLI_NAME, args.command, exc)
     return 0
