@@ -20,8 +20,8 @@ from boost_tenancy.resilience.error_store import ErrorStore, SQLiteErrorStore
 from boost_tenancy.testing import BrokerFlavour, InMemoryBroker, InMemoryTransport
 from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.amqp import AmqpTransport
-from boost_tenancy.transports.amqp.connection import DeliveryToken
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
+from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.base import Delivery, Transport
 from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport

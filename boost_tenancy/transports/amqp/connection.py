@@ -1,10 +1,5 @@
-"""The AMQP connection's event handler: it owns every proton object and runs on the loop thread.
-
-It opens the connection (SASL, TLS), reconnects with backoff through the failover list of
-addresses and routes proton's events to its
-parts: sending.py (senders, confirmations), receiving.py (receivers, deliveries, credit) and
-transactions.py. AmqpTransport (transport.py) is the thread-safe face of it.
-"""
+"""The AMQP connection's event handler: it owns every proton object and runs on the loop thread;
+it opens the connection, reconnects with backoff, closes it and takes the transport's requests."""
 
 from __future__ import annotations
 
@@ -13,17 +8,18 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
-from cproton import pn_delivery_link
-from proton import Connection, Endpoint, Event, Handler, Link, ProtonException, SSLDomain
+from proton import Connection, Endpoint, Event, Handler, ProtonException, SSLDomain
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
 from boost_tenancy.transports.amqp.events import Timer, describe, given
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
+from boost_tenancy.transports.amqp.link_events import LinkEvents
 from boost_tenancy.transports.amqp.loop import EventLoop
-from boost_tenancy.transports.amqp.receiving import DeliveryToken, Receiving, SubscriptionSpec
+from boost_tenancy.transports.amqp.receiving import DeliveryToken, Receiving
 from boost_tenancy.transports.amqp.sending import Sending
 from boost_tenancy.transports.amqp.settings import AmqpSettings
+from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.transactions import Transactions
 from boost_tenancy.transports.amqp.waiters import resolve
 from boost_tenancy.transports.base import TransportCapabilities
@@ -32,8 +28,13 @@ from boost_tenancy.transports.reachability import unresolvable
 log = structlog.get_logger("boost_tenancy.transports.amqp")
 
 
-class AmqpConnection(Handler):
+class AmqpConnection(LinkEvents, Handler):
     """Every proton object of one transport, on the loop thread only.
+
+    It opens the connection (SASL, TLS), reconnects with backoff through the failover list of
+    addresses and routes proton's events to its parts: sending.py (senders, confirmations),
+    receiving.py (receivers, deliveries, credit) and transactions.py. AmqpTransport
+    (transport.py) is the thread-safe face of it.
 
     Attributes read from other threads (generation, is_open, flavour, capabilities) are plain
     values swapped whole, never partly written.
@@ -344,57 +345,6 @@ class AmqpConnection(Handler):
     def closing(self) -> bool:
         return self._closing
 
-    # -- links and deliveries: routed to the parts ----------------------------------------------
-    def on_link_remote_open(self, event: Event) -> None:
-        link = given(event.link, "link")
-        if link.is_receiver:
-            self.receiving.link_opened(link)
-
-    def on_link_remote_close(self, event: Event) -> None:
-        link: Link = given(event.link, "link")
-        reason = describe(link.remote_condition)
-        link.close()
-        if link.is_sender:
-            self.sending.link_closed(link, reason)
-        else:
-            self.receiving.link_closed(link, reason)
-
-    def on_session_remote_close(self, event: Event) -> None:
-        """The broker ended a session: its links end with it, with the session's reason.
-        RabbitMQ ends the session of a link it cannot attach (a queue that exists with other
-        properties: durable, exclusive, auto-delete), and a send waiting on that link would
-        otherwise wait out its confirmation timeout without saying why."""
-        session = given(event.session, "session")
-        reason = describe(session.remote_condition)
-        session.close()
-        link = session.connection.link_head(0)
-        while link is not None:
-            following = link.next(0)
-            if link.session == session and not link.state & Endpoint.LOCAL_CLOSED:
-                link.close()
-                if link.is_sender:
-                    self.sending.link_closed(link, reason)
-                else:
-                    self.receiving.link_closed(link, reason)
-            link = following
-
-    def delivered(self, impl: Any) -> bool:
-        """A delivery event's pn_delivery_t, before proton wraps the event (EventLoop's
-        shortcut): a receiver's delivery or a sent message's outcome is taken by its part;
-        anything else (a transaction's coordinator) goes on to on_delivery, wrapped."""
-        if self.receiving.delivered(impl, pn_delivery_link(impl)):
-            return True
-        return self.sending.delivered(impl)
-
-    def on_delivery(self, event: Event) -> None:
-        delivery = given(event.delivery, "delivery")
-        link = given(event.link, "link")
-        if link.is_sender:
-            self.sending.update(delivery)
-        elif delivery.readable and not delivery.partial:
-            self.loop.awake()
-            self.receiving.incoming(link, delivery)
-
     # -- what the transport asks for ------------------------------------------------------------
     def send(
         self,
@@ -430,4 +380,4 @@ class AmqpConnection(Handler):
         self.transactions.start(sends, accepts, future)
 
 
-__all__ = ["AmqpConnection", "DeliveryToken", "SubscriptionSpec"]
+__all__ = ["AmqpConnection"]

@@ -1,9 +1,5 @@
-"""Consuming over AMQP: receivers attached with their selector checked in the broker's reply,
-deliveries decoded and handed on once per pass of the loop, held by number until settled, and
-credit given back for what was settled, once per pass.
-
-Loop thread only, like everything the connection handler owns (see connection.py).
-"""
+"""Consuming over AMQP: receivers attached, deliveries decoded and handed on once per pass of the
+loop, held by number until settled, and credit given back for what was settled, once per pass."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from cproton import (
@@ -28,11 +24,10 @@ from cproton import (
     pn_link_flow,
     pn_link_recv,
 )
-from proton import Condition, Delivery, Described, Link, Receiver, Terminus, symbol
+from proton import Condition, Delivery, Described, Link, Terminus, symbol
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import MESSAGE_ID_PROPERTY
-from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import base
 from boost_tenancy.transports.amqp.codec import (
     delivered_body,
@@ -44,26 +39,14 @@ from boost_tenancy.transports.amqp.codec import (
 from boost_tenancy.transports.amqp.decoding import read_message
 from boost_tenancy.transports.amqp.events import QUEUE_CAPABILITY
 from boost_tenancy.transports.amqp.lost_counts import Key, LostDeliveries
+from boost_tenancy.transports.amqp.selector_filter import SELECTOR_FILTER, selector_problem
+from boost_tenancy.transports.amqp.subscriptions import Attach, SubscriptionSpec
 from boost_tenancy.transports.amqp.waiters import resolve
 
 if TYPE_CHECKING:
     from boost_tenancy.transports.amqp.connection import AmqpConnection
 
 log = structlog.get_logger("boost_tenancy.transports.amqp")
-
-SELECTOR_FILTER: Final = symbol("apache.org:selector-filter:string")
-"""The source filter that carries a JMS selector (Artemis; Qpid brokers)."""
-
-
-@dataclass(slots=True, eq=False)
-class SubscriptionSpec:
-    """A subscription as asked for; re-attached with the same id after a reconnection."""
-
-    id: str
-    queue: str
-    selector: SelectorLike | None
-    prefetch: int
-    on_delivery: base.OnDelivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +60,19 @@ class DeliveryToken:
     subscription_id: str
 
 
-@dataclass(slots=True, eq=False)
-class _Attach:
-    """One receiver of a subscription, from its attach until it is closed or its connection
-    lost."""
-
-    spec: SubscriptionSpec
-    receiver: Receiver
-    future: Future[None] | None
-    """Resolved when the broker confirms the attach; None for a re-attach after reconnecting."""
-    opened: bool = False
-    closed: bool = False
-    """Closed here, or its connection lost: its deliveries can no longer be settled."""
-    owed: int = 0
-    """Credit to give back: deliveries settled since the receiver last got credit."""
-
-
 class Receiving:
-    """The subscriptions of the engine, their receivers on its connection and their deliveries."""
+    """The subscriptions of the engine, their receivers on its connection and their deliveries.
+
+    Loop thread only, like everything the connection handler owns (see connection.py).
+    """
 
     def __init__(self, engine: AmqpConnection) -> None:
         self._engine = engine
         self._subscriptions: dict[str, SubscriptionSpec] = {}
-        self._attaches: dict[Any, _Attach] = {}
+        self._attaches: dict[Any, Attach] = {}
         """By their receiver's pn_link_t: what a delivery event names (delivered())."""
-        self._attach_of: dict[str, _Attach] = {}
-        self._held: dict[int, tuple[Any, _Attach]] = {}
+        self._attach_of: dict[str, Attach] = {}
+        self._held: dict[int, tuple[Any, Attach]] = {}
         """Deliveries handed on and not settled yet, by number (a token's generation is checked
         against the engine's: a lost connection empties this): each pn_delivery_t with a
         reference of its own, as proton's Delivery keeps one, dropped when it leaves."""
@@ -112,7 +82,7 @@ class Receiving:
         self._numbers = itertools.count(1)
         self._handoff: list[tuple[base.OnDelivery, base.Delivery]] = []
         """Decoded in this pass of the loop, handed on at its end (pass_ended)."""
-        self._owing: list[_Attach] = []
+        self._owing: list[Attach] = []
 
     # -- attaching ------------------------------------------------------------------------------
     def subscribe(self, specs: Sequence[SubscriptionSpec], futures: Sequence[Future[None]]) -> None:
@@ -161,7 +131,7 @@ class Receiving:
             filters.put_object(Described(SELECTOR_FILTER, spec.selector.render()))
             filters.exit()
         receiver.open()
-        attach = _Attach(spec, receiver, future)
+        attach = Attach(spec, receiver, future)
         self._attaches[receiver._impl] = attach
         self._attach_of[spec.id] = attach
 
@@ -178,7 +148,7 @@ class Receiving:
             return
         if link.remote_source is None or link.remote_source.address is None:
             return  # a refusal: the detach that follows carries the reason
-        problem = _selector_problem(attach)
+        problem = selector_problem(attach)
         if problem is not None:
             self._forget(attach)
             link.close()
@@ -210,7 +180,7 @@ class Receiving:
                 f"the broker closed the receiver of {attach.spec.queue!r}: {reason}"
             )
 
-    def _forget(self, attach: _Attach) -> None:
+    def _forget(self, attach: Attach) -> None:
         attach.closed = True
         self._attaches.pop(attach.receiver._impl, None)
         if self._attach_of.get(attach.spec.id) is attach:
@@ -222,7 +192,7 @@ class Receiving:
         if attach is None:
             return
         self._forget(attach)
-        kept: dict[int, tuple[Any, _Attach]] = {}
+        kept: dict[int, tuple[Any, Attach]] = {}
         for number, held in self._held.items():
             if held[1] is attach:
                 pn_decref(held[0])
@@ -272,7 +242,7 @@ class Receiving:
         """A whole delivery arrived: decode it now, hand it on at the end of the pass."""
         self._receive(self._attaches.get(link._impl), link._impl, delivery._impl)
 
-    def _receive(self, attach: _Attach | None, link: Any, impl: Any) -> None:
+    def _receive(self, attach: Attach | None, link: Any, impl: Any) -> None:
         """Read a whole delivery (its pn_delivery_t, on the pn_link_t link) and hold it."""
         try:
             message = read_message(_recv(link, pn_delivery_pending(impl)))
@@ -341,7 +311,7 @@ class Receiving:
                 on_delivery(delivery)
 
     # -- settling -------------------------------------------------------------------------------
-    def _live(self, token: DeliveryToken) -> tuple[Any, _Attach] | None:
+    def _live(self, token: DeliveryToken) -> tuple[Any, Attach] | None:
         engine = self._engine
         if not engine.is_open or token.generation != engine.generation:
             return None
@@ -389,41 +359,6 @@ def _recv(link: Any, limit: int) -> bytearray:
     if n < 0:
         raise TransportError(f"the delivery's bytes could not be read (proton error {n})")
     return data  # type: ignore[no-any-return]
-
-
-def _selector_problem(attach: _Attach) -> str | None:
-    """Why the broker's attach reply does not prove the selector is applied, or None.
-
-    Fail closed: a broker that accepts a filter it does not apply delivers every tenant's
-    messages. The reply must carry the filter back, unchanged."""
-    selector = attach.spec.selector
-    if selector is None:
-        return None
-    echoed = _selector_of(attach.receiver.remote_source)
-    if echoed == selector.render():
-        return None
-    what = "no selector filter" if echoed is None else f"the filter {echoed!r}"
-    return (
-        f"refusing to consume {attach.spec.queue!r}: the broker's attach reply carries {what} "
-        f"instead of {selector.render()!r}, so it may deliver other tenants' messages"
-    )
-
-
-def _selector_of(source: Terminus | None) -> str | None:
-    """The JMS selector in a source's filter map, or None."""
-    if source is None:
-        return None
-    data = source.filter
-    data.rewind()
-    if not data.next():
-        return None
-    filters = data.get_object()
-    if not isinstance(filters, dict):
-        return None
-    for value in filters.values():
-        if isinstance(value, Described) and value.descriptor == SELECTOR_FILTER:
-            return str(value.value)
-    return None
 
 
 def _key_of(queue: str, properties: Any, message_id: object) -> Key | None:

@@ -28,8 +28,9 @@ from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage, encode_message
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.amqp.management import AmqpManagementSession
-from boost_tenancy.transports.amqp.receiving import DeliveryToken, SubscriptionSpec
+from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.amqp.settings import AmqpSettings
+from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.waiters import all_of, resolve
 from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
 from boost_tenancy.transports.base import (

@@ -1,30 +1,27 @@
-"""The STOMP connection under a transport, across reconnections: connecting with a deadline
-(over TLS when asked), deciding the broker's flavour, reconnecting with backoff through the
-failover list of addresses, and the receipts awaited on it.
-"""
+"""The STOMP connection under a transport across reconnections: connect with a deadline, decide
+the broker's flavour, reconnect with backoff through the failover list, await receipts on it."""
 
 from __future__ import annotations
 
 import contextlib
 import random
 import socket
-import ssl
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import stomp
 import structlog
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
-from boost_tenancy.transports.options import TlsSettings
 from boost_tenancy.transports.reachability import tcp_failure
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
+from boost_tenancy.transports.stomp.listener import Listener
 from boost_tenancy.transports.stomp.receipts import Receipts
 from boost_tenancy.transports.stomp.settings import StompSettings
+from boost_tenancy.transports.stomp.tls import tls_context_warnings, use_tls
 
 log = structlog.get_logger("boost_tenancy.transports.stomp")
 
@@ -57,84 +54,6 @@ def _send_without_delay(conn: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _use_tls(conn: Any, address: tuple[str, int], tls: TlsSettings) -> None:
-    """Wrap conn's socket in TLS: the broker's certificate must be signed by tls.ca_file's CAs
-    (else the system's) and, unless verify_host is off, name the host connected to.
-
-    stomp.py checks the name whenever it checks the chain (an ssl.PROTOCOL_TLS_CLIENT context);
-    only a generic ssl.PROTOCOL_TLS context checks the chain without the name, so that is what
-    verify_host=False asks for.
-    """
-    conn.set_ssl(
-        for_hosts=[address],
-        key_file=tls.key_file,
-        cert_file=tls.cert_file,
-        ca_certs=tls.ca_file,
-        password=tls.key_password,
-        verify=True,
-        ssl_version=ssl.PROTOCOL_TLS_CLIENT if tls.verify_host else ssl.PROTOCOL_TLS,
-    )
-
-
-@contextlib.contextmanager
-def _tls_context_warnings(tls: TlsSettings | None) -> Iterator[None]:
-    """Silence the deprecation of ssl.PROTOCOL_TLS, which the name check turned off needs."""
-    if tls is None or tls.verify_host:
-        yield
-        return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "ssl.PROTOCOL_TLS is deprecated", DeprecationWarning)
-        yield
-
-
-class _FrameEvents(Protocol):
-    """What a connection's listener reports, each tagged with the connection's generation."""
-
-    def message_received(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
-        pass
-
-    def receipt_received(self, receipt: str | None) -> None:
-        pass
-
-    def error_received(self, headers: Mapping[str, str], body: bytes | str) -> None:
-        pass
-
-    def connection_lost(self, generation: int) -> None:
-        pass
-
-
-class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    """stomp.py's callbacks for one connection attempt, passed on through _FrameEvents."""
-
-    def __init__(self, events: _FrameEvents, generation: int) -> None:
-        self._events = events
-        self._generation = generation
-        self.server: str | None = None
-        """CONNECTED's server header, once CONNECTED came."""
-        self.lost = False
-        self.answered = threading.Event()
-        """Set on CONNECTED, on ERROR and when the socket closes: the connect wait can end."""
-
-    def on_connected(self, frame: Any) -> None:
-        self.server = frame.headers.get("server", "")
-        self.answered.set()
-
-    def on_message(self, frame: Any) -> None:
-        self._events.message_received(self._generation, frame.headers, frame.body)
-
-    def on_receipt(self, frame: Any) -> None:
-        self._events.receipt_received(frame.headers.get("receipt-id"))
-
-    def on_error(self, frame: Any) -> None:
-        self._events.error_received(frame.headers, frame.body)
-        self.answered.set()
-
-    def on_disconnected(self) -> None:
-        self.lost = True
-        self.answered.set()
-        self._events.connection_lost(self._generation)
 
 
 class StompConnection:
@@ -322,8 +241,8 @@ class StompConnection:
             vhost=settings.vhost,
         )
         if settings.tls is not None:
-            _use_tls(conn, address, settings.tls)
-        listener = _Listener(self, generation)
+            use_tls(conn, address, settings.tls)
+        listener = Listener(self, generation)
         conn.set_listener("boost", listener)
         server = self._await_connected(conn, listener)
         flavour = BrokerFlavour.from_server(server)
@@ -347,13 +266,13 @@ class StompConnection:
             with self._lock:
                 self._live.notify_all()
 
-    def _await_connected(self, conn: Any, listener: _Listener) -> str:
+    def _await_connected(self, conn: Any, listener: Listener) -> str:
         """CONNECT and wait for CONNECTED within connect_timeout_s; its server header."""
         settings = self._settings
         deadline = time.monotonic() + settings.connect_timeout_s
         try:
             # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
-            with _tls_context_warnings(settings.tls):
+            with tls_context_warnings(settings.tls):
                 conn.connect(settings.username, settings.password, wait=False)
             _send_without_delay(conn)
             while listener.server is None:
@@ -416,7 +335,7 @@ class StompConnection:
                 reconnect_delay(attempt, settings.reconnect_initial_s, settings.reconnect_max_s)
             )
 
-    # -- _FrameEvents, on the receiving thread --------------------------------------------------
+    # -- FrameEvents, on the receiving thread ---------------------------------------------------
     def message_received(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
         self._on_message(generation, headers, body)
 
