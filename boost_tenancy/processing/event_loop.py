@@ -290,6 +290,9 @@ class EventLoop:
                 current.ping()
 
     def _replace(self, blocked: _Loop) -> None:
+        # Read before anything is moved: once a fresh loop takes the waiting work, the blocked
+        # call may return, and its stack would no longer show it.
+        stack = blocked.stack()
         with self._lock:
             if self._stopping.is_set() or self._current is not blocked:
                 return
@@ -304,7 +307,7 @@ class EventLoop:
             blocked_s=round(time.monotonic() - blocked.beat, 3),
             running=blocked.running,
             moved=len(moved),
-            stack=blocked.stack(),
+            stack=stack,
             hint="an async handler or middleware blocked the loop; await asyncio.to_thread(...) "
             "for blocking calls. New deliveries go to a fresh loop.",
         )
