@@ -165,7 +165,30 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tally[report.outcome] += 1
 
 
+FIGURES_KEY = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Report a line of figures the test measured (a storm's lost, leaked and duplicates, an
+    outage's timings): printed, and repeated in the run's "figures" section, which the log of a
+    quiet run keeps for tests that pass too."""
+
+    def report(line: str) -> None:
+        print(line)
+        request.config.stash.setdefault(FIGURES_KEY, []).append(
+            f"{request.node.name}: {line.strip()}"
+        )
+
+    return report
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    measured = config.stash.get(FIGURES_KEY, [])
+    if measured:
+        terminalreporter.section("figures")
+        for line in measured:
+            terminalreporter.write_line(line)
     tallies = config.stash.get(TALLY_KEY, {})
     if not tallies:
         return

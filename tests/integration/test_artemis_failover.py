@@ -97,7 +97,7 @@ def _phase(
 
 
 def test_kill_9_of_the_live_broker_then_fail_back_lose_nothing_confirmed(
-    pair: ArtemisPair, tmp_path: Path
+    pair: ArtemisPair, tmp_path: Path, figures: Callable[[str], None]
 ) -> None:
     settings = _settings(pair)
     live = f"{HOST}:{pair.live.settings.stomp_port}"
@@ -152,7 +152,7 @@ def test_kill_9_of_the_live_broker_then_fail_back_lose_nothing_confirmed(
     assert set(handled) == expected, "every handled id is one the producer confirmed"
     assert processor.wrong_tenant == []
     extra = sum(n - 1 for n in handled.values())
-    print(
-        f"\nartemis live/backup: failover {failover}, fail-back {failback}; "
+    figures(
+        f"artemis live/backup: failover {failover}, fail-back {failback}; "
         f"{2 * TOTAL} confirmed, 0 lost, {extra} extra handlings, 0 leaked"
     )

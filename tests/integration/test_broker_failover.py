@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -108,7 +108,7 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
 
 
 def test_producer_and_runner_move_to_the_backup_and_lose_nothing_confirmed(
-    pair: Pair, tmp_path: Path
+    pair: Pair, tmp_path: Path, figures: Callable[[str], None]
 ) -> None:
     # Configured the way an entry point is: the failover list in BOOST_BROKER_URL.
     settings = StompSettings.from_env(
@@ -162,8 +162,8 @@ def test_producer_and_runner_move_to_the_backup_and_lose_nothing_confirmed(
     handled: Counter[str] = processor.snapshot()
     assert set(handled) == expected
     assert processor.wrong_tenant == []
-    print(
-        f"\nfailover with {backlog} confirmed but not yet handled: the producer finished "
+    figures(
+        f"failover with {backlog} confirmed but not yet handled: the producer finished "
         f"{failover_s:.1f}s after the live broker was stopped; {producer.resends} re-sends, "
         f"{sum(n - 1 for n in handled.values())} extra handlings"
     )

@@ -195,6 +195,7 @@ def test_broker_outage_mid_stream_loses_no_persistent_message(
     restart_broker: OwnBroker,
     tmp_path: Path,
     outage: Callable[[OwnBroker], None],
+    figures: Callable[[str], None],
 ) -> None:
     settings = dataclasses.replace(
         restart_broker.settings, receipt_timeout_s=10.0, reconnect_wait_s=60.0
@@ -263,8 +264,8 @@ def test_broker_outage_mid_stream_loses_no_persistent_message(
     assert set(handled) == expected, "every handled id is one the producer sent"
     assert processor.wrong_tenant == []
     duplicates = {m: n for m, n in handled.items() if n > 1}
-    print(
-        f"\noutage {outage_s:.1f}s with {backlog} sent but not yet handled; {TOTAL} sent, "
+    figures(
+        f"outage {outage_s:.1f}s with {backlog} sent but not yet handled; {TOTAL} sent, "
         f"{producer.resends} re-sends, {len(duplicates)} handled more than once "
         f"({sum(duplicates.values()) - len(duplicates)} extra handlings); "
         f"runner connected: {changes}"

@@ -21,7 +21,7 @@ import secrets
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -239,7 +239,11 @@ def _progress(worker: Worker, log: Path, lines: int, what: str) -> None:
     indirect=["storm_broker"],
 )
 def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
-    storm_broker: StormBroker, workers: WorkerPool, tmp_path: Path, protocol: str
+    storm_broker: StormBroker,
+    workers: WorkerPool,
+    tmp_path: Path,
+    protocol: str,
+    figures: Callable[[str], None],
 ) -> None:
     """The workers consume over protocol; the messages are sent and read back over STOMP where
     the broker speaks it (Classic 5.17 here has no AMQP 1.0 acceptor, RabbitMQ no STOMP)."""
@@ -361,7 +365,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     # failure after the one before it).
     restored = by_failure["broker-kill"] if storm_broker.flavour == "rabbitmq" else 0
     per_tenant = Counter(sent_for.values())
-    print(
+    figures(
         f"kill storm: broker={storm_broker.flavour} protocol={protocol} seed={seed} "
         f"messages={TOTAL} "
         f"({', '.join(f'{t}={per_tenant[t]}' for t in TENANTS)}) kills={KILLS} "

@@ -48,7 +48,10 @@ def _kill_and_start(node: LocalRabbitMQ) -> None:
     [pytest.param(_restart_app, id="clean-restart"), pytest.param(_kill_and_start, id="kill-9")],
 )
 def test_rabbitmq_outage_mid_stream_loses_no_confirmed_message(
-    amqp_url: str, tmp_path: Path, outage: Callable[[LocalRabbitMQ], None]
+    amqp_url: str,
+    tmp_path: Path,
+    outage: Callable[[LocalRabbitMQ], None],
+    figures: Callable[[str], None],
 ) -> None:
     node = LocalRabbitMQ(amqp_url)
     queue = unique_queue("rabbit.restart")
@@ -86,7 +89,7 @@ def test_rabbitmq_outage_mid_stream_loses_no_confirmed_message(
     assert set(handled) == expected
     assert processor.wrong_tenant == []
     extra = sum(n - 1 for n in handled.values())
-    print(
-        f"\nrabbitmq outage {outage_s:.1f}s with {backlog} confirmed but not yet handled: "
+    figures(
+        f"rabbitmq outage {outage_s:.1f}s with {backlog} confirmed but not yet handled: "
         f"{TOTAL} confirmed, 0 lost, {producer.resends} re-sends, {extra} extra handlings"
     )
