@@ -18,6 +18,7 @@ from boost_tenancy.ops.queue_states import (
     open_queue_state_store,
 )
 from boost_tenancy.ops.stats_metrics import QueueGauges
+from boost_tenancy.processing.aio import AnyMiddleware
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.ttl import effective_ttl
@@ -40,8 +41,12 @@ def run_processor(
     env: Mapping[str, str] | None = None,
     *,
     store: ErrorStore | None = None,
+    middleware: Sequence[AnyMiddleware] = (),
 ) -> int:
     """Run processor for tenants until SIGTERM/SIGINT; returns the runner's exit code.
+
+    middleware (plain or async, outermost first) runs inside the handling metrics and outside
+    the processor's own middleware (TenantProcessor.middleware) and the retry middleware.
 
     Opens the error store (unless one is given), the transport and the fairness wiring the
     settings ask for, starts the metrics server (with the queue gauges of the tenants' queues
@@ -87,7 +92,7 @@ def run_processor(
             route_at_send=settings.send_routes,
             gate=fairness.gate,
             observers=fairness.observers,
-            middleware=fairness.middleware,
+            middleware=(*fairness.middleware, *middleware),
             publish_guard=fairness.publish_guard(settings.publish, backlog=backlog),
             message_ttl=effective_ttl(
                 settings.message_ttl,

@@ -15,7 +15,7 @@ from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.ops.send_routes import install_send_routes, routes_of
 from boost_tenancy.processing.admission import AdmissionGate
-from boost_tenancy.processing.aio import AnyMiddleware, needs_event_loop
+from boost_tenancy.processing.aio import AnyMiddleware, middleware_of, needs_event_loop
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueStateSource
 from boost_tenancy.processing.event_loop import EventLoop
@@ -124,6 +124,8 @@ class ProcessorRunner(TenantWorkers):
             self.send_routes_added = install_send_routes(transport, send_routes)
 
         settings = settings or RunnerSettings()
+        # The runner's pieces outside the processor's own; the retry middleware is innermost.
+        middleware = (*middleware, *middleware_of(processor))
         # Only for an async handler or middleware; a plain processor runs no loop at all.
         event_loop = (
             EventLoop(settings.event_loop) if needs_event_loop(processor, middleware) else None

@@ -14,17 +14,18 @@ from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.run import run_processor
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, positive_int, tenants
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.processing.aio import AnyMiddleware, check_middleware
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.producer import TenantProducer
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.tenancy import TenantId
 
 
-def _import_target(spec: str) -> object:
+def _import_target(spec: str, what: str = "processor") -> object:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigError(
-            f"processor must be given as module:ClassName or module:factory, got {spec!r}"
+            f"{what} must be given as module:ClassName or module:factory, got {spec!r}"
         )
     if os.getcwd() not in sys.path:
         # A console script's sys.path starts at its bin folder; services live in the project.
@@ -32,7 +33,7 @@ def _import_target(spec: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"cannot import processor module {module_name!r}: {exc}") from exc
+        raise ConfigError(f"cannot import {what} module {module_name!r}: {exc}") from exc
     target = getattr(module, attribute, None)
     if target is None:
         raise ConfigError(f"module {module_name!r} has no {attribute!r}")
@@ -84,6 +85,39 @@ def load_processor(spec: str) -> TenantProcessor:
     return processor
 
 
+def load_middleware(spec: str) -> AnyMiddleware:
+    """The middleware 'package.module:name' names: a class or a factory, called without
+    arguments, that returns a middleware (a callable of message, ctx and call_next, or an
+    AsyncMiddleware). Anything else is a ConfigError saying what it got."""
+    target = _import_target(spec, "middleware")
+    if not callable(target):
+        raise ConfigError(f"--middleware {spec!r} is a {type(target).__name__}, not a factory")
+    try:
+        inspect.signature(target).bind()
+    except TypeError as exc:
+        raise ConfigError(
+            f"--middleware {spec!r} must be callable without arguments ({exc}); give a factory "
+            "that builds the middleware with its settings"
+        ) from None
+    except ValueError:
+        pass  # no signature to read (a builtin): calling it tells
+    try:
+        layer: object = target()
+    except BoostTenancyError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"--middleware {spec!r} failed to build the middleware: {ErrorInfo.of(exc).text}"
+        ) from exc
+    if not callable(layer):
+        raise ConfigError(
+            f"--middleware {spec!r} returned {type(layer).__name__}, not a middleware (a "
+            "callable of message, ctx and call_next, or an AsyncMiddleware)"
+        )
+    check_middleware(layer)
+    return layer
+
+
 def publish(args: argparse.Namespace, settings: AppSettings) -> int:
     tenant = TenantId.parse(args.tenant)
     body: Any
@@ -124,7 +158,10 @@ def publish(args: argparse.Namespace, settings: AppSettings) -> int:
 
 def run(args: argparse.Namespace, settings: AppSettings) -> int:
     processor = load_processor(args.processor)
-    return run_processor(processor, tenants(args.tenant), settings, os.environ)
+    middleware = [load_middleware(spec) for spec in args.middleware]
+    return run_processor(
+        processor, tenants(args.tenant), settings, os.environ, middleware=middleware
+    )
 
 
 def register(sub: Subparsers) -> None:
@@ -145,4 +182,13 @@ def register(sub: Subparsers) -> None:
         "module:factory, a callable without arguments returning a TenantProcessor",
     )
     cmd.add_argument("--tenant", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument(
+        "--middleware",
+        action="append",
+        default=[],
+        metavar="MODULE:FACTORY",
+        help="a middleware around every handling: a class or factory built without arguments "
+        "(repeatable, outermost first; inside the handling metrics, outside the processor's own "
+        "middleware and the retries)",
+    )
     cmd.set_defaults(handler=run)

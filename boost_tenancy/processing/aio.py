@@ -55,6 +55,21 @@ def check_middleware(layer: object) -> None:
         )
 
 
+def middleware_of(processor: TenantProcessor) -> tuple[AnyMiddleware, ...]:
+    """The processor's own middleware (TenantProcessor.middleware), each checked: a piece that
+    is not callable, or an async def that is not an AsyncMiddleware, is a ConfigError."""
+    pieces: list[AnyMiddleware] = []
+    for layer in processor.middleware:
+        if not callable(layer):
+            raise ConfigError(
+                f"{type(processor).__name__}.middleware holds a {type(layer).__name__}, not a "
+                "middleware (a callable of message, ctx and call_next, or an AsyncMiddleware)"
+            )
+        check_middleware(layer)
+        pieces.append(layer)
+    return tuple(pieces)
+
+
 def needs_event_loop(processor: TenantProcessor, middleware: Sequence[AnyMiddleware]) -> bool:
     """Whether a runner of processor with this middleware must start an event loop."""
     return is_async_handler(processor) or any(isinstance(m, AsyncMiddleware) for m in middleware)
@@ -66,5 +81,6 @@ __all__ = [
     "AsyncMiddleware",
     "check_middleware",
     "is_async_handler",
+    "middleware_of",
     "needs_event_loop",
 ]

@@ -119,7 +119,11 @@ class TenantProcessor(abc.ABC, Generic[M]):
     Set by TenantProcessor[Model], or assigned directly."""
     retry_policy: ClassVar[RetryPolicy | None] = None
     """This processor's attempts, backoff and which exceptions it retries
-    (resilience.retry.RetryPolicy); None uses the settings' (BOOST_MAX_ATTEMPTS, BOOST_RETRY_*)."""
+    (processing.retry.RetryPolicy); None uses the settings' (BOOST_MAX_ATTEMPTS, BOOST_RETRY_*)."""
+    middleware: ClassVar[tuple[object, ...]] = ()
+    """This processor's own middleware (Middleware or AsyncMiddleware instances), outermost
+    first: every runner of it runs them inside what the runner is given (run_processor's
+    middleware, the CLI's --middleware) and outside the retry middleware."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
