@@ -42,7 +42,7 @@ from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import RedeliveryStrategy, strategy_for
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY
-from boost_tenancy.tenancy import TenantId
+from boost_tenancy.tenancy import TenantId, belongs_to
 from boost_tenancy.transports.base import Delivery, Transport
 
 log = structlog.get_logger("boost_tenancy.processing")
@@ -179,7 +179,7 @@ class Dispatcher:
             if adopted.foreign:
                 log.warning("foreign_toolkit_headers_renamed", headers=list(adopted.foreign))
             raw_tenant = delivery.properties.get(TENANT_PROPERTY)
-            if raw_tenant != tenant.value:
+            if not belongs_to(raw_tenant, tenant):
                 outcome: Outcome = Quarantine(
                     error=ErrorInfo(
                         type="TenancyViolation",
@@ -200,7 +200,7 @@ class Dispatcher:
                     attempt=attempt,
                 )
             settled = self._settler.settle(
-                tenant, delivery, outcome, message_id=message_id, attempt=attempt
+                tenant, delivery, outcome, message_id=message_id, attempt=attempt, queue=queue
             )
             trace.settled(settled, outcome)
             return settled

@@ -72,20 +72,33 @@ class Settler:
         *,
         message_id: str,
         attempt: int,
+        queue: str | None = None,
     ) -> str:
         """Carry the outcome out; when that fails for this message (not for the connection),
         fall back to a raw dead letter. The failure is recorded after the broker took the
-        message's copy, so the store never records a move that did not happen."""
+        message's copy, so the store never records a move that did not happen.
+
+        queue: the delivery's logical queue when the caller has it already (the dispatcher
+        resolves it once per delivery); the store and the observers are told that one."""
+        logical = self._routing.logical(delivery.queue) if queue is None else queue
         try:
             name = self._carry_out(tenant, delivery, outcome)
         except Exception as exc:  # an output or copy the wire or the broker refused
             if self._left_to_redelivery(exc, delivery):
                 raise
             return self._last_resort(
-                tenant, delivery, outcome, exc, message_id=message_id, attempt=attempt
+                tenant,
+                delivery,
+                outcome,
+                exc,
+                message_id=message_id,
+                attempt=attempt,
+                logical=logical,
             )
-        self._record_outcome(tenant, delivery, outcome, message_id, attempt)
-        return self.notify_observers(_claimed_tenant(tenant, outcome), delivery.queue, name)
+        self._record_outcome(
+            tenant, delivery, outcome, message_id=message_id, attempt=attempt, logical=logical
+        )
+        return self._notify(_claimed_tenant(tenant, outcome), logical, name)
 
     def _carry_out(self, tenant: TenantId | None, delivery: Delivery, outcome: Outcome) -> str:
         match outcome:
@@ -157,6 +170,7 @@ class Settler:
         *,
         message_id: str,
         attempt: int,
+        logical: str,
     ) -> str:
         """The outcome could not be carried out: move the original bytes, with only the
         toolkit's own properties, to the dead-letter (or quarantine) queue; a bounded number of
@@ -197,10 +211,12 @@ class Settler:
                     error_type=error.type,
                     error=error.text,
                 )
-                self._record_outcome(tenant, delivery, moved, message_id, attempt)
-                return self.notify_observers(
+                self._record_outcome(
+                    tenant, delivery, moved, message_id=message_id, attempt=attempt, logical=logical
+                )
+                return self._notify(
                     _claimed_tenant(tenant, moved),
-                    delivery.queue,
+                    logical,
                     "quarantined" if isinstance(moved, Quarantine) else "dead_lettered",
                 )
             time.sleep(0.05 * (retry + 1))
@@ -210,15 +226,17 @@ class Settler:
             error=error.text,
             last_error=str(last),
         )
-        return self.notify_observers(tenant, delivery.queue, "unsettled")
+        return self._notify(tenant, logical, "unsettled")
 
     def _record_outcome(
         self,
         tenant: TenantId | None,
         delivery: Delivery,
         outcome: Outcome,
+        *,
         message_id: str,
         attempt: int,
+        logical: str,
     ) -> None:
         raw_tenant: str | None = None
         match outcome:
@@ -238,6 +256,7 @@ class Settler:
             message_id=message_id,
             attempt=attempt,
             raw_tenant=raw_tenant,
+            logical=logical,
         )
 
     def _left_to_redelivery(self, exc: Exception, delivery: Delivery) -> bool:
@@ -258,6 +277,7 @@ class Settler:
         message_id: str,
         attempt: int,
         raw_tenant: str | None = None,
+        logical: str,
     ) -> None:
         """Bounded in time whatever the store does (record_failure); a failure to record is
         logged at critical level, and the copy carries the error anyway."""
@@ -266,7 +286,7 @@ class Settler:
             FailureRecord(
                 tenant=tenant,
                 raw_tenant=raw_tenant,
-                queue=self._routing.logical(delivery.queue),
+                queue=logical,
                 message_id=message_id,
                 correlation_id=delivery.correlation_id,
                 attempt=attempt,
@@ -280,9 +300,8 @@ class Settler:
             timeout_s=self._settings.error_store_timeout_s,
         )
 
-    def notify_observers(self, tenant: TenantId | None, queue: str, outcome: str) -> str:
+    def _notify(self, tenant: TenantId | None, logical: str, outcome: str) -> str:
         """Tell every observer of an outcome (by logical queue); returns the outcome's name."""
-        logical = self._routing.logical(queue)
         for observer in self._observers:
             observer.on_outcome(tenant, logical, outcome)
         return outcome
