@@ -179,7 +179,7 @@ def tenant_queue_of(physical_queue: str) -> tuple[TenantId, str] | None:
 
 @functools.lru_cache(maxsize=4096)
 def _logical(physical_queue: str) -> str:
-    # Asked twice for every delivery (the dispatcher, the observers), of the few queues a
+    # Asked for every delivery (the dispatcher; the gate's exemptions), of the few queues a
     # runner consumes: remembered, it skips parsing the tenant each time.
     split = _split_tenant_prefix(physical_queue, TENANT_QUEUE_PREFIX)
     return physical_queue if split is None else split[1]

@@ -25,12 +25,15 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Each name imported from its module when first asked for: `import boost_tenancy` (which
-    needs the runner) does not load the settings' readers and the entry points' wiring."""
-    if name in _HOMES:
-        return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # the type checker reads the imports above, and refuses any other name
+
+    def __getattr__(name: str) -> object:
+        """Each name imported from its module when first asked for: `import boost_tenancy`
+        (which needs the runner) does not load the settings' readers and the entry points'
+        wiring."""
+        if name in _HOMES:
+            return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -28,6 +28,25 @@ from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Transport
 
+REDRIVE_STOP_S = 5.0
+"""How long stop() waits for the parked re-drive to finish the batch it is moving."""
+ROUTER_STOP_S = 10.0
+"""How long stop() waits for the router at most (less with a shorter grace period)."""
+
+
+class _StopWithin:
+    """A companion stopped with a wait of its own, chosen from the runner's grace period."""
+
+    def __init__(self, part: Companion, wait_s: Callable[[float], float]) -> None:
+        self._part = part
+        self._wait_s = wait_s
+
+    def start(self) -> None:
+        self._part.start()
+
+    def stop(self, timeout: float) -> None:
+        self._part.stop(self._wait_s(timeout))
+
 
 class ProcessorRunner(TenantWorkers):
     """Runs a TenantProcessor for a fixed list of tenants on one transport."""
@@ -102,7 +121,8 @@ class ProcessorRunner(TenantWorkers):
                     for (tenant, queue), broker_queue in physical.items()
                 ],
             )
-            companions.append(self._redrive)
+            # As long as it needs to finish the batch it moves, whatever the grace period.
+            companions.append(_StopWithin(self._redrive, lambda _grace: REDRIVE_STOP_S))
         routed = [queue for queue in processor.queues if routing.routes(queue)]
         self._router: TenantRouter | None = None
         if route_shared and routed:
@@ -114,7 +134,7 @@ class ProcessorRunner(TenantWorkers):
                 default_tenant=default_tenant,
                 observers=observers,
             )
-            companions.append(self._router)
+            companions.append(_StopWithin(self._router, lambda grace: min(grace, ROUTER_STOP_S)))
         send_routes = routes_of(routing, processor.queues, parsed) if route_at_send else []
         self.send_routes_added: int | None = None
         """How many routes start() added on the broker (0: all were there); None: none made."""
@@ -145,6 +165,7 @@ class ProcessorRunner(TenantWorkers):
         super().__init__(
             processor,
             transport,
+            parsed,
             physical,
             dispatcher,
             settings=settings,

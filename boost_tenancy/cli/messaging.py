@@ -8,7 +8,7 @@ import inspect
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.run import run_processor
@@ -109,13 +109,11 @@ def load_middleware(spec: str) -> AnyMiddleware:
         raise ConfigError(
             f"--middleware {spec!r} failed to build the middleware: {ErrorInfo.of(exc).text}"
         ) from exc
-    if not callable(layer):
-        raise ConfigError(
-            f"--middleware {spec!r} returned {type(layer).__name__}, not a middleware (a "
-            "callable of message, ctx and call_next, or an AsyncMiddleware)"
-        )
-    check_middleware(layer)
-    return layer
+    try:
+        check_middleware(layer)
+    except ConfigError as exc:
+        raise ConfigError(f"--middleware {spec!r} built something else: {exc}") from None
+    return cast(AnyMiddleware, layer)
 
 
 def publish(args: argparse.Namespace, settings: AppSettings) -> int:

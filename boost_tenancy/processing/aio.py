@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import IncomingMessage
@@ -41,10 +42,22 @@ def is_async_handler(processor: TenantProcessor) -> bool:
 
 
 def check_middleware(layer: object) -> None:
-    """Refuse an async def middleware that does not declare itself an AsyncMiddleware: its
-    coroutine would be taken for an outcome, never awaited."""
+    """Refuse what cannot be a middleware, naming it: a class where an instance belongs (it
+    would be called with the message and fail every delivery), anything not callable, and an
+    async def middleware that does not declare itself an AsyncMiddleware (its coroutine would
+    be taken for an outcome, never awaited)."""
+    if isinstance(layer, type):
+        raise ConfigError(
+            f"middleware {layer.__qualname__} is a class; give an instance of it, "
+            f"{layer.__qualname__}(...)"
+        )
     if isinstance(layer, AsyncMiddleware):
         return
+    if not callable(layer):
+        raise ConfigError(
+            f"middleware {layer!r} is a {type(layer).__name__}, not a middleware (a callable of "
+            "message, ctx and call_next, or an AsyncMiddleware)"
+        )
     # A class with an async __call__: its instances are not coroutine functions themselves.
     call = type(layer).__call__
     if inspect.iscoroutinefunction(layer) or inspect.iscoroutinefunction(call):
@@ -60,13 +73,11 @@ def middleware_of(processor: TenantProcessor) -> tuple[AnyMiddleware, ...]:
     is not callable, or an async def that is not an AsyncMiddleware, is a ConfigError."""
     pieces: list[AnyMiddleware] = []
     for layer in processor.middleware:
-        if not callable(layer):
-            raise ConfigError(
-                f"{type(processor).__name__}.middleware holds a {type(layer).__name__}, not a "
-                "middleware (a callable of message, ctx and call_next, or an AsyncMiddleware)"
-            )
-        check_middleware(layer)
-        pieces.append(layer)
+        try:
+            check_middleware(layer)
+        except ConfigError as exc:
+            raise ConfigError(f"{type(processor).__name__}.middleware: {exc}") from None
+        pieces.append(cast(AnyMiddleware, layer))
     return tuple(pieces)
 
 

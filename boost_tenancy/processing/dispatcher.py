@@ -200,7 +200,7 @@ class Dispatcher:
                     attempt=attempt,
                 )
             settled = self._settler.settle(
-                tenant, delivery, outcome, message_id=message_id, attempt=attempt, queue=queue
+                tenant, delivery, outcome, message_id=message_id, attempt=attempt, logical=queue
             )
             trace.settled(settled, outcome)
             return settled

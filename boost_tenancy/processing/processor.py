@@ -24,7 +24,7 @@ from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
 
-if TYPE_CHECKING:  # resilience.retry imports this module
+if TYPE_CHECKING:  # processing.retry imports this module
     from boost_tenancy.processing.retry import RetryPolicy
 
 

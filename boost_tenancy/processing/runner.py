@@ -43,7 +43,8 @@ grace period, for their workers to settle them (retried, the attempt counted).""
 
 class Companion(Protocol):
     """What runs beside the workers while they consume (the shared-queue router, the parked
-    re-drive): started once every subscription is open, stopped before the workers finish."""
+    re-drive): started once every subscription is open, stopped before the workers finish,
+    given the runner's grace period (how long to wait within it is the companion's choice)."""
 
     def start(self) -> None: ...
 
@@ -64,6 +65,7 @@ class TenantWorkers:
         self,
         processor: TenantProcessor,
         transport: Transport,
+        tenants: Sequence[TenantId],
         physical: Mapping[QueueKey, str],
         dispatcher: Dispatcher,
         *,
@@ -75,7 +77,8 @@ class TenantWorkers:
         on_connected: Sequence[Callable[[], object]] = (),
         companions: Sequence[Companion] = (),
     ) -> None:
-        """physical: the broker queue of each (tenant, logical queue) to subscribe to.
+        """physical: the broker queue of each (tenant, logical queue) to subscribe to, for
+        every tenant and each of the processor's queues.
 
         gate: deliveries of a tenant over its limits wait there, unacknowledged, in order.
         event_loop: where async handlers and middleware run (started and stopped here).
@@ -88,7 +91,7 @@ class TenantWorkers:
         to the caller of start() or run(). companions start, in order, once every subscription
         is open, and stop first when the runner stops.
         """
-        self._tenants = tuple(dict.fromkeys(tenant for tenant, _ in physical))
+        self._tenants = tuple(tenants)
         self._physical = dict(physical)
         self._routing = routing
         self._processor = processor
@@ -291,7 +294,7 @@ class TenantWorkers:
         if self._queue_states is not None:
             self._queue_states.stop()
         for companion in self._companions:
-            companion.stop(min(grace, 10.0))
+            companion.stop(grace)
         self._join_workers(deadline)
         if self._event_loop is not None:
             # Past the grace period a coroutine is cancelled, and its worker settles it as a

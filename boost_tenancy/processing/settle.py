@@ -72,15 +72,16 @@ class Settler:
         *,
         message_id: str,
         attempt: int,
-        queue: str | None = None,
+        logical: str | None = None,
     ) -> str:
         """Carry the outcome out; when that fails for this message (not for the connection),
         fall back to a raw dead letter. The failure is recorded after the broker took the
         message's copy, so the store never records a move that did not happen.
 
-        queue: the delivery's logical queue when the caller has it already (the dispatcher
+        logical: the delivery's logical queue when the caller has it already (the dispatcher
         resolves it once per delivery); the store and the observers are told that one."""
-        logical = self._routing.logical(delivery.queue) if queue is None else queue
+        if logical is None:
+            logical = self._routing.logical(delivery.queue)
         try:
             name = self._carry_out(tenant, delivery, outcome)
         except Exception as exc:  # an output or copy the wire or the broker refused

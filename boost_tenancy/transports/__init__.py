@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 
-def __getattr__(name: str) -> object:
-    """The STOMP transport's names, imported when first asked for: a process that speaks AMQP
-    only never loads the STOMP client library."""
-    if name in ("StompSettings", "StompTransport"):
-        return getattr(import_module(f"{__name__}.stomp"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # the type checker reads the imports above, and refuses any other name
+
+    def __getattr__(name: str) -> object:
+        """The STOMP transport's names, imported when first asked for: a process that speaks AMQP
+        only never loads the STOMP client library."""
+        if name in ("StompSettings", "StompTransport"):
+            return getattr(import_module(f"{__name__}.stomp"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -55,7 +55,7 @@ class ConnectionSettings:
         if not 0 <= self.reconnect_wait_s < math.inf:
             raise ConfigError(
                 f"{self.PROTOCOL} timeouts must be positive: "
-                f"reconnect_wait_s={self.reconnect_wait_s}"
+                f"reconnect_wait_s={self.reconnect_wait_s} (0: fail at once)"
             )
         if not 0 < self.reconnect_initial_s <= self.reconnect_max_s < math.inf:
             # Zero would retry in a busy loop; a negative delay would end the reconnecting thread.

@@ -15,6 +15,7 @@ from boost_tenancy import (
     TenantId,
     TenantProducer,
 )
+from boost_tenancy.application.publishing_config import publish_limits_from_env
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.policy import TenantPolicy
@@ -80,8 +81,8 @@ def test_the_quota_comes_from_the_policy_too() -> None:
 
 def test_the_setting_refuses_negatives() -> None:
     with pytest.raises(ConfigError, match="BOOST_MAX_QUEUED_MESSAGES"):
-        PublishLimits.from_env({"BOOST_MAX_QUEUED_MESSAGES": "-1"})
-    assert PublishLimits.from_env({"BOOST_MAX_QUEUED_MESSAGES": "7"}).max_queued_messages == 7
+        publish_limits_from_env({"BOOST_MAX_QUEUED_MESSAGES": "-1"})
+    assert publish_limits_from_env({"BOOST_MAX_QUEUED_MESSAGES": "7"}).max_queued_messages == 7
     assert not PublishLimits(max_queued_messages=7).unlimited
 
 

@@ -119,14 +119,36 @@ class UndeclaredAsync(NotAMiddleware):
     middleware: ClassVar[tuple[object, ...]] = (AsyncDefMiddleware(),)
 
 
+class AClass(NotAMiddleware):
+    middleware: ClassVar[tuple[object, ...]] = (Named,)
+
+
 def test_a_processors_middleware_that_is_none_is_refused_when_the_runner_is_built(
     broker: InMemoryBroker, tmp_path: Path
 ) -> None:
     store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    with pytest.raises(ConfigError, match=r"NotAMiddleware\.middleware holds a str"):
+    with pytest.raises(ConfigError, match=r"NotAMiddleware\.middleware: .* is a str, not a"):
         ProcessorRunner(NotAMiddleware(), InMemoryTransport(broker), [TENANT], error_store=store)
     with pytest.raises(ConfigError, match="AsyncDefMiddleware is an async def"):
         ProcessorRunner(UndeclaredAsync(), InMemoryTransport(broker), [TENANT], error_store=store)
+    with pytest.raises(ConfigError, match="Named is a class; give an instance of it"):
+        ProcessorRunner(AClass(), InMemoryTransport(broker), [TENANT], error_store=store)
+    store.close()
+
+
+def test_the_runners_middleware_that_is_none_is_refused_when_it_is_built(
+    broker: InMemoryBroker, tmp_path: Path
+) -> None:
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    for given, error in ((42, "42 is a int, not a middleware"), (Named, "Named is a class")):
+        with pytest.raises(ConfigError, match=error):
+            ProcessorRunner(
+                FailsOnce("cmd.mw.runner"),
+                InMemoryTransport(broker),
+                [TENANT],
+                error_store=store,
+                middleware=[given],  # type: ignore[list-item]
+            )
     store.close()
 
 
@@ -168,7 +190,7 @@ def test_load_middleware_builds_a_class_or_a_factory() -> None:
     [
         ("NOT_CALLABLE", "is a int, not a factory"),
         ("needs_an_argument", "must be callable without arguments"),
-        ("builds_nothing_callable", "returned int, not a middleware"),
+        ("builds_nothing_callable", "built something else: middleware 3 is a int"),
         ("fails_to_build", "failed to build the middleware: RuntimeError: no audit sink"),
         ("AsyncDefMiddleware", "AsyncDefMiddleware is an async def"),
         ("missing", "has no 'missing'"),

@@ -24,7 +24,6 @@ DEFAULT_TLS_PORT: Final = 61612
 TLS_SCHEMES: Final = ("stomp+ssl", "stomps")
 """stomp+ssl:// is the name the Classic and Artemis connectors use; stomps:// means the same."""
 SCHEMES: Final = ("stomp", *TLS_SCHEMES)
-_DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_ARTEMIS_WINDOW_BYTES: Final = 64 * 1024
 """Bytes of Artemis consumer window per prefetched message: room for a JSON document of tens of
 KiB. Measured on Artemis 2.44: 1 KiB messages with a 1 MiB window 7.4k msg/s, one at a time
