@@ -74,7 +74,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
-from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.base import SubscribeRequest
 from boost_tenancy.transports.stomp import (
     BrokerFlavour,
@@ -361,14 +361,13 @@ def consume_raw(cfg: Config, messages: int, *, hand_off: bool) -> Sample:
         with raw_connection(cfg, listener) as conn:
             conn_box.append(conn)
             started, started_cpu = time.perf_counter(), time.process_time()
+            # Where the producer put them and the runner reads them under the default (routed)
+            # topology: the tenant's own queue, which needs no selector.
             conn.subscribe(
-                "/queue/" + queue,
+                "/queue/" + DEFAULT_ROUTING.physical(queue, tenant),
                 "raw-1",
                 ack="client-individual",
-                headers={
-                    **cfg.prefetch_headers(cfg.prefetch),
-                    "selector": tenant_selector(tenant).render(),
-                },
+                headers=cfg.prefetch_headers(cfg.prefetch),
             )
             finished = completion.wait(cfg.timeout_s)
             conn.unsubscribe("raw-1")
