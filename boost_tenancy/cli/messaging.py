@@ -54,12 +54,17 @@ def _check_buildable(spec: str, target: object) -> None:
         raise ConfigError(
             f"{spec!r} is a {type(target).__name__}, not a TenantProcessor subclass or a factory"
         )
+    _check_no_arguments(f"{spec!r}", target, "the processor")
+
+
+def _check_no_arguments(named: str, target: object, what: str) -> None:
+    """Refuse, before calling it, a callable that needs arguments: it is built with none."""
     try:
-        inspect.signature(target).bind()
+        inspect.signature(target).bind()  # type: ignore[arg-type]  # the callers checked it
     except TypeError as exc:
         raise ConfigError(
-            f"{spec!r} must be callable without arguments ({exc}); give a factory that builds "
-            "the processor with its settings, module:factory"
+            f"{named} must be callable without arguments ({exc}); give a factory that builds "
+            f"{what} with its settings, module:factory"
         ) from None
     except ValueError:
         pass  # no signature to read (a builtin): calling it tells
@@ -92,15 +97,7 @@ def load_middleware(spec: str) -> AnyMiddleware:
     target = _import_target(spec, "middleware")
     if not callable(target):
         raise ConfigError(f"--middleware {spec!r} is a {type(target).__name__}, not a factory")
-    try:
-        inspect.signature(target).bind()
-    except TypeError as exc:
-        raise ConfigError(
-            f"--middleware {spec!r} must be callable without arguments ({exc}); give a factory "
-            "that builds the middleware with its settings"
-        ) from None
-    except ValueError:
-        pass  # no signature to read (a builtin): calling it tells
+    _check_no_arguments(f"--middleware {spec!r}", target, "the middleware")
     try:
         layer: object = target()
     except BoostTenancyError:
