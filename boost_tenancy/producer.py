@@ -14,6 +14,7 @@ from typing import Any
 
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import Message, MessageBody, PublishCheck, WireMessage, build_message
+from boost_tenancy.observability.trace_context import TraceContext
 from boost_tenancy.observability.tracing import publishing, stamp
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
@@ -32,6 +33,40 @@ class AdmittedSend:
     message: Message
     wire: WireMessage
     delay_ms: int
+
+
+def admit_message(
+    queue: str,
+    tenant: TenantId,
+    body: MessageBody,
+    *,
+    routing: Routing,
+    guard: PublishCheck | None,
+    ttl: ExpiryPolicy | None,
+    trace: TraceContext | None,
+    message_id: str | None = None,
+    correlation_id: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    delay_ms: int = 0,
+) -> AdmittedSend:
+    """What every message the toolkit sends goes through, whoever sends it (a TenantProducer,
+    a handler's ctx.publish), in this order: its broker queue resolved (a name the routing
+    refuses fails here), the message built with its tenant stamped, the trace context it
+    continues (trace, else the caller's current one, else a new trace) and its tenant's expiry,
+    then its tenant's publishing limits checked (PublishRefusedError: nothing is sent)."""
+    physical = routing.physical(queue, tenant)
+    message = build_message(
+        tenant,
+        body,
+        message_id=message_id,
+        correlation_id=correlation_id,
+        properties=stamp(properties, trace),
+        expires_at_ms=None if ttl is None else ttl.expiry_of(tenant),
+    )
+    wire = message.to_wire()
+    if guard is not None:
+        guard.check(message.tenant, queue, (wire,))
+    return AdmittedSend(physical, message, wire, max(0, delay_ms))
 
 
 @dataclass(slots=True)
@@ -151,20 +186,19 @@ class TenantProducer:
         """Build a message and pass it through the publishing limits without sending it:
         PublishRefusedError now, before the caller stores anything that depends on the send (the
         IntegrationsServer admits before it accepts an upload); send_admitted sends it."""
-        tenant_id = TenantId.parse(tenant)
-        message = build_message(
-            tenant_id,
+        return admit_message(
+            queue,
+            TenantId.parse(tenant),
             body,
+            routing=self._routing,
+            guard=self._guard,
+            ttl=self._ttl,
+            trace=None,  # the caller's trace context, or a new trace
             message_id=message_id,
             correlation_id=correlation_id,
-            properties=stamp(properties, None),  # the caller's trace context, or a new trace
-            expires_at_ms=None if self._ttl is None else self._ttl.expiry_of(tenant_id),
+            properties=properties,
+            delay_ms=delay_ms,
         )
-        physical = self._routing.physical(queue, message.tenant)
-        wire = message.to_wire()
-        if self._guard is not None:
-            self._guard.check(message.tenant, queue, (wire,))
-        return AdmittedSend(physical, message, wire, max(0, delay_ms))
 
     def send_admitted(self, admitted: AdmittedSend) -> Message:
         """Send a message admit() let through and wait for the broker's confirmation."""

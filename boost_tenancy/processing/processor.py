@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 from boost_tenancy.errors import ConfigError, PermanentError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.message_ids import derived_id
-from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck, build_message
+from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.trace_context import TraceContext
-from boost_tenancy.observability.tracing import current_trace, stamp
+from boost_tenancy.observability.tracing import current_trace
+from boost_tenancy.producer import admit_message
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -77,25 +78,26 @@ class HandlerContext:
         Over a publishing limit it raises PublishRateExceededError (a TransientError: the delivery
         is retried later) or MessageTooLargeError (a PermanentError: dead-lettered).
         """
-        # Resolved now so a bad name fails the handler (retry, then dead letter), not the ack.
-        self.routing.physical(queue, self.tenant)
         index = self._outbox.counts.get(queue, 0)
-        message = build_message(
+        # A bad queue name or a refusal fails the handler (retry, then dead letter), never the
+        # ack; and before the index is taken, so a refused publish caught by the handler leaves
+        # the next one the id a retry would give it.
+        admitted = admit_message(
+            queue,
             self.tenant,
             body,
+            routing=self.routing,
+            guard=self.guard,
+            ttl=self.ttl,
+            trace=self.trace,
             message_id=derived_id(self.message_id, queue, index),
             correlation_id=self.correlation_id,
-            properties=stamp(properties, self.trace),
-            expires_at_ms=None if self.ttl is None else self.ttl.expiry_of(self.tenant),
+            properties=properties,
         )
-        wire = message.to_wire()
-        if self.guard is not None:
-            # Before the index is taken: a refused publish caught by the handler leaves the
-            # next one the id a retry would give it.
-            self.guard.check(self.tenant, queue, (wire,))
         self._outbox.counts[queue] = index + 1
-        self._outbox.items.append(Outgoing(queue, wire, max(0, delay_ms)))
-        return message.message_id
+        # By logical queue: the settler routes it again with the same routing when it sends.
+        self._outbox.items.append(Outgoing(queue, admitted.wire, max(0, delay_ms)))
+        return admitted.message.message_id
 
     @property
     def outputs(self) -> tuple[Outgoing, ...]:
