@@ -20,6 +20,16 @@ from tests.conftest import wait_until
 RESTART_WAIT_S = 120.0
 
 
+def _alive(pids: list[str]) -> bool:
+    for pid in pids:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue
+        return True
+    return False
+
+
 def _ctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, timeout=120, capture_output=True)
 
@@ -52,6 +62,9 @@ class LocalRabbitMQ:
         assert pids, "no RabbitMQ node process found"
         for pid in pids:
             os.kill(int(pid), signal.SIGKILL)
+        # Started again before the old node is gone, the new one finds it and exits.
+        gone = wait_until(lambda: not _alive(pids), timeout=30, interval=0.2)
+        assert gone, f"RabbitMQ's processes {pids} outlived SIGKILL for 30 s"
 
     def start(self) -> None:
         subprocess.run(
