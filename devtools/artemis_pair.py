@@ -75,20 +75,16 @@ class ArtemisPair:
         self.store = self.home / "store"
         live_core = ArtemisSettings(port_offset=live_offset).core_port
         backup_core = ArtemisSettings(port_offset=backup_offset).core_port
-        self.live = LocalArtemis(
+        self.live = self._member("live", live_offset, live_core, backup_core)
+        self.backup = self._member("backup", backup_offset, backup_core, live_core)
+
+    def _member(self, role: str, offset: int, own_core: int, peer_core: int) -> LocalArtemis:
+        """One broker of the pair: its instance under home/role, its ports, its HA role."""
+        return LocalArtemis(
             ArtemisSettings(
-                home=self.home / "live",
-                port_offset=live_offset,
-                extra_xml=pair_xml("live", live_core, backup_core),
-                shared_data=self.store,
-                start_timeout_s=START_TIMEOUT_S,
-            )
-        )
-        self.backup = LocalArtemis(
-            ArtemisSettings(
-                home=self.home / "backup",
-                port_offset=backup_offset,
-                extra_xml=pair_xml("backup", backup_core, live_core),
+                home=self.home / role,
+                port_offset=offset,
+                extra_xml=pair_xml(role, own_core, peer_core),
                 shared_data=self.store,
                 start_timeout_s=START_TIMEOUT_S,
             )
