@@ -12,6 +12,7 @@ boost_tenancy.quotas.
 from boost_tenancy.application.runner import ProcessorRunner
 from boost_tenancy.application.wiring import start_metrics_server
 from boost_tenancy.async_producer import AsyncTenantProducer
+from boost_tenancy.chain_order import place
 from boost_tenancy.errors import (
     BacklogQuotaExceededError,
     BoostTenancyError,
@@ -35,6 +36,7 @@ from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
 from boost_tenancy.processing.retry import RetryPolicy
 from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.producer import TenantProducer
+from boost_tenancy.publishing import AdmittedSend, Draft
 from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.routing import Routing
@@ -42,12 +44,14 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.registry import open_transport
 
 __all__ = [
+    "AdmittedSend",
     "AsyncMiddleware",
     "AsyncTenantProducer",
     "BacklogQuotaExceededError",
     "BoostTenancyError",
     "ConfigError",
     "DispatchSettings",
+    "Draft",
     "HandlerContext",
     "IncomingMessage",
     "InvalidTenantError",
@@ -75,5 +79,6 @@ __all__ = [
     "TransportError",
     "open_error_store",
     "open_transport",
+    "place",
     "start_metrics_server",
 ]

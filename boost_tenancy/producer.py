@@ -7,66 +7,21 @@ With a time-to-live, every message carries its tenant's absolute expiry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from boost_tenancy.expiry import ExpiryPolicy
-from boost_tenancy.messages import Message, MessageBody, PublishCheck, WireMessage, build_message
-from boost_tenancy.observability.trace_context import TraceContext
-from boost_tenancy.observability.tracing import publishing, stamp
+from boost_tenancy.messages import Message, MessageBody, PublishCheck
+from boost_tenancy.observability.tracing import publishing
+from boost_tenancy.publishing import AdmittedSend, Publisher, default_steps
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import BatchSink, Transport
 
 JsonBody = Mapping[str, Any]
 """A JSON object body; MessageBody (messages.py) is everything a send takes."""
-
-
-@dataclass(frozen=True, slots=True)
-class AdmittedSend:
-    """A message admitted by the publishing limits, not sent yet (TenantProducer.admit)."""
-
-    queue: str
-    """The broker queue routing picked."""
-    message: Message
-    wire: WireMessage
-    delay_ms: int
-
-
-def admit_message(
-    queue: str,
-    tenant: TenantId,
-    body: MessageBody,
-    *,
-    routing: Routing,
-    guard: PublishCheck | None,
-    ttl: ExpiryPolicy | None,
-    trace: TraceContext | None,
-    message_id: str | None = None,
-    correlation_id: str | None = None,
-    properties: Mapping[str, str] | None = None,
-    delay_ms: int = 0,
-) -> AdmittedSend:
-    """What every message the toolkit sends goes through, whoever sends it (a TenantProducer,
-    a handler's ctx.publish), in this order: its broker queue resolved (a name the routing
-    refuses fails here), the message built with its tenant stamped, the trace context it
-    continues (trace, else the caller's current one, else a new trace) and its tenant's expiry,
-    then its tenant's publishing limits checked (PublishRefusedError: nothing is sent)."""
-    physical = routing.physical(queue, tenant)
-    message = build_message(
-        tenant,
-        body,
-        message_id=message_id,
-        correlation_id=correlation_id,
-        properties=stamp(properties, trace),
-        expires_at_ms=None if ttl is None else ttl.expiry_of(tenant),
-    )
-    wire = message.to_wire()
-    if guard is not None:
-        guard.check(message.tenant, queue, (wire,))
-    return AdmittedSend(physical, message, wire, max(0, delay_ms))
 
 
 @dataclass(slots=True)
@@ -124,11 +79,14 @@ class TenantProducer:
         routing: Routing = DEFAULT_ROUTING,
         guard: PublishCheck | None = None,
         ttl: ExpiryPolicy | None = None,
+        middleware: Sequence[object] = (),
     ) -> None:
+        """middleware: publish steps of your own (boost_tenancy.publishing), outside the
+        default trace, ttl and limits steps unless placed (chain_order.place)."""
         self._transport = transport
         self._routing = routing
-        self._guard = guard
         self._ttl = ttl
+        self._publisher = Publisher(routing, (*middleware, *default_steps(guard, ttl)))
 
     @property
     def routing(self) -> Routing:
@@ -186,14 +144,10 @@ class TenantProducer:
         """Build a message and pass it through the publishing limits without sending it:
         PublishRefusedError now, before the caller stores anything that depends on the send (the
         IntegrationsServer admits before it accepts an upload); send_admitted sends it."""
-        return admit_message(
+        return self._publisher.admit(
             queue,
             TenantId.parse(tenant),
             body,
-            routing=self._routing,
-            guard=self._guard,
-            ttl=self._ttl,
-            trace=None,  # the caller's trace context, or a new trace
             message_id=message_id,
             correlation_id=correlation_id,
             properties=properties,

@@ -45,8 +45,10 @@ def run_processor(
 ) -> int:
     """Run processor for tenants until SIGTERM/SIGINT; returns the runner's exit code.
 
-    middleware (plain or async, outermost first) runs inside the handling metrics and outside
-    the processor's own middleware (TenantProcessor.middleware) and the retry middleware.
+    middleware (Middleware, AsyncMiddleware or consume functions, outermost first) goes after
+    the accounting and the handling metrics and before the processor's own middleware
+    (TenantProcessor.middleware), the retry middleware and the publish steps, unless a piece is
+    placed before or after a named one (processing/middleware.py lists the names).
 
     Opens the error store (unless one is given), the transport and the fairness wiring the
     settings ask for, starts the metrics server (with the queue gauges of the tenants' queues

@@ -19,10 +19,10 @@ from boost_tenancy.processing.aio import AnyMiddleware, middleware_of, needs_eve
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueStateSource
 from boost_tenancy.processing.event_loop import EventLoop
+from boost_tenancy.processing.middleware import DispatchObserver, MiddlewareStack
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner import Companion, TenantWorkers
 from boost_tenancy.processing.runner_settings import RunnerSettings
-from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, parked_queue
 from boost_tenancy.tenancy import TenantId
@@ -111,6 +111,27 @@ class ProcessorRunner(TenantWorkers):
             for tenant in parsed
             for queue in processor.queues
         }
+        settings = settings or RunnerSettings()
+        # The runner's pieces outside the processor's own; the retry middleware is innermost.
+        middleware = (*middleware, *middleware_of(processor))
+        # Only for an async handler or middleware; a plain processor runs no loop at all.
+        event_loop = (
+            EventLoop(settings.event_loop) if needs_event_loop(processor, middleware) else None
+        )
+        dispatcher = Dispatcher(
+            processor,
+            transport,
+            error_store,
+            settings=settings.dispatch,
+            middleware=middleware,
+            observers=observers,
+            routing=routing,
+            publish_guard=publish_guard,
+            message_ttl=message_ttl,
+            event_loop=event_loop,
+        )
+        self.middleware: MiddlewareStack = dispatcher.middleware
+        """The runner's middleware, in the order it runs (its names: middleware.names)."""
         companions: list[Companion] = []
         self._redrive: ParkedRedrive | None = None
         if redrive_parked:
@@ -132,7 +153,8 @@ class ProcessorRunner(TenantWorkers):
                 error_store=error_store,
                 routing=routing,
                 default_tenant=default_tenant,
-                observers=observers,
+                # Every piece told of outcomes hears of the router's quarantines too.
+                observers=self.middleware.observers,
             )
             companions.append(_StopWithin(self._router, lambda grace: min(grace, ROUTER_STOP_S)))
         send_routes = routes_of(routing, processor.queues, parsed) if route_at_send else []
@@ -143,25 +165,6 @@ class ProcessorRunner(TenantWorkers):
             # Before subscribing: the tenants' queues exist, and new messages go there from now.
             self.send_routes_added = install_send_routes(transport, send_routes)
 
-        settings = settings or RunnerSettings()
-        # The runner's pieces outside the processor's own; the retry middleware is innermost.
-        middleware = (*middleware, *middleware_of(processor))
-        # Only for an async handler or middleware; a plain processor runs no loop at all.
-        event_loop = (
-            EventLoop(settings.event_loop) if needs_event_loop(processor, middleware) else None
-        )
-        dispatcher = Dispatcher(
-            processor,
-            transport,
-            error_store,
-            settings=settings.dispatch,
-            middleware=middleware,
-            observers=observers,
-            routing=routing,
-            publish_guard=publish_guard,
-            message_ttl=message_ttl,
-            event_loop=event_loop,
-        )
         super().__init__(
             processor,
             transport,

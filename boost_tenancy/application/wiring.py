@@ -20,8 +20,7 @@ from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.handling_metrics import HandlingMetrics
 from boost_tenancy.fairness.settings import FairnessSettings, build_fairness
 from boost_tenancy.fairness.usage import DEFAULT_FLUSH_S, UsageRecorder, open_usage_store
-from boost_tenancy.processing.middleware import Middleware
-from boost_tenancy.processing.settle import DispatchObserver
+from boost_tenancy.processing.middleware import DispatchObserver
 from boost_tenancy.quotas.backlog import BacklogSource
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
@@ -49,7 +48,7 @@ class FairnessWiring:
     """The publishing buckets every process shares (BOOST_PUBLISH_REDIS_URL)."""
 
     @property
-    def middleware(self) -> tuple[Middleware, ...]:
+    def middleware(self) -> tuple[HandlingMetrics, ...]:
         """What ProcessorRunner(middleware=...) gets, outermost first."""
         return () if self.handling is None else (self.handling,)
 

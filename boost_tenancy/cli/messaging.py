@@ -8,7 +8,7 @@ import inspect
 import json
 import os
 import sys
-from typing import Any, cast
+from typing import Any
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.run import run_processor
@@ -110,7 +110,7 @@ def load_middleware(spec: str) -> AnyMiddleware:
         check_middleware(layer)
     except ConfigError as exc:
         raise ConfigError(f"--middleware {spec!r} built something else: {exc}") from None
-    return cast(AnyMiddleware, layer)
+    return layer
 
 
 def publish(args: argparse.Namespace, settings: AppSettings) -> int:
@@ -182,8 +182,10 @@ def register(sub: Subparsers) -> None:
         action="append",
         default=[],
         metavar="MODULE:FACTORY",
-        help="a middleware around every handling: a class or factory built without arguments "
-        "(repeatable, outermost first; inside the handling metrics, outside the processor's own "
-        "middleware and the retries)",
+        help="a middleware (boost_tenancy.Middleware: consume, publish or on_outcome hooks): a "
+        "class or factory built without arguments (repeatable, outermost first; after the "
+        "accounting and the handling metrics, before the processor's own middleware and the "
+        "retries, unless its class sets before or after to a named piece: retry, trace, ttl, "
+        "limits, ...)",
     )
     cmd.set_defaults(handler=run)

@@ -17,7 +17,7 @@ from typing import Final
 
 from boost_tenancy.fairness.accounting import escape_label_value
 from boost_tenancy.messages import IncomingMessage
-from boost_tenancy.processing.middleware import Handler
+from boost_tenancy.processing.middleware import Handler, Middleware
 from boost_tenancy.processing.outcomes import Outcome
 from boost_tenancy.processing.processor import HandlerContext
 
@@ -49,8 +49,11 @@ class _Series:
         self.in_flight = 0
 
 
-class HandlingMetrics:
-    """A Middleware: put it first (outermost) in ProcessorRunner(middleware=...)."""
+class HandlingMetrics(Middleware):
+    """A consume Middleware, "handling_metrics": put it first (outermost) in
+    ProcessorRunner(middleware=...)."""
+
+    name = "handling_metrics"
 
     def __init__(
         self,
@@ -66,9 +69,7 @@ class HandlingMetrics:
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str], _Series] = {}
 
-    def __call__(
-        self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler
-    ) -> Outcome:
+    def consume(self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler) -> Outcome:
         key = (ctx.tenant.value, ctx.queue)
         with self._lock:
             series = self._series.get(key)

@@ -16,8 +16,9 @@ from boost_tenancy.errors import ConfigError, NotConfirmedError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.processing.dispatcher import DispatchSettings
 from boost_tenancy.processing.inbound import adopt
+from boost_tenancy.processing.middleware import DispatchObserver
 from boost_tenancy.processing.outcomes import DeadLetter, Quarantine
-from boost_tenancy.processing.settle import DispatchObserver, Settler
+from boost_tenancy.processing.settle import Settler
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.resilience.failure import ErrorInfo

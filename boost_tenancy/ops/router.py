@@ -13,8 +13,8 @@ import structlog
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.moving import MOVE_BATCH, Move, QueueMover, copy_of, tenancy_violation
 from boost_tenancy.processing.inbound import adopt
+from boost_tenancy.processing.middleware import DispatchObserver
 from boost_tenancy.processing.outcomes import Quarantine
-from boost_tenancy.processing.settle import DispatchObserver
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY

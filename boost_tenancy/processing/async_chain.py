@@ -8,15 +8,13 @@ from collections.abc import Sequence
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import IncomingMessage
 from boost_tenancy.processing.aio import (
-    AnyMiddleware,
     AsyncHandler,
     AsyncMiddleware,
-    check_middleware,
     is_async_handler,
     needs_event_loop,
 )
 from boost_tenancy.processing.event_loop import EventLoop
-from boost_tenancy.processing.middleware import Handler, chain
+from boost_tenancy.processing.middleware import ConsumeFunction, Handler, chain
 from boost_tenancy.processing.outcomes import Ack, Outcome
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor, refuse_unawaited
 from boost_tenancy.processing.worker_hop import Hop
@@ -33,7 +31,7 @@ class _MixedChain:
 
     def __init__(
         self,
-        layers: Sequence[AnyMiddleware],
+        layers: Sequence[ConsumeFunction],
         handler: Handler | None,
         async_handler: AsyncHandler | None,
         event_loop: EventLoop,
@@ -83,7 +81,7 @@ def _async_terminal(processor: TenantProcessor) -> AsyncHandler:
 
 
 def build_chain(
-    middleware: Sequence[AnyMiddleware],
+    middleware: Sequence[ConsumeFunction],
     handler: Handler,
     processor: TenantProcessor,
     event_loop: EventLoop | None,
@@ -91,8 +89,6 @@ def build_chain(
     """The dispatcher's chain, called on a worker thread: middleware (outermost first) around
     processor's handle, which is handler when it is a plain def. Without anything async it is
     the plain chain, with no loop involved."""
-    for layer in middleware:
-        check_middleware(layer)
     if not needs_event_loop(processor, middleware):
         return chain([m for m in middleware if not isinstance(m, AsyncMiddleware)], handler)
     if event_loop is None:

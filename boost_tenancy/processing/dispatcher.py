@@ -23,10 +23,11 @@ from boost_tenancy.json_bodies import decode_json_body
 from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
-from boost_tenancy.processing.aio import AnyMiddleware
+from boost_tenancy.processing.aio import check_middleware
 from boost_tenancy.processing.async_chain import build_chain
 from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.inbound import adopt
+from boost_tenancy.processing.middleware import DispatchObserver, MiddlewareStack
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine
 from boost_tenancy.processing.processor import (
     HandlerContext,
@@ -35,7 +36,8 @@ from boost_tenancy.processing.processor import (
     refuse_unawaited,
 )
 from boost_tenancy.processing.retry import RetryMiddleware, RetryPolicy, policy_for
-from boost_tenancy.processing.settle import DispatchObserver, Settler
+from boost_tenancy.processing.settle import Settler
+from boost_tenancy.publishing import Publisher, default_steps
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.resilience.failure import ErrorInfo
@@ -91,7 +93,7 @@ class Dispatcher:
         error_store: ErrorStore,
         *,
         settings: DispatchSettings | None = None,
-        middleware: Sequence[AnyMiddleware] = (),
+        middleware: Sequence[object] = (),
         strategy: RedeliveryStrategy | None = None,
         observers: Sequence[DispatchObserver] = (),
         routing: Routing = DEFAULT_ROUTING,
@@ -99,20 +101,29 @@ class Dispatcher:
         message_ttl: ExpiryPolicy | None = None,
         event_loop: EventLoop | None = None,
     ) -> None:
-        """event_loop runs an async handle or AsyncMiddleware (the runner gives its own)."""
+        """middleware: pieces of the chain (processing/middleware.py), outermost first; with
+        observers first, the retry middleware ("retry") and the publish steps ("trace", "ttl"
+        over message_ttl, "limits" over publish_guard) after them, they make the dispatcher's
+        MiddlewareStack, where a piece may ask to go before or after a named one.
+
+        event_loop runs an async handle or AsyncMiddleware (the runner gives its own)."""
         check_processor(processor)
         self._processor = processor
         self._model = binding_for(processor)
         self._routing = routing
-        self._publish_guard = publish_guard
-        self._message_ttl = message_ttl
         self._transport = transport
         self._settings = settings or DispatchSettings()
         self._strategy = strategy or strategy_for(transport.capabilities)
         # The processor's own retry policy, when it declares one, over the settings'.
         self._retry = RetryMiddleware(policy_for(processor, self._settings.retry))
+        for piece in (*observers, *middleware):
+            check_middleware(piece)
+        self.middleware = MiddlewareStack(
+            [*observers, *middleware, self._retry, *default_steps(publish_guard, message_ttl)]
+        )
+        self._publisher = Publisher(routing, self.middleware.publish)
         self._handler = build_chain(
-            [*middleware, self._retry], self._call_handler, processor, event_loop
+            self.middleware.consume, self._call_handler, processor, event_loop
         )
         self._settler = Settler(
             transport,
@@ -120,7 +131,7 @@ class Dispatcher:
             settings=self._settings,
             strategy=self._strategy,
             routing=routing,
-            observers=observers,
+            observers=self.middleware.observers,
         )
 
     def _call_handler(self, message: IncomingMessage, ctx: HandlerContext) -> Outcome:
@@ -271,9 +282,7 @@ class Dispatcher:
             correlation_id=correlation_id,
             attempt=attempt,
             log=_handler_log,
-            routing=self._routing,
-            guard=self._publish_guard,
-            ttl=self._message_ttl,
+            publisher=self._publisher,
         )
         try:
             return self._handler(message, ctx)

@@ -20,7 +20,7 @@ from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.trace_context import TraceContext
 from boost_tenancy.observability.tracing import current_trace
-from boost_tenancy.producer import admit_message
+from boost_tenancy.publishing import Publisher, default_steps
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -52,9 +52,13 @@ class HandlerContext:
     routing: Routing = DEFAULT_ROUTING
     """Where publish sends: the logical queue maps to this tenant's broker queue."""
     guard: PublishCheck | None = None
-    """The tenant's publishing limits, checked at publish (quotas/)."""
+    """The tenant's publishing limits, checked at publish (quotas/), without a publisher."""
     ttl: ExpiryPolicy | None = None
-    """The tenant's message time-to-live, stamped on what it publishes (quotas.MessageTtl)."""
+    """The tenant's message time-to-live, stamped on what it publishes (quotas.MessageTtl),
+    without a publisher."""
+    publisher: Publisher | None = None
+    """The publish direction of the dispatcher's middleware (boost_tenancy.publishing); None:
+    the default steps over routing, guard and ttl."""
     trace: TraceContext | None = field(default_factory=current_trace)
     """The handled message's trace context (its process span's with OpenTelemetry), which what
     publish sends continues (observability/tracing.py)."""
@@ -82,13 +86,11 @@ class HandlerContext:
         # A bad queue name or a refusal fails the handler (retry, then dead letter), never the
         # ack; and before the index is taken, so a refused publish caught by the handler leaves
         # the next one the id a retry would give it.
-        admitted = admit_message(
+        publisher = self.publisher or Publisher(self.routing, default_steps(self.guard, self.ttl))
+        admitted = publisher.admit(
             queue,
             self.tenant,
             body,
-            routing=self.routing,
-            guard=self.guard,
-            ttl=self.ttl,
             trace=self.trace,
             message_id=derived_id(self.message_id, queue, index),
             correlation_id=self.correlation_id,

@@ -10,6 +10,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import structlog
 
@@ -113,6 +114,7 @@ class RetryMiddleware:
 
     policy: RetryPolicy
     rand: Callable[[], float] | None = None
+    name: ClassVar[str] = "retry"
 
     def __call__(
         self, message: IncomingMessage, ctx: HandlerContext, call_next: Handler

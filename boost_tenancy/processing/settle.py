@@ -11,11 +11,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
 from boost_tenancy.errors import ConfigError, NotConfirmedError, TransportError
+from boost_tenancy.processing.middleware import DispatchObserver
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Defer, Outcome, Quarantine, Retry
 from boost_tenancy.resilience.dead_letter import (
     DeadLetterReason,
@@ -36,12 +37,6 @@ if TYPE_CHECKING:
     from boost_tenancy.processing.dispatcher import DispatchSettings
 
 log = structlog.get_logger("boost_tenancy.processing")
-
-
-class DispatchObserver(Protocol):
-    """Told of every outcome (accounting); must be cheap and must not raise."""
-
-    def on_outcome(self, tenant: TenantId | None, queue: str, outcome: str) -> None: ...
 
 
 class Settler:
