@@ -72,6 +72,7 @@ from boost_tenancy import (
     RunnerSettings,
     TenantProducer,
 )
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING
@@ -116,7 +117,7 @@ class Config:
             port=self.port,
             username=self.username,
             password=self.password,
-            receipt_timeout_s=self.timeout_s,
+            confirm_timeout_s=self.timeout_s,
         )
 
     def prefetch_headers(self, prefetch: int) -> dict[str, str]:
@@ -801,7 +802,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, arg
 
 
 def stomp_config(args: argparse.Namespace) -> Config:
-    broker = StompSettings.from_env(os.environ)
+    broker = stomp_settings_from_env(os.environ)
     return Config(
         host=broker.host,
         port=broker.port,

@@ -63,14 +63,13 @@ from boost_tenancy import (
     TenantProducer,
     open_error_store,
 )
-from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.config import DEFAULT_URL, AppSettings
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.settings import build_fairness
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
-from boost_tenancy.transports.options import DEFAULT_URL
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 MODEST, HEAVY = "modest", "heavy"
@@ -98,7 +97,7 @@ def app_settings(env: Mapping[str, str]) -> AppSettings:
     settings = AppSettings.from_env(env)
     if settings.stomp is None:
         raise SystemExit("the benchmark runs over STOMP: BOOST_BROKER_URL must be stomp://")
-    return replace(settings, stomp=replace(settings.stomp, receipt_timeout_s=60.0))
+    return replace(settings, stomp=replace(settings.stomp, confirm_timeout_s=60.0))
 
 
 def build_gate(settings: AppSettings, events: Counter[str] | None = None) -> FairnessGate | None:

@@ -69,6 +69,9 @@ import stomp
 from bench_common import BenchmarkError, Series, ratio, table, unique_queue, within
 
 from boost_tenancy import BoostTenancyError, TenantId, TenantProducer
+from boost_tenancy.application.config import DEFAULT_URL
+from boost_tenancy.application.environment import connect_options_from_env
+from boost_tenancy.application.run import open_transport
 from boost_tenancy.messages import WireMessage, build_message
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits
@@ -76,8 +79,7 @@ from boost_tenancy.quotas.shared import RedisPublishBuckets
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.storage import redact_url
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.options import DEFAULT_URL
-from boost_tenancy.transports.registry import open_transport, parse_transport_url
+from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp import StompTransport
 from boost_tenancy.transports.stomp.settings import StompSettings
 
@@ -441,7 +443,9 @@ def connected_transport(cfg: Config) -> StompTransport:
 
 
 def probe_broker(cfg: Config) -> Broker:
-    broker = Broker(StompSettings.from_url(parse_transport_url(cfg.url), os.environ))
+    broker = Broker(
+        StompSettings.from_url(parse_transport_url(cfg.url), connect_options_from_env(os.environ))
+    )
     transport = connected_transport(cfg)
     try:
         broker.server = transport.server

@@ -9,6 +9,7 @@ boost_tenancy.selectors, fairness in boost_tenancy.fairness, publishing limits i
 boost_tenancy.quotas.
 """
 
+from boost_tenancy.application.run import open_transport
 from boost_tenancy.application.runner import ProcessorRunner
 from boost_tenancy.application.wiring import start_metrics_server
 from boost_tenancy.async_producer import AsyncTenantProducer
@@ -41,7 +42,6 @@ from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.routing import Routing
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.registry import open_transport
 
 __all__ = [
     "AdmittedSend",

@@ -117,6 +117,27 @@ def check_logical_queue(queue: str) -> str:
     return queue
 
 
+def parse_overrides(raw: str, what: str) -> dict[str, Topology]:
+    """The topology of each queue of queue=topology,...: every queue a service queue
+    (check_logical_queue), given once; errors name what (the variable it came from)."""
+    overrides: dict[str, Topology] = {}
+    for item in raw.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        queue, eq, value = (part.strip() for part in entry.partition("="))
+        if not eq or not queue or not value:
+            raise ConfigError(f"{what}: expected queue=topology, got {entry!r}")
+        if queue in overrides:
+            raise ConfigError(f"{what}: queue {queue!r} given twice")
+        try:
+            check_logical_queue(queue)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+        overrides[queue] = parse_topology(value, what)
+    return overrides
+
+
 def parked_queue(queue: str, tenant: TenantId | str) -> str:
     """parked.<tenant>.<queue>: where the sweeper moves a tenant's messages of a shared queue."""
     tenant_id = TenantId.parse(tenant)

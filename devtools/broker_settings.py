@@ -16,16 +16,12 @@ from typing import Final
 from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
-from boost_tenancy.application.config import routing_from_env
+from boost_tenancy.application.config import DEFAULT_URL
+from boost_tenancy.application.environment import ENV_URL, routing_from_env
+from boost_tenancy.envvars import refuse_renamed, secret_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import check_routed_at_send, classic_routing_plugin
 from boost_tenancy.routing import Topology, check_logical_queue
-from boost_tenancy.transports.options import (
-    DEFAULT_URL,
-    ENV_URL,
-    refuse_renamed,
-    secret_from_env,
-)
 from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp.settings import SCHEMES, TLS_SCHEMES
 from services.common.contract import ROUTED_QUEUES

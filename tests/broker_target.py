@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from proton import ProtonException
 from proton.utils import BlockingConnection
 
+from boost_tenancy.envvars import refuse_renamed, secret_from_env
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.transports.options import refuse_renamed, secret_from_env
 from boost_tenancy.transports.registry import parse_transport_url, redact_url
 from boost_tenancy.transports.stomp import BrokerFlavour, StompSettings, StompTransport
 

@@ -325,7 +325,7 @@ def broker_flavour(broker_target: BrokerTarget) -> str:
 def stomp_settings(broker_target: BrokerTarget) -> StompSettings:
     """Settings of the broker under test; skipped (or failed under CI) when it does not answer,
     failed when it is another flavour than declared."""
-    settings = broker_target.stomp_settings(receipt_timeout_s=15.0)
+    settings = broker_target.stomp_settings(confirm_timeout_s=15.0)
     try:
         server, flavour = connected_server(settings)
     except BoostTenancyError as exc:

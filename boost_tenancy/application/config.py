@@ -1,37 +1,30 @@
-"""Every BOOST_* variable the toolkit reads is read here, or for the fairness gate in
-fairness_config.py, and nowhere else; validated at start-up into AppSettings."""
+"""AppSettings: everything an entry point needs, validated at start-up. The BOOST_* variables
+are read into it by application/environment.py, the one reader of the environment
+(AppSettings.from_env).
+"""
 
 from __future__ import annotations
 
-import ipaddress
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from boost_tenancy.application.fairness_config import fairness_from_env
-from boost_tenancy.application.publishing_config import (
-    message_ttl_from_env,
-    publish_limits_from_env,
-)
-from boost_tenancy.envvars import env_flag, env_float, env_int, env_seconds
-from boost_tenancy.errors import ConfigError, InvalidTenantError
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting_server import DEFAULT_METRICS_HOST
 from boost_tenancy.fairness.settings import FairnessSettings
-from boost_tenancy.processing.dispatcher import DispatchSettings
-from boost_tenancy.processing.event_loop import EventLoopSettings
-from boost_tenancy.processing.retry import RetryPolicy
 from boost_tenancy.processing.runner_settings import RunnerSettings
 from boost_tenancy.quotas.limits import PublishLimits
-from boost_tenancy.quotas.shared import ENV_PUBLISH_REDIS_URL, check_redis_url
 from boost_tenancy.quotas.ttl import MessageTtl
-from boost_tenancy.routing import Routing, Topology, check_logical_queue, parse_topology
+from boost_tenancy.routing import Routing
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.options import DEFAULT_URL, ENV_URL, ConnectOptions
-from boost_tenancy.transports.registry import parse_transport_url
-from boost_tenancy.transports.stomp import StompSettings
-from boost_tenancy.transports.stomp.settings import SCHEMES as STOMP_SCHEMES
+from boost_tenancy.transports.options import ConnectOptions
+
+if TYPE_CHECKING:  # imported by the reader on use: AMQP-only processes never load STOMP's client
+    from boost_tenancy.transports.stomp import StompSettings
+
+DEFAULT_URL: Final = "stomp://127.0.0.1:61613"
+"""The broker when BOOST_BROKER_URL is unset: the local broker of scripts/broker."""
 
 ERROR_STORE_FILE = "boost-tenancy/errors.sqlite3"
 """The default error store's file, under the user's state folder (default_error_store)."""
@@ -122,185 +115,17 @@ class AppSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AppSettings:
-        """Read BOOST_* variables (documented in docs/configuration.md).
+        """Read BOOST_* variables (documented in docs/configuration.md), through
+        application/environment.py (app_settings_from_env).
 
         Entry points (the CLI, the sample services) call it once; nothing reads the environment
         at import time, and a bad value raises ConfigError naming the variable.
         """
-        base_ms = env_int(env, "BOOST_RETRY_BASE_MS", 1_000)
-        max_ms = env_int(env, "BOOST_RETRY_MAX_MS", 60_000)
-        if base_ms > max_ms:
-            raise ConfigError(
-                f"BOOST_RETRY_BASE_MS ({base_ms}) must not exceed BOOST_RETRY_MAX_MS ({max_ms})"
-            )
-        retry = RetryPolicy(
-            max_attempts=env_int(env, "BOOST_MAX_ATTEMPTS", 5, minimum=1),
-            base_delay_ms=base_ms,
-            max_delay_ms=max_ms,
-        )
-        runner = RunnerSettings(
-            workers=env_int(env, "BOOST_WORKERS", 4, minimum=1),
-            prefetch=env_int(env, "BOOST_PREFETCH", 10, minimum=1),
-            shutdown_grace_s=env_seconds(env, "BOOST_SHUTDOWN_GRACE_S", 30.0),
-            dispatch=DispatchSettings(retry=retry),
-            event_loop=EventLoopSettings(
-                stall_s=env_float(env, "BOOST_LOOP_STALL_S", 10.0, minimum=0.1)
-            ),
-        )
-        log_format = env.get("BOOST_LOG_FORMAT", "console")
-        if log_format not in ("console", "json"):
-            raise ConfigError(f"BOOST_LOG_FORMAT must be 'console' or 'json', got {log_format!r}")
-        log_level = env.get("BOOST_LOG_LEVEL", "INFO")
-        if not isinstance(logging.getLevelName(log_level.upper()), int):
-            raise ConfigError(
-                f"BOOST_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL: {log_level!r}"
-            )
-        metrics_port = env_int(env, "BOOST_METRICS_PORT", 0)
-        if metrics_port > 65535:
-            raise ConfigError(
-                f"BOOST_METRICS_PORT must be 0 (off) or a TCP port, got {metrics_port}"
-            )
-        broker_url = env.get(ENV_URL, "").strip() or DEFAULT_URL
-        # Parsed here so a malformed URL or a bad BOOST_BROKER_* value stops start-up.
-        try:
-            scheme = parse_transport_url(broker_url).scheme
-        except ConfigError as exc:
-            raise ConfigError(f"{ENV_URL}: {exc}") from None
-        broker = ConnectOptions.from_env(env)
-        return cls(
-            stomp=StompSettings.from_env(env) if scheme in STOMP_SCHEMES else None,
-            runner=runner,
-            error_store_url=(env.get("BOOST_ERROR_STORE", "").strip() or default_error_store(env)),
-            log_format=log_format,
-            log_level=log_level,
-            routing=routing_from_env(env),
-            default_tenant=default_tenant_from_env(env),
-            send_routes=env_flag(env, "BOOST_SEND_ROUTES", default=True),
-            fairness=fairness_from_env(env),
-            metrics_port=metrics_port,
-            metrics_host=_metrics_host(env, metrics_port),
-            metrics_tenant_label=env_flag(env, "BOOST_METRICS_TENANT_LABEL"),
-            queue_gauges_s=_queue_gauges_s(env, metrics_port),
-            publish=publish_limits_from_env(env),
-            publish_redis_url=_publish_redis_url(env),
-            message_ttl=message_ttl_from_env(env),
-            policy_store_url=(
-                env.get("BOOST_POLICY_STORE", "").strip() or env.get("BOOST_TIER_STORE", "").strip()
-            ),
-            usage_store_url=env.get("BOOST_USAGE_STORE", "").strip(),
-            usage_flush_s=_usage_flush_s(env),
-            queue_state_poll_s=_queue_state_poll_s(env),
-            actor=env.get("BOOST_ACTOR", "").strip(),
-            broker_url=broker_url,
-            broker=broker,
+        from boost_tenancy.application.environment import (  # noqa: PLC0415  # it imports this
+            app_settings_from_env,
         )
 
-
-def _metrics_host(env: Mapping[str, str], port: int) -> str:
-    """BOOST_METRICS_HOST: an IP address of this host (0.0.0.0 or :: for every interface)."""
-    raw = env.get("BOOST_METRICS_HOST", "").strip()
-    if not raw:
-        return DEFAULT_METRICS_HOST
-    try:
-        host = str(ipaddress.ip_address(raw))
-    except ValueError:
-        raise ConfigError(
-            f"BOOST_METRICS_HOST must be an IP address (127.0.0.1, 0.0.0.0, ::), got {raw!r}"
-        ) from None
-    if not port:
-        raise ConfigError(
-            "BOOST_METRICS_HOST set without BOOST_METRICS_PORT: the metrics server is off"
-        )
-    return host
+        return app_settings_from_env(env)
 
 
-MIN_QUEUE_GAUGES_S: Final = 1.0
-"""The shortest BOOST_QUEUE_GAUGES_S: a faster pace would load the broker for figures no scrape
-needs."""
-
-
-def _queue_gauges_s(env: Mapping[str, str], port: int) -> float:
-    """BOOST_QUEUE_GAUGES_S: seconds between reads, 0 (the default) for none. Off unless asked
-    for, since each read asks the broker about up to four queues per tenant and queue."""
-    gauges_s = env_seconds(env, "BOOST_QUEUE_GAUGES_S", 0.0)
-    if 0 < gauges_s < MIN_QUEUE_GAUGES_S:
-        raise ConfigError(
-            f"BOOST_QUEUE_GAUGES_S must be 0 (off) or at least {MIN_QUEUE_GAUGES_S:g} seconds "
-            f"(each read asks the broker about every queue of every tenant), got {gauges_s:g}"
-        )
-    if gauges_s and not port:
-        raise ConfigError(
-            "BOOST_QUEUE_GAUGES_S set without BOOST_METRICS_PORT: the metrics server that would "
-            "serve the queue gauges is off"
-        )
-    return gauges_s
-
-
-def _publish_redis_url(env: Mapping[str, str]) -> str:
-    """BOOST_PUBLISH_REDIS_URL, refused unless a Redis URL. Allowed without any publishing limit
-    in the environment: operators' run-time policies may add limits later."""
-    url = env.get(ENV_PUBLISH_REDIS_URL, "").strip()
-    return check_redis_url(url) if url else ""
-
-
-def _usage_flush_s(env: Mapping[str, str]) -> float:
-    flush_s = env_seconds(env, "BOOST_USAGE_FLUSH_S", 60.0)
-    if flush_s <= 0:
-        raise ConfigError(
-            f"BOOST_USAGE_FLUSH_S must be a positive number of seconds, got {flush_s}"
-        )
-    if env.get("BOOST_USAGE_FLUSH_S", "").strip() and not env.get("BOOST_USAGE_STORE", "").strip():
-        raise ConfigError("BOOST_USAGE_FLUSH_S set without BOOST_USAGE_STORE: nothing to flush to")
-    return flush_s
-
-
-def _queue_state_poll_s(env: Mapping[str, str]) -> float:
-    poll_s = env_float(env, "BOOST_QUEUE_STATE_POLL_S", 5.0)
-    if poll_s <= 0:
-        raise ConfigError(
-            f"BOOST_QUEUE_STATE_POLL_S must be a positive number of seconds, got {poll_s}"
-        )
-    return poll_s
-
-
-def routing_from_env(env: Mapping[str, str]) -> Routing:
-    """BOOST_ROUTING (routed, the default, shared or per_tenant) and BOOST_ROUTING_OVERRIDES
-    (queue=topology,...)."""
-    raw_default = env.get("BOOST_ROUTING", "").strip()
-    default = parse_topology(raw_default, "BOOST_ROUTING") if raw_default else Topology.ROUTED
-    overrides: dict[str, Topology] = {}
-    for item in env.get("BOOST_ROUTING_OVERRIDES", "").split(","):
-        entry = item.strip()
-        if not entry:
-            continue
-        queue, eq, value = (part.strip() for part in entry.partition("="))
-        if not eq or not queue or not value:
-            raise ConfigError(f"BOOST_ROUTING_OVERRIDES: expected queue=topology, got {entry!r}")
-        if queue in overrides:
-            raise ConfigError(f"BOOST_ROUTING_OVERRIDES: queue {queue!r} given twice")
-        try:
-            check_logical_queue(queue)
-        except ConfigError as exc:
-            raise ConfigError(f"BOOST_ROUTING_OVERRIDES: {exc}") from None
-        overrides[queue] = parse_topology(value, "BOOST_ROUTING_OVERRIDES")
-    return Routing(default=default, overrides=overrides)
-
-
-def default_tenant_from_env(env: Mapping[str, str]) -> TenantId | None:
-    """BOOST_DEFAULT_TENANT: opt-in; empty or unset means none (such messages are quarantined)."""
-    raw = env.get("BOOST_DEFAULT_TENANT", "").strip()
-    if not raw:
-        return None
-    try:
-        return TenantId.parse(raw)
-    except InvalidTenantError as exc:
-        raise ConfigError(f"BOOST_DEFAULT_TENANT: {exc}") from None
-
-
-__all__ = [
-    "ERROR_STORE_FILE",
-    "AppSettings",
-    "default_error_store",
-    "default_tenant_from_env",
-    "routing_from_env",
-]
+__all__ = ["DEFAULT_URL", "ERROR_STORE_FILE", "AppSettings", "default_error_store"]

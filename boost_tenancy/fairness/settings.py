@@ -1,6 +1,6 @@
 """What the fairness gate is built from, with defaults generous enough to be on by default.
 
-application.fairness_config.fairness_from_env reads FairnessSettings from BOOST_* variables;
+application.environment.fairness_from_env reads FairnessSettings from BOOST_* variables;
 build_fairness turns them into a FairnessGate with per-process or Redis-backed limiters.
 """
 
@@ -22,6 +22,27 @@ from boost_tenancy.fairness.redis_backend import (
 )
 from boost_tenancy.fairness.tiers import TierLimits, TierResolver, open_tier_store
 from boost_tenancy.tenancy import TenantId
+
+TIER_LIMIT_VARIABLES: Final = (
+    "BOOST_TIER_FREE_LIMIT",
+    "BOOST_TIER_PRO_LIMIT",
+    "BOOST_TIER_PRO_PLUS_LIMIT",
+    "BOOST_TIER_ENTERPRISE_LIMIT",
+)
+FAIRNESS_VARIABLES: Final = (
+    "BOOST_RATE_PER_S",
+    "BOOST_RATE_BURST_S",
+    "BOOST_TENANT_CONCURRENCY",
+    *TIER_LIMIT_VARIABLES,
+    "BOOST_TIER_STORE",
+    "BOOST_REDIS_URL",
+    "BOOST_FAIRNESS_EXEMPT_TENANTS",
+    "BOOST_FAIRNESS_EXEMPT_QUEUES",
+    "BOOST_FAIRNESS_HOLD_S",
+    "BOOST_DEFER_MS",
+    "BOOST_DEFER_JITTER_MS",
+)
+"""Every variable of the fairness gate: each one is refused while BOOST_FAIRNESS=off."""
 
 DEFAULT_RATE_PER_S: Final = 1_000.0
 """A ceiling a tenant of normal volume never meets (per process, or per fleet with Redis):
@@ -120,6 +141,8 @@ def build_fairness(
 
 __all__ = [
     "DEFAULT_RATE_PER_S",
+    "FAIRNESS_VARIABLES",
+    "TIER_LIMIT_VARIABLES",
     "FairnessSettings",
     "build_fairness",
     "default_concurrency",

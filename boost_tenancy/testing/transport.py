@@ -29,8 +29,8 @@ from boost_tenancy.transports.base import (
     TransportCapabilities,
     check_queue_prefix,
 )
+from boost_tenancy.transports.options import DEFAULT_ARTEMIS_WINDOW_BYTES
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
-from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
 
 T = TypeVar("T")
 

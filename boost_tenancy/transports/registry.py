@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports.options import ConnectOptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,9 +36,9 @@ class TransportUrl:
     (scheme://host1:port1,host2:port2/...); host and port are the first."""
 
 
-TransportFactory = Callable[[TransportUrl, Mapping[str, str] | None], Transport]
-"""Makes a transport, not connected, for a URL of its scheme; env (when given) supplies the
-settings the URL does not name. Raises ConfigError, showing the URL only as url.redacted."""
+TransportFactory = Callable[[TransportUrl, ConnectOptions | None], Transport]
+"""Makes a transport, not connected, for a URL of its scheme; the options (when given) supply
+what the URL does not name. Raises ConfigError, showing the URL only as url.redacted."""
 
 # Imported on first use, so importing the registry loads no broker client.
 _BUILT_IN: Final[Mapping[str, str]] = {
@@ -70,14 +71,15 @@ def known_schemes() -> list[str]:
         return sorted({*_BUILT_IN, *_registered})
 
 
-def open_transport(url: str, env: Mapping[str, str] | None = None) -> Transport:
+def open_transport(url: str, options: ConnectOptions | None = None) -> Transport:
     """The transport a URL names, not yet connected.
 
-    env: the environment to read the settings from that the URL does not name (what the URL
-    names wins); without it those settings keep their defaults.
+    options: what the URL does not name (credentials, TLS, the waits; what the URL names wins);
+    without them those keep their defaults. Reads no environment: the application layer's
+    open_transport reads the options from BOOST_BROKER_* (application/environment.py).
     """
     parsed = parse_transport_url(url)
-    return _factory_for(parsed.scheme)(parsed, env)
+    return _factory_for(parsed.scheme)(parsed, options)
 
 
 def _factory_for(scheme: str) -> TransportFactory:

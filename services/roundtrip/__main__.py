@@ -13,8 +13,9 @@ import time
 import uuid
 
 from boost_tenancy import InvalidTenantError, ProcessorRunner, TenantProducer, open_error_store
+from boost_tenancy.application import stomp_settings_from_env
 from boost_tenancy.observability import configure_logging
-from boost_tenancy.transports import StompSettings, StompTransport
+from boost_tenancy.transports import StompTransport
 from services.roundtrip.processors import REQUESTS, EchoProcessor, ReplyCollector
 
 TENANTS = ("org-acme", "org-globex", "6f9619ff-8b86-d011-b42d-00cf4fc964ff")
@@ -24,7 +25,7 @@ TIMEOUT_S = 30.0
 
 def main() -> int:
     configure_logging(os.environ.get("BOOST_LOG_FORMAT", "console"), "WARNING")
-    settings = StompSettings.from_env(os.environ)
+    settings = stomp_settings_from_env(os.environ)
     run_id = uuid.uuid4().hex[:8]
     store = open_error_store(os.path.join(tempfile.gettempdir(), f"roundtrip-{run_id}.sqlite3"))
     echo_runners = [

@@ -19,7 +19,7 @@ from boost_tenancy.transports.base import (
     queue_lister,
     queue_stats_reader,
 )
-from boost_tenancy.transports.stomp.settings import DEFAULT_ARTEMIS_WINDOW_BYTES
+from boost_tenancy.transports.options import DEFAULT_ARTEMIS_WINDOW_BYTES
 from tests.conftest import Inbox, TransportFactory, unique_queue, wait_until
 from tests.contract.conftest import LoseConnection, QueueFlagsOf, lose_connection_now
 from tests.queue_flags import KEPT

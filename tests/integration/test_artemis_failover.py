@@ -52,7 +52,7 @@ def _settings(pair: ArtemisPair) -> StompSettings:
         alternates=((HOST, pair.backup.settings.stomp_port),),
         username=USER,
         password=PASSWORD,
-        receipt_timeout_s=10.0,
+        confirm_timeout_s=10.0,
         reconnect_wait_s=120.0,
         reconnect_max_s=1.0,
     )

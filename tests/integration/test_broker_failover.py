@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy import ProcessorRunner, RunnerSettings
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.transports.stomp import StompTransport
 from devtools.local_broker import LocalBroker, LocalBrokerSettings
 from tests.conftest import require_activemq, unique_queue, wait_until
 from tests.integration.test_broker_restart import (
@@ -111,7 +112,7 @@ def test_producer_and_runner_move_to_the_backup_and_lose_nothing_confirmed(
     pair: Pair, tmp_path: Path, figures: Callable[[str], None]
 ) -> None:
     # Configured the way an entry point is: the failover list in BOOST_BROKER_URL.
-    settings = StompSettings.from_env(
+    settings = stomp_settings_from_env(
         {
             "BOOST_BROKER_URL": pair.url,
             "BOOST_BROKER_CONFIRM_TIMEOUT_S": "10",

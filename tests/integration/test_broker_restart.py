@@ -198,7 +198,7 @@ def test_broker_outage_mid_stream_loses_no_persistent_message(
     figures: Callable[[str], None],
 ) -> None:
     settings = dataclasses.replace(
-        restart_broker.settings, receipt_timeout_s=10.0, reconnect_wait_s=60.0
+        restart_broker.settings, confirm_timeout_s=10.0, reconnect_wait_s=60.0
     )
     queue = unique_queue("restart")
     processor = IdRecorder(queue)

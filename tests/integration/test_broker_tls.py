@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.transports.base import Transport
-from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.transports.stomp import StompTransport
 from devtools.local_broker import LocalBroker, LocalBrokerSettings
 from tests.conftest import require_activemq
 from tests.integration.test_local_broker import _free_port_pair
@@ -68,7 +69,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
 
 def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
     """A transport configured as an entry point is: from BOOST_BROKER_* variables."""
-    settings = StompSettings.from_env(
+    settings = stomp_settings_from_env(
         {
             "BOOST_BROKER_URL": f"stomp+ssl://{host}:{broker.port}",
             "BOOST_BROKER_CA_FILE": str(broker.ca_file),

@@ -128,7 +128,7 @@ def storm_broker(
         return
     home = tmp_path_factory.mktemp(f"storm-{flavour}")
     for own in own_broker(flavour, home, 62713, 62716):
-        client = dataclasses.replace(own.settings, receipt_timeout_s=10.0, reconnect_wait_s=60.0)
+        client = dataclasses.replace(own.settings, confirm_timeout_s=10.0, reconnect_wait_s=60.0)
         yield StormBroker(flavour, own, client, own.amqp_url)
 
 

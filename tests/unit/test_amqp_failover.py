@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from boost_tenancy.application.run import open_transport
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.base import Delivery, Transport
-from boost_tenancy.transports.registry import open_transport
 from tests.conftest import wait_until
 
 WAITS = {

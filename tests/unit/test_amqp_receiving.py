@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from proton import Condition, Delivery, Message
 
+from boost_tenancy.application.run import open_transport
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing import amqp_peer
 from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.amqp import AmqpTransport, receiving, sending
 from boost_tenancy.transports.base import Outgoing
-from boost_tenancy.transports.registry import open_transport
 from tests.conftest import Inbox, wait_until
 
 WAITS = {

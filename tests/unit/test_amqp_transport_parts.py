@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from proton import Message, byte, int32, ulong
 
+from boost_tenancy.application.environment import connect_options_from_env
 from boost_tenancy.errors import ConfigError, MessageEncodeError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.amqp import AmqpFlavour, AmqpSettings, AmqpTransport
@@ -48,7 +49,7 @@ def test_bad_amqp_settings_are_refused_naming_what_is_wrong(
     url: str, env: dict[str, str], needle: str
 ) -> None:
     with pytest.raises(ConfigError, match=needle):
-        AmqpSettings.from_url(parse_transport_url(url), env)
+        AmqpSettings.from_url(parse_transport_url(url), connect_options_from_env(env))
 
 
 def test_the_flavour_comes_from_the_open_frames_product() -> None:

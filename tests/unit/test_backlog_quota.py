@@ -15,7 +15,7 @@ from boost_tenancy import (
     TenantId,
     TenantProducer,
 )
-from boost_tenancy.application.publishing_config import publish_limits_from_env
+from boost_tenancy.application.environment import publish_limits_from_env
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.policy import TenantPolicy

@@ -14,10 +14,13 @@ import pytest
 import structlog
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.environment import connect_options_from_env, stomp_settings_from_env
+from boost_tenancy.application.run import open_transport
+from boost_tenancy.envvars import RENAMED
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.transports.amqp import AmqpSettings, AmqpTransport
-from boost_tenancy.transports.options import RENAMED, ConnectOptions, TlsSettings
-from boost_tenancy.transports.registry import open_transport, parse_transport_url
+from boost_tenancy.transports.options import ConnectOptions, TlsSettings
+from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from tests.conftest import wait_until
 from tests.unit.test_stomp_connect import Peer, closes_promptly
@@ -42,7 +45,7 @@ def test_every_wait_is_read_and_reaches_both_protocols() -> None:
         "BOOST_BROKER_RECONNECT_MAX_S": "20",
         "BOOST_BROKER_HEARTBEAT_S": "4",
     }
-    stomp = StompSettings.from_env(env)
+    stomp = stomp_settings_from_env(env)
     assert (
         stomp.connect_timeout_s,
         stomp.receipt_timeout_s,
@@ -51,7 +54,7 @@ def test_every_wait_is_read_and_reaches_both_protocols() -> None:
         stomp.reconnect_max_s,
         stomp.heartbeat_ms,
     ) == (2.5, 12.0, 0.0, 0.5, 20.0, 4000)
-    amqp = AmqpSettings.from_url(parse_transport_url("amqp://h"), env)
+    amqp = AmqpSettings.from_url(parse_transport_url("amqp://h"), connect_options_from_env(env))
     assert (
         amqp.connect_timeout_s,
         amqp.confirm_timeout_s,
@@ -63,7 +66,7 @@ def test_every_wait_is_read_and_reaches_both_protocols() -> None:
 
 
 def test_the_defaults_apply_when_nothing_is_set() -> None:
-    options = ConnectOptions.from_env({})
+    options = connect_options_from_env({})
     assert options == ConnectOptions()
     assert (options.connect_timeout_s, options.confirm_timeout_s) == (5.0, 30.0)
     assert (options.reconnect_initial_s, options.reconnect_max_s) == (0.2, 5.0)
@@ -78,15 +81,15 @@ def test_a_wait_that_cannot_be_waited_on_stops_start_up_naming_it(variable: str,
 
 @pytest.mark.parametrize("raw", ["-1", "nan", "inf", "soon"])
 def test_reconnect_wait_may_be_zero_but_not_negative_or_endless(raw: str) -> None:
-    assert ConnectOptions.from_env({"BOOST_BROKER_RECONNECT_WAIT_S": "0"}).reconnect_wait_s == 0
+    assert connect_options_from_env({"BOOST_BROKER_RECONNECT_WAIT_S": "0"}).reconnect_wait_s == 0
     with pytest.raises(ConfigError, match="BOOST_BROKER_RECONNECT_WAIT_S"):
-        ConnectOptions.from_env({"BOOST_BROKER_RECONNECT_WAIT_S": raw})
+        connect_options_from_env({"BOOST_BROKER_RECONNECT_WAIT_S": raw})
 
 
 def test_a_maximum_backoff_below_the_initial_one_names_both() -> None:
     env = {"BOOST_BROKER_RECONNECT_INITIAL_S": "3", "BOOST_BROKER_RECONNECT_MAX_S": "1"}
     with pytest.raises(ConfigError, match=r"RECONNECT_MAX_S.*RECONNECT_INITIAL_S"):
-        ConnectOptions.from_env(env)
+        connect_options_from_env(env)
 
 
 # -- credentials ----------------------------------------------------------------------------------
@@ -94,9 +97,9 @@ def test_the_password_is_read_from_a_file_without_its_newline(tmp_path: Path) ->
     path = tmp_path / "password"
     path.write_text(f"{SECRET}\n")
     env = {"BOOST_BROKER_USER": "svc", "BOOST_BROKER_PASSWORD_FILE": str(path)}
-    settings = StompSettings.from_env(env)
+    settings = stomp_settings_from_env(env)
     assert (settings.username, settings.password) == ("svc", SECRET)
-    amqp = AmqpSettings.from_url(parse_transport_url("amqp://h"), env)
+    amqp = AmqpSettings.from_url(parse_transport_url("amqp://h"), connect_options_from_env(env))
     assert (amqp.username, amqp.password) == ("svc", SECRET)
 
 
@@ -124,7 +127,7 @@ def test_a_password_and_a_password_file_together_are_refused(tmp_path: Path) -> 
         "BOOST_BROKER_PASSWORD_FILE": str(path),
     }
     with pytest.raises(ConfigError, match="BOOST_BROKER_PASSWORD or BOOST_BROKER_PASSWORD_FILE"):
-        ConnectOptions.from_env(env)
+        connect_options_from_env(env)
 
 
 def test_a_password_never_shows_in_settings_errors_or_logs(tmp_path: Path) -> None:
@@ -167,16 +170,17 @@ def test_tls_settings_come_from_the_shared_variables(tmp_path: Path) -> None:
         key_password=SECRET,
         verify_host=False,
     )
-    assert StompSettings.from_env({**env, "BOOST_BROKER_URL": "stomp+ssl://h"}).tls == expected
-    assert AmqpSettings.from_url(parse_transport_url("amqps://h"), env).tls == expected
+    assert stomp_settings_from_env({**env, "BOOST_BROKER_URL": "stomp+ssl://h"}).tls == expected
+    options = connect_options_from_env(env)
+    assert AmqpSettings.from_url(parse_transport_url("amqps://h"), options).tls == expected
     assert SECRET not in repr(expected)
 
 
 def test_the_host_name_check_is_on_unless_turned_off() -> None:
-    settings = StompSettings.from_env({"BOOST_BROKER_URL": "stomps://h"})
+    settings = stomp_settings_from_env({"BOOST_BROKER_URL": "stomps://h"})
     assert settings.tls is not None and settings.tls.verify_host
     with pytest.raises(ConfigError, match="BOOST_BROKER_VERIFY_HOST"):
-        StompSettings.from_env({"BOOST_BROKER_URL": "stomps://h", "BOOST_BROKER_VERIFY_HOST": "?"})
+        stomp_settings_from_env({"BOOST_BROKER_URL": "stomps://h", "BOOST_BROKER_VERIFY_HOST": "?"})
 
 
 @pytest.mark.parametrize(
@@ -191,7 +195,7 @@ def test_unusable_tls_files_are_refused_naming_the_variables(
     env: dict[str, str], problem: str
 ) -> None:
     with pytest.raises(ConfigError, match=f"{problem}.*BOOST_BROKER_CA_FILE"):
-        StompSettings.from_env({**env, "BOOST_BROKER_URL": "stomp+ssl://h"})
+        stomp_settings_from_env({**env, "BOOST_BROKER_URL": "stomp+ssl://h"})
 
 
 def test_tls_settings_with_a_plain_url_are_refused_rather_than_ignored() -> None:
@@ -213,7 +217,7 @@ def test_the_url_names_the_protocol_and_an_amqp_url_has_no_stomp_settings() -> N
     assert settings.stomp is None
     assert settings.transport_url() == "amqp://h:5672"
     with pytest.raises(ConfigError, match="BOOST_BROKER_URL: 'amqp://h:5672' is not a STOMP URL"):
-        StompSettings.from_env({"BOOST_BROKER_URL": "amqp://h:5672"})
+        stomp_settings_from_env({"BOOST_BROKER_URL": "amqp://h:5672"})
 
 
 # -- failover -------------------------------------------------------------------------------------
@@ -243,7 +247,7 @@ def backup() -> Iterator[Peer]:
 
 def test_connect_goes_on_to_the_next_address_when_the_first_is_down(backup: Peer) -> None:
     down = _closed_port()
-    settings = StompSettings.from_env(
+    settings = stomp_settings_from_env(
         {"BOOST_BROKER_URL": f"stomp://127.0.0.1:{down},127.0.0.1:{backup.port}"}
     )
     transport = StompTransport(settings)
@@ -289,7 +293,7 @@ def test_a_lost_connection_moves_on_to_the_next_address(backup: Peer) -> None:
 def test_the_process_environment_is_not_read_by_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(os.environ, "BOOST_BROKER_URL", "stomp://elsewhere:1")
     assert StompSettings().host == "127.0.0.1"
-    assert StompSettings.from_env({}).host == "127.0.0.1"
+    assert stomp_settings_from_env({}).host == "127.0.0.1"
 
 
 @pytest.mark.amqp_broker

@@ -147,7 +147,7 @@ def test_stomp_settings_refuse_a_username_without_a_password() -> None:
 
 
 @pytest.mark.parametrize(
-    "fields", [{"receipt_timeout_s": 0.0}, {"receipt_timeout_s": -1.0}, {"reconnect_wait_s": -1.0}]
+    "fields", [{"confirm_timeout_s": 0.0}, {"confirm_timeout_s": -1.0}, {"reconnect_wait_s": -1.0}]
 )
 def test_stomp_settings_refuse_non_positive_timeouts(fields: dict[str, float]) -> None:
     with pytest.raises(ConfigError, match="STOMP timeouts must be positive"):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy.envvars import KNOWN_VARIABLES, unknown_variables
+from boost_tenancy.application.environment import connect_options_from_env
+from boost_tenancy.envvars import KNOWN_VARIABLES, RENAMED, unknown_variables
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.transports.options import RENAMED, ConnectOptions
 
 
 def test_a_mistyped_variable_is_refused_with_the_nearest_known_name() -> None:
     with pytest.raises(ConfigError, match=r"BOOST_WORKER \(did you mean BOOST_WORKERS\?\)"):
-        ConnectOptions.from_env({"BOOST_WORKER": "8"})
+        connect_options_from_env({"BOOST_WORKER": "8"})
 
 
 def test_every_unknown_variable_is_named_and_others_are_left_alone() -> None:
@@ -34,7 +34,7 @@ def test_every_unknown_variable_is_named_and_others_are_left_alone() -> None:
 
 def test_a_renamed_variable_still_names_its_replacement() -> None:
     with pytest.raises(ConfigError, match="BOOST_STOMP_USER -> BOOST_BROKER_USER"):
-        ConnectOptions.from_env({"BOOST_STOMP_USER": "x"})
+        connect_options_from_env({"BOOST_STOMP_USER": "x"})
 
 
 def test_every_variable_the_docs_name_is_known() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
-from boost_tenancy.transports.stomp import StompSettings
 from devtools import local_broker as lb
 from devtools.broker_probes import stomp_handshake
 from devtools.local_broker import (
@@ -130,7 +130,7 @@ def test_the_clients_url_is_where_the_broker_listens(tmp_path: Path) -> None:
     settings = LocalBrokerSettings.from_env(env)
     assert (settings.host, settings.stomp_port, settings.keystore) == ("127.0.0.1", 62613, None)
     assert settings.stomp_url == env["BOOST_BROKER_URL"]
-    assert StompSettings.from_env(env).addresses == (("127.0.0.1", 62613),)
+    assert stomp_settings_from_env(env).addresses == (("127.0.0.1", 62613),)
 
 
 def test_a_tls_url_needs_a_keystore_and_renders_a_tls_connector(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from boost_tenancy import Message, MessageTtl, TenantId
 from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.publishing_config import message_ttl_from_env
+from boost_tenancy.application.environment import message_ttl_from_env
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import LATEST_EXPIRY_MS, check_expiry, now_ms, read_expiry
 from boost_tenancy.messages import build_message

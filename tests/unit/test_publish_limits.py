@@ -20,7 +20,7 @@ from boost_tenancy import (
     TransientError,
 )
 from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.publishing_config import publish_limits_from_env
+from boost_tenancy.application.environment import publish_limits_from_env
 from boost_tenancy.fairness import RatePolicy
 from boost_tenancy.fairness.rates import DEFAULT_BURST_S
 from boost_tenancy.messages import WireMessage

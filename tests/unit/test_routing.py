@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boost_tenancy import Routing, TenantId
-from boost_tenancy.application.config import AppSettings, default_tenant_from_env, routing_from_env
+from boost_tenancy.application.config import AppSettings
+from boost_tenancy.application.environment import default_tenant_from_env, routing_from_env
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.routing import DEFAULT_ROUTING, Topology, check_logical_queue, parked_queue
 from boost_tenancy.selectors import SelectorLike, TenantExclusion, tenant_selector

@@ -11,9 +11,14 @@ from typing import Any
 import pytest
 from stomp.utils import Frame, parse_frame
 
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.options import (
+    DEFAULT_ARTEMIS_WINDOW_BYTES,
+    MAX_ARTEMIS_WINDOW_BYTES,
+)
 from boost_tenancy.transports.stomp import BrokerFlavour, StompSettings
 from boost_tenancy.transports.stomp.flavour import MAX_CONSUMER_WINDOW, consumer_window_bytes
 from boost_tenancy.transports.stomp.frames import (
@@ -21,10 +26,6 @@ from boost_tenancy.transports.stomp.frames import (
     delivered_body,
     is_text_frame,
     send_frame,
-)
-from boost_tenancy.transports.stomp.settings import (
-    DEFAULT_ARTEMIS_WINDOW_BYTES,
-    MAX_ARTEMIS_WINDOW_BYTES,
 )
 from tests.conftest import Inbox, wait_until
 from tests.unit.test_stomp_connect import RecordingSocket, recording_transport
@@ -109,12 +110,12 @@ def test_only_classic_promises_prefetch_in_messages() -> None:
 
 def test_the_window_per_message_is_read_from_the_environment_and_bounded() -> None:
     assert StompSettings().artemis_window_bytes == DEFAULT_ARTEMIS_WINDOW_BYTES == 64 * 1024
-    assert StompSettings.from_env({}).artemis_window_bytes == DEFAULT_ARTEMIS_WINDOW_BYTES
+    assert stomp_settings_from_env({}).artemis_window_bytes == DEFAULT_ARTEMIS_WINDOW_BYTES
     env = {"BOOST_ARTEMIS_WINDOW_BYTES": "4096"}
-    assert StompSettings.from_env(env).artemis_window_bytes == 4096
+    assert stomp_settings_from_env(env).artemis_window_bytes == 4096
     for raw in ("0", "-1", "lots", str(MAX_ARTEMIS_WINDOW_BYTES + 1)):
         with pytest.raises(ConfigError, match="BOOST_ARTEMIS_WINDOW_BYTES"):
-            StompSettings.from_env({"BOOST_ARTEMIS_WINDOW_BYTES": raw})
+            stomp_settings_from_env({"BOOST_ARTEMIS_WINDOW_BYTES": raw})
     with pytest.raises(ConfigError, match="artemis_window_bytes"):
         StompSettings(artemis_window_bytes=0)
 
@@ -127,7 +128,7 @@ def subscribes(sock: RecordingSocket) -> list[Any]:
 def test_subscribe_asks_each_flavour_in_its_unit_again_after_reconnecting(
     monkeypatch: pytest.MonkeyPatch, server: str
 ) -> None:
-    settings = StompSettings(receipt_timeout_s=2, reconnect_wait_s=5, artemis_window_bytes=4096)
+    settings = StompSettings(confirm_timeout_s=2, reconnect_wait_s=5, artemis_window_bytes=4096)
     transport, sockets = recording_transport(monkeypatch, server, settings=settings)
     transport.connect()
     try:

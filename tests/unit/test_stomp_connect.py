@@ -23,6 +23,7 @@ import stomp
 from stomp.utils import Frame, parse_frame
 
 from boost_tenancy import TransportError
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import ConfigError, MessageEncodeError, NotConfirmedError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
@@ -146,7 +147,7 @@ def test_connect_to_a_peer_that_never_completes_fails_within_the_timeout(peer: P
 @pytest.mark.parametrize("peer", ["close"], indirect=True)
 def test_a_peer_that_accepts_and_closes_is_detected_at_once_not_at_a_timeout(peer: Peer) -> None:
     # Both timeouts long: only detecting the closed socket can make this fast.
-    settings = StompSettings(port=peer.port, receipt_timeout_s=30, connect_timeout_s=30)
+    settings = StompSettings(port=peer.port, confirm_timeout_s=30, connect_timeout_s=30)
     transport = StompTransport(settings)
     started = time.monotonic()
     # Depending on who is first, the CONNECT write fails or the receiving thread sees the close.
@@ -158,7 +159,7 @@ def test_a_peer_that_accepts_and_closes_is_detected_at_once_not_at_a_timeout(pee
 
 @pytest.mark.parametrize("peer", ["deaf"], indirect=True)
 def test_a_peer_that_never_answers_costs_connect_timeout_not_receipt_timeout(peer: Peer) -> None:
-    settings = StompSettings(port=peer.port, receipt_timeout_s=30, connect_timeout_s=2)
+    settings = StompSettings(port=peer.port, confirm_timeout_s=30, connect_timeout_s=2)
     transport = StompTransport(settings)
     started = time.monotonic()
     with pytest.raises(TransportError, match=r"did not answer CONNECT within 2(\.0)?s"):
@@ -199,7 +200,7 @@ def test_after_a_lost_connection_reconnect_attempts_back_off_and_stop_on_close(
     close() ends the attempts."""
     settings = StompSettings(
         port=peer.port,
-        receipt_timeout_s=30,
+        confirm_timeout_s=30,
         connect_timeout_s=30,
         reconnect_initial_s=0.1,
         reconnect_max_s=0.4,
@@ -250,15 +251,15 @@ def test_settings_refuse_unusable_connect_timeouts_and_delays(fields: dict[str, 
 
 
 def test_connect_timeout_is_read_from_the_environment() -> None:
-    assert StompSettings.from_env({}).connect_timeout_s == 5.0
+    assert stomp_settings_from_env({}).connect_timeout_s == 5.0
     env = {"BOOST_BROKER_CONNECT_TIMEOUT_S": "2.5"}
-    assert StompSettings.from_env(env).connect_timeout_s == 2.5
+    assert stomp_settings_from_env(env).connect_timeout_s == 2.5
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf"])
 def test_a_bad_connect_timeout_variable_is_named(raw: str) -> None:
     with pytest.raises(ConfigError, match="BOOST_BROKER_CONNECT_TIMEOUT_S"):
-        StompSettings.from_env({"BOOST_BROKER_CONNECT_TIMEOUT_S": raw})
+        stomp_settings_from_env({"BOOST_BROKER_CONNECT_TIMEOUT_S": raw})
 
 
 # -- frames ------------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ def recording_transport(
         return made
 
     monkeypatch.setattr(stomp, "Connection12", connection)
-    settings = settings or StompSettings(receipt_timeout_s=2, reconnect_wait_s=0)
+    settings = settings or StompSettings(confirm_timeout_s=2, reconnect_wait_s=0)
     return StompTransport(settings), sockets
 
 
@@ -558,7 +559,7 @@ def test_a_missing_receipt_abandons_the_connection_so_the_broker_redelivers(
 ) -> None:
     """Without this, a broker that keeps the connection up but stops confirming would hold every
     unacknowledged delivery of that connection for good (one prefetch slot each)."""
-    settings = StompSettings(receipt_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
+    settings = StompSettings(confirm_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
     transport, sockets = recording_transport(monkeypatch, "ActiveMQ/5.17.2", settings=settings)
     transport.connect()
     try:
@@ -578,7 +579,7 @@ def test_a_subscription_that_fails_on_reconnection_is_tried_again_on_a_new_conne
 ) -> None:
     """Before, the reconnect loop ended once connected, and a SUBSCRIBE that got no receipt left
     that subscription dead on a healthy connection, with nothing to say so."""
-    settings = StompSettings(receipt_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
+    settings = StompSettings(confirm_timeout_s=0.3, reconnect_wait_s=5, reconnect_initial_s=0.01)
     made: list[RecordingConnection] = []
 
     def connection(*args: Any, **kwargs: Any) -> RecordingConnection:

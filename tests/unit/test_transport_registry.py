@@ -7,14 +7,15 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
+from boost_tenancy.application.run import open_transport
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports import registry
 from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import (
     TransportUrl,
     known_schemes,
-    open_transport,
     parse_transport_url,
     redact_url,
     register_transport,
@@ -201,21 +202,21 @@ def test_redact_url_masks_only_the_password(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
-def test_a_registered_scheme_is_opened_with_the_parsed_url_and_env() -> None:
+def test_a_registered_scheme_is_opened_with_the_parsed_url_and_options() -> None:
     broker = InMemoryBroker()
-    seen: list[tuple[TransportUrl, Mapping[str, str] | None]] = []
+    seen: list[tuple[TransportUrl, ConnectOptions | None]] = []
 
-    def factory(url: TransportUrl, env: Mapping[str, str] | None) -> Transport:
-        seen.append((url, env))
+    def factory(url: TransportUrl, options: ConnectOptions | None) -> Transport:
+        seen.append((url, options))
         return InMemoryTransport(broker)
 
     register_transport("Memory+Test", factory)
     assert "memory+test" in known_schemes()
-    env = {"X": "1"}
-    transport = open_transport("memory+test://someone:p%40ss@here:99/path%20x", env)
+    options = ConnectOptions(connect_timeout_s=2.5)
+    transport = registry.open_transport("memory+test://someone:p%40ss@here:99/path%20x", options)
     assert isinstance(transport, InMemoryTransport)
-    [(url, given_env)] = seen
-    assert given_env is env
+    [(url, given_options)] = seen
+    assert given_options is options
     assert (url.scheme, url.username, url.password, url.host, url.port, url.path) == (
         "memory+test",
         "someone",
@@ -229,13 +230,13 @@ def test_a_registered_scheme_is_opened_with_the_parsed_url_and_env() -> None:
 
 def test_a_registered_scheme_replaces_a_built_in_one() -> None:
     broker = InMemoryBroker()
-    register_transport("stomp", lambda url, env: InMemoryTransport(broker))
+    register_transport("stomp", lambda url, options: InMemoryTransport(broker))
     assert isinstance(open_transport("stomp://host"), InMemoryTransport)
     broker.close()
 
 
 def test_unknown_scheme_errors_name_registered_schemes_too() -> None:
-    register_transport("kafka", lambda url, env: StompTransport())
+    register_transport("kafka", lambda url, options: StompTransport())
     with pytest.raises(ConfigError, match="known: amqp, amqps, kafka, stomp"):
         open_transport("mqtt://host")
 
@@ -243,7 +244,7 @@ def test_unknown_scheme_errors_name_registered_schemes_too() -> None:
 @pytest.mark.parametrize("scheme", ["", "1abc", "a b", "stomp://", "ab_c"])
 def test_a_scheme_that_is_no_url_scheme_cannot_be_registered(scheme: str) -> None:
     with pytest.raises(ConfigError, match="not a URL scheme"):
-        register_transport(scheme, lambda url, env: StompTransport())
+        register_transport(scheme, lambda url, options: StompTransport())
 
 
 @pytest.mark.parametrize("url", ["stomp://user:12/cd@host", "stomp://user:12?ab@host"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ from boost_tenancy.transports.base import (
     TransportCapabilities,
     check_queue_prefix,
 )
+from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 
 T = TypeVar("T")
@@ -393,6 +394,6 @@ class AmqpTransport(ManagedRoutes):
         return engine.is_open and token.generation == engine.generation
 
 
-def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> AmqpTransport:
-    """The registry's factory for amqp:// and amqps:// URLs (see AmqpSettings.from_url)."""
-    return AmqpTransport(AmqpSettings.from_url(url, env))
+def transport_from_url(url: TransportUrl, options: ConnectOptions | None) -> AmqpTransport:
+    """The registry's factory for amqp:// and amqps:// URLs (see ConnectionSettings.from_url)."""
+    return AmqpTransport(AmqpSettings.from_url(url, options))

@@ -26,6 +26,7 @@ from boost_tenancy.transports.base import (
     Subscription,
     TransportCapabilities,
 )
+from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 from boost_tenancy.transports.stomp.acks import AckToken, AckWriter
 from boost_tenancy.transports.stomp.batch import StompBatch
@@ -394,6 +395,6 @@ class StompTransport(ManagedRoutes):
         return management_session(self._settings, work)
 
 
-def transport_from_url(url: TransportUrl, env: Mapping[str, str] | None) -> StompTransport:
-    """The registry's factory for stomp:// URLs (see StompSettings.from_url)."""
-    return StompTransport(StompSettings.from_url(url, env))
+def transport_from_url(url: TransportUrl, options: ConnectOptions | None) -> StompTransport:
+    """The registry's factory for stomp:// URLs (see ConnectionSettings.from_url)."""
+    return StompTransport(StompSettings.from_url(url, options))

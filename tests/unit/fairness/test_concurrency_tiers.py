@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from boost_tenancy import ConfigError, TenantId
-from boost_tenancy.application.fairness_config import tier_limits_from_env
+from boost_tenancy.application.environment import tier_limits_from_env
 from boost_tenancy.fairness import (
     InMemoryConcurrencyLimiter,
     SQLiteTierStore,

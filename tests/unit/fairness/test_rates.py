@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from boost_tenancy import ConfigError, TenantId
-from boost_tenancy.application.fairness_config import FAIRNESS_VARIABLES, fairness_from_env
+from boost_tenancy.application.environment import fairness_from_env
 from boost_tenancy.fairness import RatePolicy, TierLimits, TokenBucketLimiter
-from boost_tenancy.fairness.settings import default_concurrency
+from boost_tenancy.fairness.settings import FAIRNESS_VARIABLES, default_concurrency
 from tests.conftest import ManualClock as Clock
 
 A = TenantId("org-A")
