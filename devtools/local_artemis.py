@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
+from devtools.artemis_plugin import install_jars
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
     BrokerProcess,
@@ -94,6 +95,8 @@ class ArtemisSettings:
     shared_data: Path | None = None
     """Where the journal, bindings, paging and large messages live when not in the instance's
     own data/: the one store a live broker and its shared-store backup both use."""
+    lib_jars: tuple[Path, ...] = ()
+    """Jars put in the instance's lib/ before it starts (the project's plugin, its drivers)."""
     start_timeout_s: float = START_TIMEOUT_S
     """How long start() waits for a STOMP login (a backup answers only once it is active)."""
 
@@ -300,6 +303,8 @@ class LocalArtemis(BrokerProcess):
     def _launch(self) -> int:
         assert self._distribution is not None
         self._create(self._distribution)
+        if self.settings.lib_jars:
+            install_jars(self.settings.lib_jars, self.home / "lib")
         (self.home / "etc" / "broker.xml").write_text(
             render_broker_xml(self.settings), encoding="utf-8"
         )

@@ -12,6 +12,7 @@ from boost_tenancy.application.run import open_broker
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
+    artemis_tenant_plugin,
     check_routed_at_send,
     classic_destination_interceptors,
     classic_routing_plugin,
@@ -74,7 +75,14 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
 
 def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     queues = [check_routed_at_send(settings.routing, queue) for queue in values(args.queue)]
-    if args.tenant:
+    if args.broker == "artemis":
+        if args.tenant:
+            raise ConfigError(
+                "broker-routes --broker artemis routes every tenant of the queues (the project's "
+                "plugin, brokers/artemis); --tenant is for Classic's own composite queues"
+            )
+        sys.stdout.write(artemis_tenant_plugin(queues))
+    elif args.tenant:
         sys.stdout.write(classic_destination_interceptors(queues, tenants(args.tenant)))
     else:
         sys.stdout.write(classic_routing_plugin(queues))
@@ -149,9 +157,10 @@ def register(sub: Subparsers) -> None:
 
     cmd = sub.add_parser(
         "broker-routes",
-        help="print the ActiveMQ Classic configuration that stores each tenant's messages of "
-        "shared queues in its own queue at send time: the project's plugin element (every "
-        "tenant), or with --tenant a <destinationInterceptors> element for those tenants",
+        help="print the broker configuration that stores each tenant's messages of shared "
+        "queues in its own queue at send time: the project's plugin element for ActiveMQ Classic "
+        "or, with --broker artemis, for Artemis (every tenant), or with --tenant a Classic "
+        "<destinationInterceptors> element for those tenants",
     )
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument(
@@ -159,6 +168,14 @@ def register(sub: Subparsers) -> None:
         action="append",
         help="route only these tenants, with Classic's own composite queues (no plugin); "
         + LIST_HELP,
+    )
+    cmd.add_argument(
+        "--broker",
+        choices=("classic", "artemis"),
+        default="classic",
+        help="the broker the configuration is for: classic (the <plugins> bean, default) or "
+        "artemis (the <broker-plugins> element of broker.xml: brokers/artemis's TenantPlugin, "
+        "which also quarantines messages without a valid tenant and applies tenant limits)",
     )
     cmd.set_defaults(handler=broker_routes)
 

@@ -22,7 +22,7 @@ shared queue for the TenantRouter, as above.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 from xml.sax.saxutils import quoteattr
 
@@ -35,6 +35,11 @@ _ROUTED = Routing(default=Topology.ROUTED)
 
 ROUTING_PLUGIN_CLASS: Final = "io.boosttenancy.activemq.TenantRoutingPlugin"
 """The Classic broker plugin of brokers/classic: routes every tenant of the queues it lists."""
+
+
+ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
+"""The Artemis broker plugin of brokers/artemis: routes every tenant of the queues it lists,
+quarantines what names no valid tenant and applies each tenant's limits at the broker."""
 
 
 def check_routed_at_send(routing: Routing, queue: str) -> str:
@@ -65,6 +70,34 @@ def classic_routing_plugin(queues: Iterable[str], *, indent: str = "    ") -> st
         f"class={quoteattr(ROUTING_PLUGIN_CLASS)}>\n"
         f'{indent}<property name="queues" value={quoteattr(",".join(queue_names))}/>\n'
         "</bean>\n"
+    )
+
+
+def artemis_tenant_plugin(
+    queues: Iterable[str], properties: Mapping[str, str] | None = None, *, indent: str = "    "
+) -> str:
+    """The <broker-plugins> element, for broker.xml's <core>, that makes the project's Artemis
+    TenantPlugin route every tenant's messages of queues to tenant.<tenant>.<queue> at send
+    time, with its other properties (max-message-bytes, messages-per-second, bytes-per-second,
+    burst-seconds, max-queued-messages, policy-store-url, ...). Queue names are checked as
+    logical queues; none is a ConfigError."""
+    queue_names = sorted({check_logical_queue(q) for q in queues})
+    if not queue_names:
+        raise ConfigError("broker routes: no queue given")
+    values = {"queues": ",".join(queue_names), **(properties or {})}
+    lines = "".join(
+        f"{indent * 2}<property key={quoteattr(key)} value={quoteattr(value)}/>\n"
+        for key, value in values.items()
+    )
+    return (
+        f"<!-- Printed by boost-tenancy broker-routes: every tenant's messages of these queues to "
+        f"tenant.<tenant>.<queue>; no valid {TENANT_PROPERTY}, or none, to "
+        "DLQ.<queue>.quarantine. The jar of brokers/artemis goes in the broker's lib/. -->\n"
+        "<broker-plugins>\n"
+        f"{indent}<broker-plugin class-name={quoteattr(ARTEMIS_PLUGIN_CLASS)}>\n"
+        f"{lines}"
+        f"{indent}</broker-plugin>\n"
+        "</broker-plugins>\n"
     )
 
 

@@ -59,6 +59,9 @@ SUCCEEDED_PROPERTY: Final = "_AMQ_OperationSucceeded"
 BROKER_RESOURCE: Final = "broker"
 DIVERT_PREFIX: Final = "boost.divert."
 """Divert names: the target queue's name under this prefix, which no queue of the toolkit has."""
+PLUGIN_DIVERT_PREFIX: Final = "boost.tenant-routing."
+"""The divert the project's Artemis plugin (brokers/artemis) makes for each shared queue it
+routes, then the queue's name: where it is, the broker routes every tenant of that queue itself."""
 REPLY_PREFIX: Final = "boost.management.reply."
 """The queue a management session reads its replies from (one per session)."""
 
@@ -170,6 +173,12 @@ def install(session: Runs, routes: Sequence[SendRoute]) -> int:
     success where it made nothing: a name some binding has, an address that does not exist).
     Returns how many diverts were added; ManagementError names any that is not there."""
     existing = divert_names(session.run([list_diverts()])[0])
+    # A shared queue the broker plugin routes needs no divert per tenant: the broker stores
+    # every tenant's message in its queue already, and makes the queue on first use.
+    by_plugin = plugin_routed(existing)
+    routes = [route for route in routes if route.source not in by_plugin]
+    if not routes:
+        return 0
     session.run(queue_operations(routes))
     added = divert_operations(routes, existing)
     if not added:
@@ -183,6 +192,15 @@ def install(session: Runs, routes: Sequence[SendRoute]) -> int:
             + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         )
     return len(added)
+
+
+def plugin_routed(divert_names: Iterable[str]) -> set[str]:
+    """The shared queues the project's broker plugin routes, read off the broker's diverts."""
+    return {
+        name.removeprefix(PLUGIN_DIVERT_PREFIX)
+        for name in divert_names
+        if name.startswith(PLUGIN_DIVERT_PREFIX)
+    }
 
 
 def listed(session: Runs) -> list[SendRoute]:
@@ -298,6 +316,7 @@ def divert_names(result: object) -> list[str]:
 __all__ = [
     "DIVERT_PREFIX",
     "MANAGEMENT_ADDRESS",
+    "PLUGIN_DIVERT_PREFIX",
     "ManagedRoutes",
     "ManagementError",
     "Operation",
@@ -311,6 +330,7 @@ __all__ = [
     "install",
     "list_diverts",
     "listed",
+    "plugin_routed",
     "queue_operations",
     "read_reply",
     "remove",

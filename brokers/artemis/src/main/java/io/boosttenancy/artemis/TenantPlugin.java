@@ -1,0 +1,254 @@
+/*
+ * boost-tenancy's broker plugin for ActiveMQ Artemis: for every message sent to a shared queue
+ * the operator lists, whoever sends it (the toolkit, a JMS service, any protocol),
+ *
+ * - a valid tenantUUID stores it once, in tenant.<tenant>.<queue>, at send time, through one
+ *   divert per listed queue whose transformer (TenantRouter) readdresses the copy: no divert
+ *   per tenant, no filter per tenant, the same work per message for 1 tenant or 10,000;
+ * - a missing or invalid tenantUUID stores it in DLQ.<queue>.quarantine with the reason, never
+ *   in a tenant's queue;
+ * - the tenant's limits are checked before anything is stored: the largest message, messages/s
+ *   and bytes/s (TenantLimits), and its backlog (max-queued-messages: an address setting on its
+ *   queues whose full policy is FAIL); a refused send fails at the producer with the reason.
+ *
+ * Configuration, in broker.xml's <core>:
+ *
+ *   <broker-plugins>
+ *     <broker-plugin class-name="io.boosttenancy.artemis.TenantPlugin">
+ *       <property key="queues" value="cmd.document.process,cmd.thumbnail"/>
+ *       <property key="max-message-bytes" value="1048576"/>
+ *       <property key="messages-per-second" value="0"/>
+ *       <property key="bytes-per-second" value="0"/>
+ *       <property key="burst-seconds" value="1"/>
+ *       <property key="max-queued-messages" value="0"/>
+ *       <property key="policy-store-url" value="jdbc:postgresql://127.0.0.1/boost"/>
+ *       <property key="policy-store-user" value="boost"/>
+ *       <property key="policy-store-password" value="..."/>
+ *       <property key="policy-refresh-seconds" value="5"/>
+ *     </broker-plugin>
+ *   </broker-plugins>
+ *
+ * 0 means no limit. With a policy store (the toolkit's boost_tenant_policies table, which
+ * `boost-tenancy policy set` writes), a tenant's policy overrides the defaults within
+ * policy-refresh-seconds, without a restart. docs/fairness.md ("The Artemis plugin") has the rest.
+ */
+package io.boosttenancy.artemis;
+
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.activemq.artemis.api.core.ActiveMQAddressFullException;
+import org.apache.activemq.artemis.api.core.ActiveMQException;
+import org.apache.activemq.artemis.api.core.Message;
+import org.apache.activemq.artemis.api.core.SimpleString;
+import org.apache.activemq.artemis.core.config.DivertConfiguration;
+import org.apache.activemq.artemis.core.config.TransformerConfiguration;
+import org.apache.activemq.artemis.core.postoffice.Binding;
+import org.apache.activemq.artemis.core.server.ActivateCallback;
+import org.apache.activemq.artemis.core.server.ActiveMQServer;
+import org.apache.activemq.artemis.core.server.ComponentConfigurationRoutingType;
+import org.apache.activemq.artemis.core.server.ServerSession;
+import org.apache.activemq.artemis.core.server.plugin.ActiveMQServerPlugin;
+import org.apache.activemq.artemis.core.settings.impl.AddressFullMessagePolicy;
+import org.apache.activemq.artemis.core.settings.impl.AddressSettings;
+import org.apache.activemq.artemis.core.transaction.Transaction;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+public class TenantPlugin implements ActiveMQServerPlugin {
+
+    private static final Logger LOG = LoggerFactory.getLogger(TenantPlugin.class);
+    /** The divert of a routed queue is named this, then the queue. */
+    public static final String DIVERT_PREFIX = "boost.tenant-routing.";
+
+    private Set<String> queues = Set.of();
+    private TenantLimits limits = new TenantLimits(new TenantLimits.Limits(0, 0, 0, 1, 0));
+    private TenantLimits.Limits defaults = new TenantLimits.Limits(0, 0, 0, 1, 0);
+    private PolicyReader policies;
+    private long refreshSeconds = 5;
+    private ActiveMQServer server;
+    private ScheduledExecutorService refresher;
+    private final Map<String, Long> quotaMatches = new HashMap<>();
+
+    @Override
+    public void init(Map<String, String> properties) {
+        queues = TenantNames.parseQueues(properties.get("queues"));
+        defaults = new TenantLimits.Limits(
+            number(properties, "max-message-bytes", 0).longValue(),
+            number(properties, "messages-per-second", 0).doubleValue(),
+            number(properties, "bytes-per-second", 0).doubleValue(),
+            number(properties, "burst-seconds", 1).doubleValue(),
+            number(properties, "max-queued-messages", 0).longValue());
+        limits = new TenantLimits(defaults);
+        refreshSeconds = number(properties, "policy-refresh-seconds", 5).longValue();
+        if (refreshSeconds < 1) {
+            throw new IllegalArgumentException("boost-tenancy tenant plugin: policy-refresh-seconds"
+                + " must be at least 1, got " + refreshSeconds);
+        }
+        String url = properties.getOrDefault("policy-store-url", "").trim();
+        if (!url.isEmpty()) {
+            policies = new PolicyReader(url, properties.get("policy-store-user"),
+                properties.get("policy-store-password"), defaults);
+        }
+    }
+
+    private static Number number(Map<String, String> properties, String key, double fallback) {
+        String text = properties.getOrDefault(key, "").trim();
+        if (text.isEmpty()) {
+            return fallback;
+        }
+        try {
+            double value = Double.parseDouble(text);
+            if (value < 0 || Double.isNaN(value) || Double.isInfinite(value)) {
+                throw new NumberFormatException();
+            }
+            return value;
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("boost-tenancy tenant plugin: " + key
+                + " must be a number of at least 0, got " + text);
+        }
+    }
+
+    @Override
+    public void registered(ActiveMQServer server) {
+        this.server = server;
+        BrokerQueues.attach(server);
+        // Persisted diverts of this plugin are loaded at activation; whatever instance the broker
+        // builds for them finds the counters, and the queue in the transformer's properties.
+        for (String queue : queues) {
+            server.getServiceRegistry().addDivertTransformer(DIVERT_PREFIX + queue, new TenantRouter(queue));
+        }
+        server.registerActivateCallback(new ActivateCallback() {
+            @Override
+            public void activationComplete() {
+                try {
+                    deployDiverts();
+                    applyBacklogQuotas();
+                    startPolicyRefresh();
+                } catch (Exception e) {
+                    LOG.error("boost-tenancy tenant plugin: could not start routing", e);
+                }
+            }
+        });
+        LOG.info("boost-tenancy tenant plugin: routing {} to tenant.<tenantUUID>.<queue>",
+            queues.isEmpty() ? "no queue" : String.join(",", queues));
+    }
+
+    @Override
+    public void unregistered(ActiveMQServer server) {
+        if (refresher != null) {
+            refresher.shutdownNow();
+        }
+    }
+
+    private void deployDiverts() throws Exception {
+        Map<String, String> wanted = new HashMap<>();
+        for (String queue : queues) {
+            wanted.put(DIVERT_PREFIX + queue, queue);
+        }
+        // Diverts of queues no longer listed go: a queue taken off the list is not routed.
+        for (Binding binding : server.getPostOffice().getAllBindings().toList()) {
+            String name = binding.getUniqueName().toString();
+            if (name.startsWith(DIVERT_PREFIX) && !wanted.containsKey(name)) {
+                server.destroyDivert(SimpleString.of(name));
+                LOG.info("boost-tenancy tenant plugin: removed {} (its queue is no longer listed)", name);
+            }
+        }
+        for (Map.Entry<String, String> entry : wanted.entrySet()) {
+            if (server.getPostOffice().getBinding(SimpleString.of(entry.getKey())) != null) {
+                continue;
+            }
+            String queue = entry.getValue();
+            TransformerConfiguration transformer = new TransformerConfiguration(TenantRouter.class.getName())
+                .setProperties(Map.of(TenantRouter.QUEUE_PROPERTY, queue));
+            server.deployDivert(new DivertConfiguration()
+                .setName(entry.getKey())
+                .setAddress(queue)
+                .setForwardingAddress(TenantNames.quarantine(queue))
+                .setExclusive(true)
+                .setRoutingType(ComponentConfigurationRoutingType.ANYCAST)
+                .setTransformerConfiguration(transformer));
+        }
+    }
+
+    private void startPolicyRefresh() {
+        if (policies == null) {
+            return;
+        }
+        refresher = Executors.newSingleThreadScheduledExecutor(runnable -> {
+            Thread thread = new Thread(runnable, "boost-tenancy-policies");
+            thread.setDaemon(true);
+            return thread;
+        });
+        refresher.scheduleWithFixedDelay(this::refreshPolicies, 0, refreshSeconds, TimeUnit.SECONDS);
+    }
+
+    private void refreshPolicies() {
+        try {
+            limits.replacePolicies(policies.read());
+            applyBacklogQuotas();
+        } catch (Exception e) {
+            // The last policies read stay in force: a store that cannot answer changes nothing.
+            LOG.warn("boost-tenancy tenant plugin: policy store not read, keeping the last policies: {}",
+                e.toString());
+        }
+    }
+
+    /** max-queued-messages as an address setting on the tenants' queues: the default on
+     * tenant.#, a tenant's own on tenant.&lt;tenant&gt;.#; a full queue refuses the send. */
+    private synchronized void applyBacklogQuotas() {
+        Map<String, Long> wanted = new HashMap<>();
+        if (defaults.maxQueuedMessages > 0) {
+            wanted.put(TenantNames.TENANT_PREFIX + "#", defaults.maxQueuedMessages);
+        }
+        if (policies != null) {
+            for (Map.Entry<String, TenantLimits.Limits> entry : policies.last().entrySet()) {
+                long quota = entry.getValue().maxQueuedMessages;
+                wanted.put(TenantNames.TENANT_PREFIX + entry.getKey() + ".#", quota > 0 ? quota : -1);
+            }
+        }
+        for (String match : Set.copyOf(quotaMatches.keySet())) {
+            if (!wanted.containsKey(match)) {
+                server.getAddressSettingsRepository().removeMatch(match);
+                quotaMatches.remove(match);
+            }
+        }
+        for (Map.Entry<String, Long> entry : wanted.entrySet()) {
+            if (entry.getValue().equals(quotaMatches.get(entry.getKey()))) {
+                continue;
+            }
+            AddressSettings settings = new AddressSettings()
+                .setMaxSizeMessages(entry.getValue())
+                .setAddressFullMessagePolicy(entry.getValue() > 0
+                    ? AddressFullMessagePolicy.FAIL : AddressFullMessagePolicy.PAGE);
+            server.getAddressSettingsRepository().addMatch(entry.getKey(), settings);
+            quotaMatches.put(entry.getKey(), entry.getValue());
+        }
+    }
+
+    @Override
+    public void beforeSend(ServerSession session, Transaction tx, Message message, boolean direct,
+                           boolean noAutoCreateQueue) throws ActiveMQException {
+        String address = message.getAddress();
+        if (address == null && session != null && session.getDefaultAddress() != null) {
+            address = session.getDefaultAddress().toString();
+        }
+        if (address == null || !queues.contains(address)) {
+            return;
+        }
+        String tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
+        if (tenant == null || !TenantNames.isTenant(tenant)) {
+            return; // quarantined by the divert, never limited as a tenant's
+        }
+        TenantLimits.Refusal refusal = limits.admit(tenant, message.getWholeMessageSize());
+        if (refusal != null) {
+            PluginCounters.instance().refused(tenant, refusal.reason);
+            throw new ActiveMQAddressFullException("boost-tenancy: publish to " + address
+                + " refused (" + refusal.reason + "): " + refusal.text);
+        }
+    }
+}

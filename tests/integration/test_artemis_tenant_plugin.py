@@ -1,0 +1,315 @@
+"""The project's Artemis plugin (brokers/artemis, TenantPlugin) on a real Artemis 2.44: a broker of
+its own started with one shared queue listed and no tenant listed.
+
+- every tenant's messages sent to the shared queue, over STOMP and over AMQP, are stored in
+  tenant.<tenant>.<queue> at send time, in order, with the original address kept;
+- a message without a valid tenantUUID goes to DLQ.<queue>.quarantine with the reason, never to
+  a tenant's queue, and nothing stays on the shared queue;
+- a runner of the toolkit makes no divert per tenant there and handles what the plugin routed;
+- each tenant's limits (largest message, messages/s, backlog) refuse its sends at the broker,
+  for a producer that is not the toolkit, while another tenant's sends go through; a policy
+  changed in the toolkit's policy store applies without a restart.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import stomp
+
+from boost_tenancy import ProcessorRunner, Routing, RunnerSettings, TenantId, TenantProducer
+from boost_tenancy.quotas.policy_store import SqlPolicyStore, open_policy_store
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.transports.amqp import AmqpSettings, AmqpTransport
+from boost_tenancy.transports.artemis_management import (
+    PLUGIN_DIVERT_PREFIX,
+    ManagedRoutes,
+    divert_names,
+    list_diverts,
+)
+from boost_tenancy.transports.base import send_route_installer
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
+from tests.conftest import unavailable, wait_until
+from tests.integration.send_time_support import Recorder
+
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("runs an Artemis of its own with the project's plugin"),
+    pytest.mark.own_broker("artemis"),
+]
+
+OFFSET = 1400
+"""Ports 63113 (STOMP), 63116 (CORE), 7172 (AMQP): clear of every other broker of the suite."""
+QUEUE = "cmd.aplugin"
+REFRESH_S = 1
+
+
+@dataclass(frozen=True)
+class PluginBroker:
+    broker: LocalArtemis
+    policies: SqlPolicyStore
+
+    @property
+    def stomp_port(self) -> int:
+        return self.broker.settings.stomp_port
+
+    @property
+    def stomp(self) -> StompSettings:
+        return StompSettings(host=HOST, port=self.stomp_port, username=USER, password=PASSWORD)
+
+    @property
+    def amqp(self) -> AmqpSettings:
+        return AmqpSettings(
+            host=HOST, port=self.broker.settings.amqp_port, username=USER, password=PASSWORD
+        )
+
+
+@pytest.fixture(scope="module")
+def plugin_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PluginBroker]:
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        unavailable("the Artemis plugin is built with Maven and runs on Java 17")
+    home = tmp_path_factory.mktemp("artemis-plugin")
+    policy_db = home / "policies.sqlite3"
+    policies = open_policy_store(str(policy_db))  # the table exists before the broker reads it
+    settings = ArtemisSettings(
+        home=home / "broker",
+        port_offset=OFFSET,
+        extra_xml=plugin_xml(
+            [QUEUE],
+            {
+                "policy-store-url": f"jdbc:sqlite:{policy_db}",
+                "policy-refresh-seconds": str(REFRESH_S),
+            },
+        ),
+        lib_jars=build_plugin(),
+    )
+    broker = LocalArtemis(settings)
+    broker.start()
+    try:
+        yield PluginBroker(broker, policies)
+    finally:
+        broker.stop()
+        policies.close()
+
+
+class Frames(stomp.ConnectionListener):  # type: ignore[misc]
+    """What a raw STOMP connection received: messages, receipts, errors."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.messages: list[stomp.utils.Frame] = []
+        self.receipts: set[str] = set()
+        self.errors: list[stomp.utils.Frame] = []
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.messages.append(frame)
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.receipts.add(frame.headers["receipt-id"])
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        with self.lock:
+            self.errors.append(frame)
+
+
+def connect(port: int) -> tuple[stomp.Connection12, Frames]:
+    connection = stomp.Connection12([(HOST, port)], heartbeats=(0, 0))
+    frames = Frames()
+    connection.set_listener("", frames)
+    connection.connect(USER, PASSWORD, wait=True)
+    return connection, frames
+
+
+def send_all(
+    port: int, sends: list[tuple[str | None, str]], queue: str = QUEUE
+) -> tuple[int, list[str]]:
+    """Plain STOMP sends, as a service that is not the toolkit sends: (tenantUUID or none,
+    body). Returns how many the broker confirmed and the error messages of those it refused."""
+    connection, frames = connect(port)
+    receipts = []
+    try:
+        for tenant, body in sends:
+            receipt = uuid.uuid4().hex
+            receipts.append(receipt)
+            headers = {"persistent": "true", "receipt": receipt}
+            if tenant is not None:
+                headers["tenantUUID"] = tenant
+            connection.send(f"/queue/{queue}", body=body, headers=headers)
+        assert wait_until(lambda: len(frames.receipts) + len(frames.errors) >= len(sends), 20)
+    finally:
+        connection.disconnect()
+    confirmed = sum(1 for r in receipts if r in frames.receipts)
+    return confirmed, [e.headers.get("message", "") + e.body for e in frames.errors]
+
+
+def read_all(
+    port: int, queue: str, expected: int, timeout: float = 10.0
+) -> list[stomp.utils.Frame]:
+    connection, frames = connect(port)
+    try:
+        connection.subscribe(f"/queue/{queue}", id="read", ack="auto")
+        wait_until(lambda: len(frames.messages) >= expected, timeout)
+        if expected == 0:
+            time.sleep(1.0)
+    finally:
+        connection.disconnect()
+    return frames.messages
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_every_tenant_is_stored_in_its_own_queue_at_send_time(plugin_broker: PluginBroker) -> None:
+    port = plugin_broker.stomp_port
+    heavy, light = fresh("org-heavy"), fresh("org-light")
+    sends = [(heavy, f"h{n}") for n in range(300)] + [(light, f"l{n}") for n in range(20)]
+    assert send_all(port, sends) == (320, [])
+    light_frames = read_all(port, f"tenant.{light}.{QUEUE}", 20)
+    assert [f.body for f in light_frames] == [f"l{n}" for n in range(20)]  # in the order sent
+    assert {f.headers["tenantUUID"] for f in light_frames} == {light}
+    assert {f.headers["_AMQ_ORIG_ADDRESS"] for f in light_frames} == {QUEUE}
+    assert len(read_all(port, f"tenant.{heavy}.{QUEUE}", 300)) == 300
+    assert read_all(port, QUEUE, 0) == []
+
+
+def test_messages_sent_over_amqp_are_routed_too(plugin_broker: PluginBroker) -> None:
+    tenant = fresh("org-amqp")
+    transport = AmqpTransport(plugin_broker.amqp)
+    transport.connect()
+    try:
+        # A shared topology: the producer sends to the shared queue, as a Java service does.
+        producer = TenantProducer(transport, routing=Routing(default="shared"))
+        for n in range(5):
+            producer.send(QUEUE, tenant, {"n": n})
+    finally:
+        transport.close()
+    frames = read_all(plugin_broker.stomp_port, f"tenant.{tenant}.{QUEUE}", 5)
+    assert len(frames) == 5
+    assert {f.headers["tenantUUID"] for f in frames} == {tenant}
+
+
+@pytest.mark.parametrize(
+    ("tenant", "error_type"),
+    [(None, "MissingTenant"), ("bad.tenant", "InvalidTenant"), ("x" * 65, "InvalidTenant")],
+)
+def test_a_message_without_a_valid_tenant_is_quarantined_with_the_reason(
+    plugin_broker: PluginBroker, tenant: str | None, error_type: str
+) -> None:
+    port = plugin_broker.stomp_port
+    body = f"nobody-{uuid.uuid4().hex[:8]}"
+    assert send_all(port, [(tenant, body)]) == (1, [])
+    quarantined = [f for f in read_all(port, f"DLQ.{QUEUE}.quarantine", 1) if f.body == body]
+    assert len(quarantined) == 1
+    headers = quarantined[0].headers
+    assert headers["boostDeadLetterReason"] == "tenancy-violation"
+    assert headers["boostErrorType"] == error_type
+    assert headers["boostOriginalQueue"] == QUEUE
+    assert "tenantUUID" in headers["boostError"]
+    assert read_all(port, QUEUE, 0) == []
+
+
+def test_a_runner_makes_no_divert_per_tenant_and_handles_what_the_plugin_routed(
+    plugin_broker: PluginBroker, tmp_path: Path
+) -> None:
+    tenant = fresh("org-run")
+    settings = plugin_broker.stomp
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    processor = Recorder(QUEUE)
+    runner = ProcessorRunner(
+        processor,
+        StompTransport(settings),
+        [tenant],
+        error_store=store,
+        settings=RunnerSettings(workers=2, prefetch=10),
+    )
+    runner.start()
+    try:
+        assert runner.send_routes_added == 0  # the plugin routes the queue: no divert made
+        assert (
+            send_all(plugin_broker.stomp_port, [(tenant, f'{{"n": {n}}}') for n in range(10)])[0]
+            == 10
+        )
+        assert wait_until(lambda: len(processor.seen) == 10, 20)
+        check = StompTransport(settings)
+        check.connect()
+        try:
+            installer = send_route_installer(check)
+            assert installer is not None
+            assert [r for r in installer.send_routes() if r.tenant == TenantId(tenant)] == []
+        finally:
+            check.close()
+    finally:
+        runner.stop(grace_s=5)
+        store.close()
+
+
+def test_a_tenant_over_its_largest_message_is_refused_at_the_broker_and_others_are_not(
+    plugin_broker: PluginBroker,
+) -> None:
+    small, other = fresh("org-small"), fresh("org-other")
+    plugin_broker.policies.set(TenantId(small), {"max_message_bytes": 2000}, actor="test")
+    time.sleep(REFRESH_S * 3)
+    confirmed, errors = send_all(plugin_broker.stomp_port, [(small, "x" * 3000)])
+    assert (confirmed, len(errors)) == (0, 1)
+    assert send_all(plugin_broker.stomp_port, [(small, "x" * 100), (other, "x" * 3000)]) == (2, [])
+    assert read_all(plugin_broker.stomp_port, f"tenant.{small}.{QUEUE}", 1)[0].body == "x" * 100
+
+
+def test_a_tenant_over_its_rate_is_refused_while_another_sends_freely_until_its_policy_changes(
+    plugin_broker: PluginBroker,
+) -> None:
+    slow, fast = fresh("org-slow"), fresh("org-fast")
+    plugin_broker.policies.set(TenantId(slow), {"messages_per_s": 5.0}, actor="test")
+    time.sleep(REFRESH_S * 3)
+    confirmed, errors = send_all(plugin_broker.stomp_port, [(slow, f"s{n}") for n in range(40)])
+    # A bucket of one second at 5/s, refilled while the sends go: far fewer than 40 stored.
+    assert 5 <= confirmed <= 15
+    assert len(errors) == 40 - confirmed
+    assert send_all(plugin_broker.stomp_port, [(fast, f"f{n}") for n in range(40)]) == (40, [])
+    # Changed at run time, in the store the toolkit's `policy set` writes: no restart.
+    plugin_broker.policies.set(TenantId(slow), {"messages_per_s": 10_000.0}, actor="test")
+    time.sleep(REFRESH_S * 3)
+    assert send_all(plugin_broker.stomp_port, [(slow, f"t{n}") for n in range(40)]) == (40, [])
+
+
+def test_a_tenant_queue_over_its_backlog_quota_refuses_the_producer(
+    plugin_broker: PluginBroker,
+) -> None:
+    full, other = fresh("org-full"), fresh("org-roomy")
+    plugin_broker.policies.set(TenantId(full), {"max_queued_messages": 3}, actor="test")
+    time.sleep(REFRESH_S * 3)
+    confirmed, errors = send_all(plugin_broker.stomp_port, [(full, f"q{n}") for n in range(6)])
+    assert confirmed == 3
+    assert len(errors) == 3
+    assert send_all(plugin_broker.stomp_port, [(other, f"o{n}") for n in range(6)]) == (6, [])
+    assert len(read_all(plugin_broker.stomp_port, f"tenant.{full}.{QUEUE}", 3)) == 3
+
+
+def test_the_plugins_divert_is_one_per_listed_queue(plugin_broker: PluginBroker) -> None:
+    """Whatever the number of tenants sent so far, the broker has one divert for the queue."""
+    transport = StompTransport(plugin_broker.stomp)
+    transport.connect()
+    try:
+        installer = send_route_installer(transport)
+        assert isinstance(installer, ManagedRoutes)
+        names = installer.management_session(
+            lambda session: divert_names(session.run([list_diverts()])[0])
+        )
+    finally:
+        transport.close()
+    assert [n for n in names if n.startswith(PLUGIN_DIVERT_PREFIX)] == [
+        PLUGIN_DIVERT_PREFIX + QUEUE
+    ]
