@@ -69,9 +69,9 @@ import stomp
 from bench_common import BenchmarkError, Series, ratio, table, unique_queue, within
 
 from boost_tenancy import BoostTenancyError, TenantId, TenantProducer
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.application.config import DEFAULT_URL
 from boost_tenancy.application.environment import connect_options_from_env
-from boost_tenancy.application.run import open_transport
 from boost_tenancy.messages import WireMessage, build_message
 from boost_tenancy.quotas.guard import PublishGuard
 from boost_tenancy.quotas.limits import PublishLimits

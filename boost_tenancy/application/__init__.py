@@ -6,12 +6,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from boost_tenancy.application.brokers import open_broker, open_transport
     from boost_tenancy.application.config import AppSettings
     from boost_tenancy.application.environment import (
         connect_options_from_env,
         stomp_settings_from_env,
     )
-    from boost_tenancy.application.run import open_broker, open_transport, run_processor
+    from boost_tenancy.application.run import run_processor
     from boost_tenancy.application.runner import ProcessorRunner
     from boost_tenancy.application.wiring import (
         FairnessWiring,
@@ -24,9 +25,9 @@ _HOMES = {
     "FairnessWiring": "wiring",
     "ProcessorRunner": "runner",
     "connect_options_from_env": "environment",
-    "open_broker": "run",
+    "open_broker": "brokers",
     "open_policies": "wiring",
-    "open_transport": "run",
+    "open_transport": "brokers",
     "run_processor": "run",
     "start_metrics_server": "wiring",
     "stomp_settings_from_env": "environment",

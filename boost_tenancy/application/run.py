@@ -1,6 +1,6 @@
 """Building a runner from settings: the one place where a processor is wired to its transport,
-error store, fairness limits, accounting and metrics, and where all of them are closed again;
-and opening a transport the way an entry point does (open_transport, open_broker).
+error store, fairness limits, accounting and metrics, and where all of them are closed again.
+Opening the transport itself is brokers.py's.
 
 The CLI (`boost-tenancy run`) and the sample services both call run_processor.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.environment import connect_options_from_env
 from boost_tenancy.application.runner import ProcessorRunner
 from boost_tenancy.application.wiring import FairnessWiring
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
@@ -26,24 +26,7 @@ from boost_tenancy.quotas.backlog import BrokerBacklog
 from boost_tenancy.quotas.ttl import effective_ttl
 from boost_tenancy.resilience.error_store import ErrorStore, open_error_store
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports import registry
 from boost_tenancy.transports.base import Transport
-
-
-def open_transport(url: str, env: Mapping[str, str] | None = None) -> Transport:
-    """The transport a URL names, not yet connected.
-
-    env: the environment to read the settings from that the URL does not name (the
-    BOOST_BROKER_* variables, application/environment.py; what the URL names wins); without it
-    those settings keep their defaults, and the process environment is not read.
-    """
-    return registry.open_transport(url, None if env is None else connect_options_from_env(env))
-
-
-def open_broker(settings: AppSettings, env: Mapping[str, str] | None = None) -> Transport:
-    """The transport the settings' URL names, not yet connected; env supplies what the URL does
-    not (timeouts, credentials)."""
-    return open_transport(settings.transport_url(), env)
 
 
 def run_processor(
@@ -174,4 +157,4 @@ def _starter(gauges: QueueGauges) -> Callable[[], None]:
     return start
 
 
-__all__ = ["open_broker", "open_transport", "run_processor"]
+__all__ = ["run_processor"]

@@ -8,8 +8,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.run import open_broker
 from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport

@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
+from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
-from boost_tenancy.application.run import open_broker
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from boost_tenancy.application.run import open_transport
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.transports.base import Transport
 from tests.tls_certificates import make_authority, server_pem
 from tests.tls_support import TlsTerminator, refused, round_trip

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from boost_tenancy.application.run import open_transport
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.base import Delivery, Transport

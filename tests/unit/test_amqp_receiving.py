@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from proton import Condition, Delivery, Message
 
-from boost_tenancy.application.run import open_transport
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing import amqp_peer
 from boost_tenancy.testing.amqp_peer import AmqpPeer

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.environment import connect_options_from_env, stomp_settings_from_env
-from boost_tenancy.application.run import open_transport
 from boost_tenancy.envvars import RENAMED
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.transports.amqp import AmqpSettings, AmqpTransport

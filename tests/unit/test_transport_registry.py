@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from boost_tenancy.application.run import open_transport
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports import registry
