@@ -118,6 +118,10 @@ KNOWN_VARIABLES: Final = frozenset(
         "BOOST_ARTEMIS_HOME",
         "BOOST_ARTEMIS_CACHE",
         "BOOST_ARTEMIS_PORT_OFFSET",
+        "BOOST_ARTEMIS_ROUTED_QUEUES",
+        "BOOST_ARTEMIS_PAIR_HOME",
+        "BOOST_ARTEMIS_CLUSTER_HOME",
+        "BOOST_ARTEMIS_CLUSTER_QUEUES",
     }
 )
 """Every BOOST_* variable something of the project reads. One that is set and not here is a

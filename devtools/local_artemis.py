@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.artemis_plugin import install_jars
+from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
     BrokerProcess,
@@ -71,6 +71,9 @@ _CONTAINER_PORTS: Final = {"61616": "core", "61613": "stomp", "5672": "amqp"}
 ENV_HOME: Final = "BOOST_ARTEMIS_HOME"
 ENV_CACHE: Final = "BOOST_ARTEMIS_CACHE"
 ENV_OFFSET: Final = "BOOST_ARTEMIS_PORT_OFFSET"
+ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
+"""Shared queues the project's tenant plugin routes on this broker (comma-separated); unset or
+"none": no plugin."""
 CLI_NAME: Final = "scripts/artemis"
 
 
@@ -95,6 +98,9 @@ class ArtemisSettings:
     shared_data: Path | None = None
     """Where the journal, bindings, paging and large messages live when not in the instance's
     own data/: the one store a live broker and its shared-store backup both use."""
+    catch_all_xml: str = ""
+    """Elements added to the address settings every address gets (match "#"): a cluster's
+    redistribution delay."""
     lib_jars: tuple[Path, ...] = ()
     """Jars put in the instance's lib/ before it starts (the project's plugin, its drivers)."""
     start_timeout_s: float = START_TIMEOUT_S
@@ -110,10 +116,15 @@ class ArtemisSettings:
         offset_text = env.get(ENV_OFFSET, "").strip() or "0"
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
+        routed = [q.strip() for q in env.get(ENV_ROUTED, "").split(",") if q.strip()]
+        if routed == ["none"]:
+            routed = []
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
             port_offset=int(offset_text),
+            extra_xml=plugin_xml(routed) if routed else "",
+            lib_jars=build_plugin() if routed else (),
         )
 
     @property
@@ -164,6 +175,12 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
         )
     if settings.extra_xml:
         text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
+    if settings.catch_all_xml:
+        text, matched = re.subn(
+            r'(<address-setting match="#">)', rf"\g<1>\n{settings.catch_all_xml}", text
+        )
+        if matched != 1:
+            raise LocalBrokerError(f"{BROKER_XML} should have one address-setting for #")
     if settings.shared_data is not None:
         text, moved_dirs = re.subn(
             r"(<[a-z-]+-directory>)data/", rf"\g<1>{settings.shared_data}/", text

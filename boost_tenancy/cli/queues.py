@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import asdict
 
 from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
@@ -19,7 +20,7 @@ from boost_tenancy.ops.broker_routes import (
 )
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.ops.send_routes import routes_of
-from boost_tenancy.ops.stats import TenantStats, stats_table
+from boost_tenancy.ops.stats import TenantStats, broker_counts_of, broker_counts_table, stats_table
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.routing import Topology
 from boost_tenancy.tenancy import TenantId
@@ -63,13 +64,18 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
     transport = connected(settings)
     try:
         rows = TenantStats(transport, routing=settings.routing).rows(tenant, values(args.queue))
+        at_broker = broker_counts_of(transport, tenant)
     finally:
         transport.close()
     if args.json:
         for row in rows:
             print(json.dumps(row.as_json()))
+        if at_broker is not None:
+            print(json.dumps({"tenant": tenant.value, "at_broker": [asdict(c) for c in at_broker]}))
     else:
         sys.stdout.write(stats_table(rows))
+        if at_broker is not None:
+            sys.stdout.write("\n" + broker_counts_table(at_broker))
     return 0
 
 

@@ -18,7 +18,13 @@ from boost_tenancy.routing import (
     parked_queue,
 )
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import QueueStats, Transport, queue_stats_reader
+from boost_tenancy.transports.base import (
+    BrokerCount,
+    QueueStats,
+    Transport,
+    broker_counts_reader,
+    queue_stats_reader,
+)
 
 COUNTS: Final = ("depth", "in_flight", "scheduled", "dead_lettered", "quarantined", "parked")
 """The counts of a QueueRow, in the order they are shown."""
@@ -212,6 +218,28 @@ def stats_table(rows: Sequence[QueueRow]) -> str:
     return "\n".join(out) + "\n"
 
 
+def broker_counts_of(transport: Transport, tenant: TenantId) -> list[BrokerCount] | None:
+    """What the broker's own tenant layer (the project's Artemis plugin) counted for tenant:
+    routed and refused at send time, per queue and reason; None where none runs."""
+    reader = broker_counts_reader(transport)
+    counts = None if reader is None else reader.broker_counts()
+    if counts is None:
+        return None
+    return [count for count in counts if count.tenant == tenant.value]
+
+
+def broker_counts_table(counts: Sequence[BrokerCount]) -> str:
+    """The broker's counts of one tenant as a text table under the queue counts."""
+    lines = [
+        (count.queue, count.event, count.reason or "-", str(count.count))
+        for count in sorted(counts, key=lambda c: (c.queue, c.event, c.reason))
+    ]
+    if not lines:
+        return "at the broker (tenant plugin): nothing routed or refused for this tenant yet\n"
+    table = text_table(("queue", "at the broker", "reason", "messages"), lines, texts=3)
+    return "\n".join(["at the broker (tenant plugin), since it started:", *table]) + "\n"
+
+
 def _notes(rows: Sequence[QueueRow]) -> list[str]:
     """One line per reason a count is n/a, naming the queues it applies to, then one per broker
     queue that does not exist."""
@@ -239,6 +267,8 @@ __all__ = [
     "SHARED_QUEUE",
     "QueueRow",
     "TenantStats",
+    "broker_counts_of",
+    "broker_counts_table",
     "stats_table",
     "text_table",
 ]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from boost_tenancy.testing import jms_selector
-from boost_tenancy.transports.artemis_management import ManagementError
+from boost_tenancy.transports.artemis_management import BROKER_RESOURCE, ManagementError
 
 Matches = Callable[[Mapping[str, object]], bool]
 
@@ -79,8 +79,13 @@ class DivertModel:
         self._queue_counts = queue_counts
         self._by_address: dict[str, dict[str, tuple[Matches, str]]] = {}
 
-    def operate(self, operation: str, params: Sequence[object]) -> object:
-        """One management operation on the broker control ("broker" resource)."""
+    def operate(
+        self, operation: str, params: Sequence[object], resource: str = BROKER_RESOURCE
+    ) -> object:
+        """One management operation on the broker control ("broker" resource). The model runs
+        no plugin: another resource (the tenant plugin's) is not found, as on Artemis."""
+        if resource != BROKER_RESOURCE:
+            raise ManagementError(f"AMQ229067: Cannot find resource with name {resource}")
         names = {name for diverts in self._by_address.values() for name in diverts}
         if operation == "getDivertNames" and not params:
             return sorted(names)

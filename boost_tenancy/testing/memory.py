@@ -154,7 +154,7 @@ class InMemoryBroker:
         if self.flavour is not BrokerFlavour.ARTEMIS:
             raise ManagementError(f"{self.flavour.value} has no management address")
         with self._cond:
-            return [self._diverts.operate(op.name, op.params) for op in ops]
+            return [self._diverts.operate(op.name, op.params, op.resource) for op in ops]
 
     def diverts(self, queue: str) -> dict[str, str]:
         """The diverts on queue's address: target queue by divert name."""

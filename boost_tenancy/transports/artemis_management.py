@@ -50,7 +50,7 @@ from typing import Final, Protocol, TypeVar
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.routing import check_logical_queue, tenant_queue_of
 from boost_tenancy.selectors import tenant_selector
-from boost_tenancy.transports.base import SendRoute
+from boost_tenancy.transports.base import BrokerCount, SendRoute
 
 MANAGEMENT_ADDRESS: Final = "activemq.management"
 RESOURCE_PROPERTY: Final = "_AMQ_ResourceName"
@@ -59,6 +59,8 @@ SUCCEEDED_PROPERTY: Final = "_AMQ_OperationSucceeded"
 BROKER_RESOURCE: Final = "broker"
 DIVERT_PREFIX: Final = "boost.divert."
 """Divert names: the target queue's name under this prefix, which no queue of the toolkit has."""
+PLUGIN_RESOURCE: Final = "boost.tenant-plugin"
+"""The management resource of the project's Artemis plugin: counters() gives its counts."""
 PLUGIN_DIVERT_PREFIX: Final = "boost.tenant-routing."
 """The divert the project's Artemis plugin (brokers/artemis) makes for each shared queue it
 routes, then the queue's name: where it is, the broker routes every tenant of that queue itself."""
@@ -76,10 +78,12 @@ class Operation:
 
     name: str
     params: tuple[object, ...] = ()
+    resource: str = BROKER_RESOURCE
+    """The management resource asked: the broker's control, or the tenant plugin's."""
 
     @property
     def properties(self) -> dict[str, str]:
-        return {RESOURCE_PROPERTY: BROKER_RESOURCE, OPERATION_PROPERTY: self.name}
+        return {RESOURCE_PROPERTY: self.resource, OPERATION_PROPERTY: self.name}
 
     @property
     def body(self) -> str:
@@ -203,6 +207,30 @@ def plugin_routed(divert_names: Iterable[str]) -> set[str]:
     }
 
 
+def plugin_counts(session: Runs) -> list[BrokerCount] | None:
+    """What the broker's tenant plugin counted; None where no plugin runs there."""
+    try:
+        (result,) = session.run([Operation("counters", resource=PLUGIN_RESOURCE)])
+    except ManagementError as exc:
+        if "AMQ229067" in str(exc):  # Cannot find resource: no plugin on this broker
+            return None
+        raise
+    try:
+        rows = json.loads(str(result))
+        return [
+            BrokerCount(
+                str(row["event"]),
+                str(row["tenant"]),
+                str(row["queue"]),
+                str(row["reason"]),
+                int(row["count"]),
+            )
+            for row in rows
+        ]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ManagementError(f"the tenant plugin's counters are unreadable: {result!r}") from exc
+
+
 def listed(session: Runs) -> list[SendRoute]:
     """The routes the broker's diverts make, of the toolkit's own naming."""
     return routes_named(divert_names(session.run([list_diverts()])[0]))
@@ -238,6 +266,10 @@ class ManagedRoutes:
 
     def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
         return self.management_session(lambda session: remove(session, routes)) if routes else 0
+
+    def broker_counts(self) -> list[BrokerCount] | None:
+        """What the broker's tenant plugin counted; None where no plugin runs there."""
+        return self.management_session(plugin_counts)
 
 
 class Replies:
@@ -317,6 +349,7 @@ __all__ = [
     "DIVERT_PREFIX",
     "MANAGEMENT_ADDRESS",
     "PLUGIN_DIVERT_PREFIX",
+    "PLUGIN_RESOURCE",
     "ManagedRoutes",
     "ManagementError",
     "Operation",
@@ -330,6 +363,7 @@ __all__ = [
     "install",
     "list_diverts",
     "listed",
+    "plugin_counts",
     "plugin_routed",
     "queue_operations",
     "read_reply",

@@ -147,6 +147,22 @@ class SendRoute:
     target: str
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerCount:
+    """One count a broker-side tenant layer keeps (the project's Artemis plugin), since its
+    broker started: what it routed, refused or quarantined at send time."""
+
+    event: str
+    """routed, refused or quarantined."""
+    tenant: str
+    """The tenant (empty for a quarantined message, which names none)."""
+    queue: str
+    """The shared queue it was sent to."""
+    reason: str
+    """Why it was refused (rate, size, backlog) or quarantined (MissingTenant, InvalidTenant)."""
+    count: int
+
+
 class Outgoing(NamedTuple):
     """A message to send: to which queue, and held back by the broker for how long."""
 
@@ -314,6 +330,24 @@ class SendRouteInstaller(Protocol):
         """Stop routing routes at send time (their queues stay, with what they hold); returns how
         many the broker had."""
         ...
+
+
+@runtime_checkable
+class BrokerCountsReader(Protocol):
+    """The optional operation of a transport whose broker may run a tenant layer of its own
+    (send_time_routes: Artemis, with the project's plugin)."""
+
+    def broker_counts(self) -> list[BrokerCount] | None:
+        """What the broker's tenant layer counted; None where none runs there."""
+        ...
+
+
+def broker_counts_reader(transport: Transport) -> BrokerCountsReader | None:
+    """transport as a BrokerCountsReader where its capabilities declare send_time_routes (read
+    them after connect()), else None."""
+    if transport.capabilities.send_time_routes and isinstance(transport, BrokerCountsReader):
+        return transport
+    return None
 
 
 def send_route_installer(transport: Transport) -> SendRouteInstaller | None:

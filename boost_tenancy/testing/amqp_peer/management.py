@@ -11,7 +11,9 @@ from proton import Message
 
 from boost_tenancy.testing.diverts import QueueCount
 from boost_tenancy.transports.artemis_management import (
+    BROKER_RESOURCE,
     OPERATION_PROPERTY,
+    RESOURCE_PROPERTY,
     SUCCEEDED_PROPERTY,
     ManagementError,
 )
@@ -53,7 +55,11 @@ class _Management:
             params = json.loads(str(request.body))
             if not isinstance(params, list):
                 raise ManagementError(f"parameters are not a JSON array: {request.body!r}")
-            result = engine._diverts.operate(str(properties.get(OPERATION_PROPERTY)), params)
+            result = engine._diverts.operate(
+                str(properties.get(OPERATION_PROPERTY)),
+                params,
+                str(properties.get(RESOURCE_PROPERTY, BROKER_RESOURCE)),
+            )
             succeeded, body = True, None if result is None else json.dumps([result])
         except (ManagementError, ValueError, KeyError) as exc:
             succeeded, body = False, json.dumps([str(exc)])

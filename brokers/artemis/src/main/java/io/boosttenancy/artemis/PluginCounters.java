@@ -23,27 +23,46 @@ public final class PluginCounters {
         return INSTANCE;
     }
 
-    void routed(String tenant) {
-        add("routed|" + tenant);
+    void routed(String tenant, String queue) {
+        add("routed|" + tenant + "|" + queue);
     }
 
     void quarantined(String queue, String type) {
-        add("quarantined|" + queue + "|" + type);
+        add("quarantined||" + queue + "|" + type);
     }
 
-    void refused(String tenant, String reason) {
-        add("refused_" + reason + "|" + tenant);
+    void refused(String tenant, String queue, String reason) {
+        add("refused|" + tenant + "|" + queue + "|" + reason);
     }
 
     private void add(String key) {
         counts.computeIfAbsent(key, k -> new LongAdder()).increment();
     }
 
-    /** Every count, by key: routed|&lt;tenant&gt;, refused_&lt;reason&gt;|&lt;tenant&gt;,
-     * quarantined|&lt;queue&gt;|&lt;type&gt;. */
+    /** Every count, by key: routed|tenant|queue, refused|tenant|queue|reason,
+     * quarantined||queue|type. */
     public Map<String, Long> snapshot() {
         Map<String, Long> copy = new TreeMap<>();
         counts.forEach((key, adder) -> copy.put(key, adder.sum()));
         return copy;
+    }
+
+    /** The counts as a JSON array of {"event", "tenant", "queue", "reason", "count"} objects.
+     * Every part is a tenant id, a queue name or a word of the plugin's own, none of which
+     * holds a character JSON would need escaped. */
+    public String json() {
+        StringBuilder out = new StringBuilder("[");
+        for (Map.Entry<String, Long> entry : snapshot().entrySet()) {
+            String[] parts = entry.getKey().split("\\|", -1);
+            if (out.length() > 1) {
+                out.append(',');
+            }
+            out.append("{\"event\":\"").append(parts[0])
+                .append("\",\"tenant\":\"").append(parts[1])
+                .append("\",\"queue\":\"").append(parts[2])
+                .append("\",\"reason\":\"").append(parts.length > 3 ? parts[3] : "")
+                .append("\",\"count\":").append(entry.getValue()).append('}');
+        }
+        return out.append(']').toString();
     }
 }

@@ -39,6 +39,19 @@ public final class TenantNames {
         return TENANT_PREFIX + tenant + "." + queue;
     }
 
+    /** The tenant of tenant.&lt;tenant&gt;.&lt;queue&gt; when queue is one of listed; else null. */
+    public static String tenantOfQueue(String address, Set<String> listed) {
+        if (!address.startsWith(TENANT_PREFIX)) {
+            return null;
+        }
+        int dot = address.indexOf('.', TENANT_PREFIX.length());
+        if (dot < 0) {
+            return null;
+        }
+        String tenant = address.substring(TENANT_PREFIX.length(), dot);
+        return isTenant(tenant) && listed.contains(address.substring(dot + 1)) ? tenant : null;
+    }
+
     /** DLQ.&lt;queue&gt;.quarantine: where a message without a valid tenant goes. */
     public static String quarantine(String queue) {
         return DLQ_PREFIX + queue + QUARANTINE_SUFFIX;

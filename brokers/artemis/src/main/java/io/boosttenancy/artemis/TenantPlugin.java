@@ -48,6 +48,7 @@ import org.apache.activemq.artemis.api.core.SimpleString;
 import org.apache.activemq.artemis.core.config.DivertConfiguration;
 import org.apache.activemq.artemis.core.config.TransformerConfiguration;
 import org.apache.activemq.artemis.core.postoffice.Binding;
+import org.apache.activemq.artemis.core.postoffice.RoutingStatus;
 import org.apache.activemq.artemis.core.server.ActivateCallback;
 import org.apache.activemq.artemis.core.server.ActiveMQServer;
 import org.apache.activemq.artemis.core.server.ComponentConfigurationRoutingType;
@@ -64,6 +65,17 @@ public class TenantPlugin implements ActiveMQServerPlugin {
     private static final Logger LOG = LoggerFactory.getLogger(TenantPlugin.class);
     /** The divert of a routed queue is named this, then the queue. */
     public static final String DIVERT_PREFIX = "boost.tenant-routing.";
+    /** The management resource of the plugin: its operation counters() answers with what it
+     * routed, quarantined and refused, as JSON (a request to activemq.management naming this
+     * resource, as the broker's own controls are asked). */
+    public static final String RESOURCE = "boost.tenant-plugin";
+
+    /** What the management resource answers. */
+    public static final class Control {
+        public String counters() {
+            return PluginCounters.instance().json();
+        }
+    }
 
     private Set<String> queues = Set.of();
     private TenantLimits limits = new TenantLimits(new TenantLimits.Limits(0, 0, 0, 1, 0));
@@ -126,6 +138,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
             @Override
             public void activationComplete() {
                 try {
+                    server.getManagementService().registerInRegistry(RESOURCE, new Control());
                     deployDiverts();
                     applyBacklogQuotas();
                     startPolicyRefresh();
@@ -231,22 +244,65 @@ public class TenantPlugin implements ActiveMQServerPlugin {
     }
 
     @Override
+    public void afterSend(ServerSession session, Transaction tx, Message message, boolean direct,
+                          boolean noAutoCreateQueue, RoutingStatus result) {
+        // Counted once stored: a copy a full tenant queue refused is counted as refused instead.
+        String address = message.getAddress();
+        if (address == null || !queues.contains(address)) {
+            return;
+        }
+        Object raw = message.getObjectProperty(TenantNames.TENANT_PROPERTY);
+        String tenant = TenantRouter.text(raw);
+        if (TenantNames.isTenant(tenant)) {
+            PluginCounters.instance().routed(tenant, address);
+        } else {
+            PluginCounters.instance().quarantined(address, TenantRouter.quarantineType(raw));
+        }
+    }
+
+    @Override
+    public void onSendException(ServerSession session, Transaction tx, Message message,
+                                boolean direct, boolean noAutoCreateQueue, Exception e) {
+        // A tenant's queue over its backlog quota (max-size-messages, FAIL) refuses the copy the
+        // divert routes there: the send fails, and is counted as the tenant's.
+        if (!(e instanceof ActiveMQAddressFullException)
+                || String.valueOf(e.getMessage()).startsWith("boost-tenancy:")) {
+            return;
+        }
+        String address = message.getAddress();
+        String tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
+        if (address != null && queues.contains(address) && TenantNames.isTenant(tenant)) {
+            PluginCounters.instance().refused(tenant, address, "backlog");
+        }
+    }
+
+    @Override
     public void beforeSend(ServerSession session, Transaction tx, Message message, boolean direct,
                            boolean noAutoCreateQueue) throws ActiveMQException {
         String address = message.getAddress();
         if (address == null && session != null && session.getDefaultAddress() != null) {
             address = session.getDefaultAddress().toString();
         }
-        if (address == null || !queues.contains(address)) {
+        if (address == null) {
             return;
         }
-        String tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
-        if (tenant == null || !TenantNames.isTenant(tenant)) {
-            return; // quarantined by the divert, never limited as a tenant's
+        String tenant;
+        if (queues.contains(address)) {
+            tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
+            if (tenant == null || !TenantNames.isTenant(tenant)) {
+                return; // quarantined by the divert, never limited as a tenant's
+            }
+        } else {
+            // Sent straight to a tenant's queue of a listed queue (the toolkit's own producers
+            // do, and so may anyone): the tenant the queue belongs to, whatever the property.
+            tenant = TenantNames.tenantOfQueue(address, queues);
+            if (tenant == null) {
+                return;
+            }
         }
         TenantLimits.Refusal refusal = limits.admit(tenant, message.getWholeMessageSize());
         if (refusal != null) {
-            PluginCounters.instance().refused(tenant, refusal.reason);
+            PluginCounters.instance().refused(tenant, address, refusal.reason);
             throw new ActiveMQAddressFullException("boost-tenancy: publish to " + address
                 + " refused (" + refusal.reason + "): " + refusal.text);
         }

@@ -50,16 +50,14 @@ public final class TenantRouter implements Transformer {
         }
         Object raw = message.getObjectProperty(TenantNames.TENANT_PROPERTY);
         String tenant = text(raw);
-        PluginCounters counters = PluginCounters.instance();
         if (tenant != null && TenantNames.isTenant(tenant)) {
             String target = TenantNames.tenantQueue(tenant, shared);
             BrokerQueues.ensure(target);
             message.setAddress(target);
-            counters.routed(tenant);
             return message;
         }
         BrokerQueues.ensure(TenantNames.quarantine(shared));
-        String type = raw == null ? "MissingTenant" : "InvalidTenant";
+        String type = quarantineType(raw);
         String text = raw == null
             ? "no tenantUUID property: the broker cannot tell whose message this is"
             : "tenantUUID " + quoted(raw) + " is not a tenant id (1-64 of A-Z a-z 0-9 _ -,"
@@ -68,7 +66,6 @@ public final class TenantRouter implements Transformer {
         message.putStringProperty(REASON, TENANCY_VIOLATION);
         message.putStringProperty(ERROR_TYPE, type);
         message.putStringProperty(ERROR_TEXT, text);
-        counters.quarantined(shared, type);
         return message;
     }
 
@@ -81,6 +78,11 @@ public final class TenantRouter implements Transformer {
             return raw.toString();
         }
         return null;
+    }
+
+    /** MissingTenant or InvalidTenant: why a message with this tenantUUID is quarantined. */
+    static String quarantineType(Object raw) {
+        return raw == null ? "MissingTenant" : "InvalidTenant";
     }
 
     private static String quoted(Object raw) {
