@@ -13,6 +13,7 @@ its own started with one shared queue listed and no tenant listed.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -46,9 +47,17 @@ from boost_tenancy.transports.artemis_management import (
 from boost_tenancy.transports.base import send_route_installer
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.artemis_plugin import build_plugin, plugin_xml
-from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
+from devtools.local_artemis import (
+    HOST,
+    PASSWORD,
+    USER,
+    ArtemisSettings,
+    LocalArtemis,
+    ensure_client_jar,
+)
 from tests.conftest import unavailable, wait_until
 from tests.integration.send_time_support import Recorder
+from tests.jms.peer import JmsPeer, compile_peer, jms_available
 
 pytestmark = [
     pytest.mark.broker,
@@ -411,3 +420,30 @@ def test_the_plugins_divert_is_one_per_listed_queue(plugin_broker: PluginBroker)
     assert [n for n in names if n.startswith(PLUGIN_DIVERT_PREFIX)] == [
         PLUGIN_DIVERT_PREFIX + QUEUE
     ]
+
+
+@pytest.fixture(scope="module")
+def java_producer(tmp_path_factory: pytest.TempPathFactory) -> JmsPeer:
+    """A Java service's producer: the Artemis JMS client over CORE, logged in."""
+    reason = jms_available()
+    if reason is not None:
+        unavailable(f"JMS peer unavailable: {reason}")
+    peer = compile_peer(tmp_path_factory.mktemp("jms-peer-classes"))
+    client = ensure_client_jar(ArtemisSettings().cache)
+    return dataclasses.replace(peer, artemis_client=client, login=(USER, PASSWORD))
+
+
+def test_a_java_producer_over_its_tenants_rate_is_refused_and_another_tenant_is_not(
+    plugin_broker: PluginBroker, java_producer: JmsPeer
+) -> None:
+    url = f"tcp://{HOST}:{plugin_broker.broker.settings.core_port}"
+    limited, other = fresh("org-java-slow"), fresh("org-java-free")
+    plugin_broker.policies.set(TenantId(limited), {"messages_per_s": 2.0}, actor="test")
+    time.sleep(REFRESH_S * 3)
+    with pytest.raises(RuntimeError, match=r"refused \(rate\): tenant org-java-slow-\w+ is over"):
+        java_producer.send_each(url, QUEUE, '{"n": 0}', [limited] * 20)
+    java_producer.send_each(url, QUEUE, '{"n": 0}', [other] * 20)
+    assert len(read_all(plugin_broker.stomp_port, f"tenant.{other}.{QUEUE}", 20)) == 20
+    kept = read_all(plugin_broker.stomp_port, f"tenant.{limited}.{QUEUE}", 2, timeout=3.0)
+    assert 2 <= len(kept) < 20  # the bucket's burst, then the refusal ended the producer
+    assert counts_of(plugin_broker, limited)[("refused", "rate")] >= 1
