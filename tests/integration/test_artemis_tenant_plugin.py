@@ -33,7 +33,8 @@ from boost_tenancy import (
     TenantId,
     TenantProducer,
 )
-from boost_tenancy.cli import main as cli_main
+from boost_tenancy.application import AppSettings
+from boost_tenancy.cli import build_parser
 from boost_tenancy.ops.stats import broker_counts_of
 from boost_tenancy.quotas.policy_store import SqlPolicyStore, open_policy_store
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
@@ -392,11 +393,17 @@ def test_the_broker_counts_what_it_routed_and_refused_per_tenant_over_either_pro
         ("routed", "", 1),
         ("refused", "size", 1),
     }
-    # The operator's command shows them under the tenant's queue counts.
-    monkeypatch.setenv("BOOST_BROKER_URL", f"stomp://{HOST}:{plugin_broker.stomp_port}")
-    monkeypatch.setenv("BOOST_BROKER_USER", USER)
-    monkeypatch.setenv("BOOST_BROKER_PASSWORD", PASSWORD)
-    assert cli_main(["stats", "--tenant", tenant, "--queue", QUEUE]) == 0
+    # The operator's command shows them under the tenant's queue counts. Its handler is called
+    # as main() calls it, without main()'s logging set-up, which would bind the test's stderr.
+    env = {
+        "BOOST_BROKER_URL": f"stomp://{HOST}:{plugin_broker.stomp_port}",
+        "BOOST_BROKER_USER": USER,
+        "BOOST_BROKER_PASSWORD": PASSWORD,
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["stats", "--tenant", tenant, "--queue", QUEUE])
+    assert args.handler(args, AppSettings.from_env(env)) == 0
     out = capsys.readouterr().out
     assert "at the broker (tenant plugin)" in out
     assert [line.split()[1:] for line in out.splitlines() if line.startswith(QUEUE + " ")][-2:] == [
