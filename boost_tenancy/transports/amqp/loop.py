@@ -8,6 +8,8 @@ runs every function waiting: a burst of acknowledgements costs one pass, not one
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -161,11 +163,11 @@ class EventLoop:
                 wake = not self._awake and not self._wake_pending
                 if wake:
                     self._wake_pending = True
+                    # Under the lock: stop() closes the pipe under it, so a wake never writes
+                    # to a descriptor closed (or reused) meanwhile.
+                    self._injector.trigger(ApplicationEvent(TASKS_EVENT))
         if stopped:
             task()
-            return
-        if wake:
-            self._injector.trigger(ApplicationEvent(TASKS_EVENT))
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the loop thread; its result or exception comes back by the future. A
@@ -215,10 +217,22 @@ class EventLoop:
                 task()
 
     def stop(self, timeout_s: float) -> None:
-        """Stop the container and wait for the thread, at most timeout_s."""
+        """Stop the container and wait for the thread, at most timeout_s; then close the
+        injector's pipe, which proton never closes (two descriptors per transport, leaked on
+        every close before)."""
         if not self._thread.is_alive():
             self._stopped = True
+            self._close_pipe()
             return
         self.post(self.container.stop)
         self._injector.close()
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        with self._lock:
+            self._stopped = True  # no post writes to the pipe from now on
+            for fd in self._injector.pipe:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
