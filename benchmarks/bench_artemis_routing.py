@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +35,8 @@ from boost_tenancy import TenantId
 from boost_tenancy.transports.artemis_management import ManagedRoutes
 from boost_tenancy.transports.base import SendRoute, send_route_installer
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools: the checkout's, last
 from devtools.artemis_plugin import build_plugin, plugin_xml
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 

@@ -19,13 +19,22 @@ tenant's messages behind it on the shared queue); a third case sends the heavy t
 alongside the modest tenant's instead, at 50x its rate, so the volume is the same but spread.
 
     .venv/bin/python benchmarks/bench_noisy_neighbour.py [--modest 100] [--ratio 50]
-        [--rate 20] [--wait 30] [--only routed,shared,per_tenant,broker_routes,plugin]
+        [--rate 20] [--wait 30]
+        [--only routed,shared,per_tenant,broker_routes,plugin,artemis_plugin,artemis_cluster,
+               artemis_cluster_far]
         [--json out.json]
 
 broker_routes runs the routed rows against a Classic broker of the benchmark's own, started with
 scripts/broker and the element `boost-tenancy broker-routes` prints for its queues and both tenants
 (routing at send time, docs/fairness.md); plugin does so with the project's tenant routing plugin
 configured with the queue alone (BOOST_BROKER_ROUTED_QUEUES), no tenant listed.
+
+artemis_plugin runs them against an Artemis 2.44 of the benchmark's own whose tenant plugin
+(brokers/artemis) routes the queue, no tenant listed; artemis_cluster against a two-node cluster
+of its own with the plugin on both nodes (docs/operations.md, "A two-node Artemis cluster"), the
+producers sending to node 1, the modest tenant's runner on node 2 and the heavy tenant's on both
+nodes; artemis_cluster_far the same with the heavy tenant's runner on node 2 only, so its whole
+backlog crosses the cluster bridge, which every tenant's crossing messages share in order.
 
 The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613).
 """
@@ -46,7 +55,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.synchronize import Event as MpEvent
 from pathlib import Path
@@ -72,12 +81,40 @@ from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools: the checkout's, last
+from devtools.artemis_cluster import ArtemisCluster
+from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.local_artemis import HOST as ARTEMIS_HOST
+from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
+from devtools.local_artemis import USER as ARTEMIS_USER
+from devtools.local_artemis import ArtemisSettings, LocalArtemis
+
 MODEST, HEAVY = "modest", "heavy"
 HEAVY_WORK_S = 0.005
 """What the heavy tenant's handler does per message."""
 P99_TARGET = 2.0
+TOPOLOGIES = (
+    "routed",
+    "shared",
+    "per_tenant",
+    "broker_routes",
+    "plugin",
+    "artemis_plugin",
+    "artemis_cluster",
+    "artemis_cluster_far",
+)
 
 HeavyState = Literal["none", "running", "stopped"]
+OwnBroker = Literal[
+    "classic_routes", "classic_plugin", "artemis_plugin", "artemis_cluster", "artemis_cluster_far"
+]
+"""A broker the benchmark starts for the scenarios that need one: Classic with the routes
+`boost-tenancy broker-routes` prints, Classic with the tenant routing plugin, Artemis with the
+tenant plugin, two clustered Artemis nodes with the plugin (the heavy tenant's runners on both
+nodes, or on node 2 only: "far")."""
+Env = tuple[tuple[str, str], ...]
+ARTEMIS_OFFSET = 1600
+CLUSTER_OFFSETS = (1700, 2000)
 Backlog = Literal["during", "before", "alongside"]
 """When the heavy tenant's messages are queued: all at once when the runners run ("during") or
 before any starts, or "alongside" the modest tenant's, `ratio` of them before each of its."""
@@ -277,12 +314,24 @@ class TenantRunners:
         self._stats = self._ctx.Queue()
         self._procs: list[Any] = []
 
-    def start(self, tenant: str, out: Any, work_s: float) -> None:
-        """Start tenant's runner; returns once it is subscribed (its router running)."""
+    def start(
+        self, tenant: str, out: Any, work_s: float, env: dict[str, str] | None = None
+    ) -> None:
+        """Start tenant's runner (against the broker env names, else the scenario's); returns
+        once it is subscribed (its router running)."""
         ready = self._ctx.Event()
         proc = self._ctx.Process(
             target=run_tenant,
-            args=(tenant, self._queue, self._env, work_s, out, ready, self._stop, self._stats),
+            args=(
+                tenant,
+                self._queue,
+                env or self._env,
+                work_s,
+                out,
+                ready,
+                self._stop,
+                self._stats,
+            ),
             daemon=True,
         )
         proc.start()
@@ -299,7 +348,9 @@ class TenantRunners:
                 tenant, counts = self._stats.get(timeout=30)
             except queue_mod.Empty:
                 continue
-            events[tenant] = counts
+            for event, count in counts.items():  # a tenant's runners on several nodes
+                events.setdefault(tenant, {})
+                events[tenant][event] = events[tenant].get(event, 0) + count
         for proc in self._procs:
             proc.join(15)
         return events
@@ -351,22 +402,32 @@ class Scenario:
     heavy: HeavyState
     backlog: Backlog = "during"
     parking: bool = False
-    broker_routes: bool = False
-    """Run against the benchmark's own Classic broker started with `boost-tenancy broker-routes`
-    for the queue and both tenants (queue and routes_port are set once it runs)."""
-    plugin: bool = False
-    """Run against the benchmark's own Classic broker whose tenant routing plugin routes the
-    queue, every tenant, none listed (BOOST_BROKER_ROUTED_QUEUES)."""
+    own_broker: OwnBroker | None = None
+    """Run against a broker of the benchmark's own (queue, runner_broker and sender_broker are
+    set once it runs); None: the broker BOOST_BROKER_URL names."""
     queue: str | None = None
-    routes_port: int | None = None
+    runner_broker: Env = ()
+    """The variables that point the tenants' runners at the own broker."""
+    sender_broker: Env = ()
+    """The variables that point the producers at it (another node of a cluster)."""
+    heavy_brokers: tuple[Env, ...] = ()
+    """Where the heavy tenant's runners run, one each (a cluster's nodes); empty: runner_broker."""
 
     @property
     def env(self) -> dict[str, str]:
-        extra = (
-            {}
-            if self.routes_port is None
-            else {"BOOST_BROKER_URL": f"stomp://127.0.0.1:{self.routes_port}"}
-        )
+        """The runners' environment."""
+        return self._env(dict(self.runner_broker))
+
+    @property
+    def heavy_envs(self) -> list[dict[str, str] | None]:
+        """The environment of each of the heavy tenant's runners (None: the runners')."""
+        return [self._env(dict(broker)) for broker in self.heavy_brokers] or [None]
+
+    @property
+    def sender_env(self) -> dict[str, str]:
+        return self._env(dict(self.sender_broker or self.runner_broker))
+
+    def _env(self, extra: dict[str, str]) -> dict[str, str]:
         if self.topology is Topology.ROUTED:
             return broker_env(**extra)  # the default: nothing about routing or fairness
         return broker_env(BOOST_ROUTING=self.topology.value, **extra)
@@ -422,7 +483,7 @@ def queue_heavy(sender: Sender, queue: str, count: int) -> float:
 
 def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: float) -> Result:
     queue = s.queue or f"nn.{uuid.uuid4().hex[:8]}"
-    settings = app_settings(s.env)
+    settings = app_settings(s.sender_env)
     sender: Sender = (
         JavaStyleSender(settings.stomp)
         if s.java_style
@@ -436,7 +497,8 @@ def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: fl
     modest_out = mp.get_context("spawn").Queue()
     runners.start(MODEST, modest_out, 0.0)
     if s.heavy == "running":
-        runners.start(HEAVY, None, HEAVY_WORK_S)
+        for heavy_env in s.heavy_envs:
+            runners.start(HEAVY, None, HEAVY_WORK_S, heavy_env)
     with tempfile.TemporaryDirectory() as tmp:
         sweeper = None
         if s.parking:
@@ -528,12 +590,12 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
         Scenario("per_tenant + fairness", "beside heavy", Topology.PER_TENANT, "stopped"),
     ]
 
-    def routed_on_own_broker(label: str, **own_broker: bool) -> list[Scenario]:
-        """The routed rows against the benchmark's own broker (broker_routes or plugin)."""
+    def routed_on_own_broker(label: str, own_broker: OwnBroker) -> list[Scenario]:
+        """The routed rows against a broker of the benchmark's own."""
         return [
-            Scenario(label, "alone", Topology.ROUTED, "none", **own_broker),
+            Scenario(label, "alone", Topology.ROUTED, "none", own_broker=own_broker),
             *(
-                Scenario(label, name, Topology.ROUTED, heavy, backlog, **own_broker)
+                Scenario(label, name, Topology.ROUTED, heavy, backlog, own_broker=own_broker)
                 for name, backlog in (
                     ("beside heavy, queued while running", "during"),
                     ("beside heavy, queued before start", "before"),
@@ -543,55 +605,144 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
             ),
         ]
 
-    broker_routes = routed_on_own_broker("routed + broker routes", broker_routes=True)
-    plugin = routed_on_own_broker("routed + routing plugin", plugin=True)
     chosen = {
         "routed": routed,
         "shared": shared,
         "per_tenant": per_tenant,
-        "broker_routes": broker_routes,
-        "plugin": plugin,
+        "broker_routes": routed_on_own_broker("routed + broker routes", "classic_routes"),
+        "plugin": routed_on_own_broker("routed + routing plugin", "classic_plugin"),
+        "artemis_plugin": routed_on_own_broker("Artemis + tenant plugin", "artemis_plugin"),
+        "artemis_cluster": routed_on_own_broker("Artemis cluster, heavy both", "artemis_cluster"),
+        "artemis_cluster_far": routed_on_own_broker(
+            "Artemis cluster, heavy far", "artemis_cluster_far"
+        ),
     }
     return [s for name in only for s in chosen[name]]
 
 
 @contextmanager
-def routes_broker(chosen: list[Scenario], home: Path) -> Iterator[list[Scenario]]:
-    """A Classic broker of its own, routing at send time both tenants of every broker_routes
-    scenario's queue (the element `boost-tenancy broker-routes` prints) and every tenant of every
-    plugin scenario's queue (the project's tenant routing plugin, the queue alone listed); the
-    scenarios set to use it. Started with scripts/broker in a home of its own, on free ports."""
-    if not any(s.broker_routes or s.plugin for s in chosen):
-        yield chosen
-        return
+def own_brokers(chosen: list[Scenario], home: Path) -> Iterator[list[Scenario]]:
+    """Start the brokers the chosen scenarios name (each once, a queue of its own per scenario)
+    and yield the scenarios set to use them; stops them afterwards."""
     queues = {
-        i: f"nn.{'routes' if s.broker_routes else 'plugin'}.{uuid.uuid4().hex[:8]}"
+        i: f"nn.{s.own_broker.replace('_', '-')}.{uuid.uuid4().hex[:8]}"
         for i, s in enumerate(chosen)
-        if s.broker_routes or s.plugin
+        if s.own_broker is not None
     }
+
+    def listed(kind: OwnBroker) -> list[str]:
+        return [queues[i] for i, s in enumerate(chosen) if s.own_broker == kind]
+
+    with ExitStack() as stack:
+        placed: dict[OwnBroker, Placement] = {}
+        if listed("classic_routes") or listed("classic_plugin"):
+            env = stack.enter_context(
+                classic_broker(home / "classic", listed("classic_routes"), listed("classic_plugin"))
+            )
+            placed["classic_routes"] = placed["classic_plugin"] = Placement(env, env)
+        if listed("artemis_plugin"):
+            env = stack.enter_context(artemis_broker(home / "artemis", listed("artemis_plugin")))
+            placed["artemis_plugin"] = Placement(env, env)
+        if listed("artemis_cluster") or listed("artemis_cluster_far"):
+            node1, node2 = stack.enter_context(
+                artemis_cluster(
+                    home / "cluster", listed("artemis_cluster") + listed("artemis_cluster_far")
+                )
+            )
+            placed["artemis_cluster"] = Placement(node2, node1, (node1, node2))
+            placed["artemis_cluster_far"] = Placement(node2, node1)
+        yield [
+            s if s.own_broker is None else placed[s.own_broker].apply(replace(s, queue=queues[i]))
+            for i, s in enumerate(chosen)
+        ]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a scenario's runners and producers connect on the benchmark's own brokers."""
+
+    runners: dict[str, str]
+    sender: dict[str, str]
+    heavy: tuple[dict[str, str], ...] = ()
+    """The heavy tenant's runners, one per entry; empty: one on runners."""
+
+    def apply(self, scenario: Scenario) -> Scenario:
+        return replace(
+            scenario,
+            runner_broker=tuple(self.runners.items()),
+            sender_broker=tuple(self.sender.items()),
+            heavy_brokers=tuple(tuple(env.items()) for env in self.heavy),
+        )
+
+
+@contextmanager
+def classic_broker(
+    home: Path, routes_queues: Sequence[str], plugin_queues: Sequence[str]
+) -> Iterator[dict[str, str]]:
+    """A Classic broker of its own (scripts/broker, free ports) routing at send time both tenants
+    of routes_queues (the element `boost-tenancy broker-routes` prints) and every tenant of
+    plugin_queues (the project's tenant routing plugin, the queues alone listed)."""
     stomp_port, openwire_port = free_ports(2)
-    plugin_queues = [queues[i] for i, s in enumerate(chosen) if s.plugin]
+    url = {"BOOST_BROKER_URL": f"stomp://127.0.0.1:{stomp_port}"}
     env = {
         **os.environ,
-        "BOOST_BROKER_HOME": str(home / "broker"),
-        "BOOST_BROKER_URL": f"stomp://127.0.0.1:{stomp_port}",
+        **url,
+        "BOOST_BROKER_HOME": str(home),
         "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
         "BOOST_BROKER_ROUTED_QUEUES": ",".join(plugin_queues) if plugin_queues else "none",
     }
-    routes_queues = [queues[i] for i, s in enumerate(chosen) if s.broker_routes]
     if routes_queues:
+        home.mkdir(parents=True, exist_ok=True)
         routes = home / "routes.xml"
         routes.write_text(classic_destination_interceptors(routes_queues, [MODEST, HEAVY]))
         env["BOOST_BROKER_ROUTES"] = str(routes)
     script = str(Path(__file__).resolve().parents[1] / "scripts" / "broker")
     subprocess.run([script, "start"], env=env, check=True, stdout=subprocess.DEVNULL)
     try:
-        yield [
-            replace(s, queue=queues[i], routes_port=stomp_port) if i in queues else s
-            for i, s in enumerate(chosen)
-        ]
+        yield url
     finally:
         subprocess.run([script, "stop"], env=env, check=False, stdout=subprocess.DEVNULL)
+
+
+def artemis_login(port: int) -> dict[str, str]:
+    return {
+        "BOOST_BROKER_URL": f"stomp://{ARTEMIS_HOST}:{port}",
+        "BOOST_BROKER_USER": ARTEMIS_USER,
+        "BOOST_BROKER_PASSWORD": ARTEMIS_PASSWORD,
+    }
+
+
+@contextmanager
+def artemis_broker(home: Path, queues: Sequence[str]) -> Iterator[dict[str, str]]:
+    """An Artemis 2.44 of its own whose tenant plugin routes queues (no tenant listed)."""
+    broker = LocalArtemis(
+        ArtemisSettings(
+            home=home,
+            port_offset=ARTEMIS_OFFSET,
+            extra_xml=plugin_xml(queues),
+            lib_jars=build_plugin(),
+        )
+    )
+    broker.start()
+    try:
+        yield artemis_login(broker.settings.stomp_port)
+    finally:
+        broker.stop()
+
+
+@contextmanager
+def artemis_cluster(
+    home: Path, queues: Sequence[str]
+) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Two clustered Artemis nodes of their own, the plugin routing queues on both; yields the
+    variables that point a client at node 1 and at node 2."""
+    cluster = ArtemisCluster(home, queues, offsets=CLUSTER_OFFSETS)
+    cluster.start()
+    try:
+        node1, node2 = (node.settings.stomp_port for node in cluster.nodes)
+        yield artemis_login(node1), artemis_login(node2)
+    finally:
+        cluster.stop()
 
 
 def free_ports(count: int) -> list[int]:
@@ -616,13 +767,16 @@ def main() -> int:
         default="routed,shared,per_tenant",
         help="topologies to run, comma-separated (routed is the default configuration); "
         "broker_routes starts a Classic broker of its own routing the two tenants at send time, "
-        "plugin one whose tenant routing plugin routes every tenant of the queue",
+        "plugin one whose tenant routing plugin routes every tenant of the queue; "
+        "artemis_plugin an Artemis of its own with the tenant plugin, artemis_cluster two "
+        "clustered Artemis nodes with it (producers on node 1, the modest runner on node 2, "
+        "the heavy on both), artemis_cluster_far the heavy runner on node 2 only",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
     only = [name.strip() for name in args.only.split(",") if name.strip()]
-    if unknown := set(only) - {"routed", "shared", "per_tenant", "broker_routes", "plugin"}:
+    if unknown := set(only) - set(TOPOLOGIES):
         parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
     defaults = app_settings(broker_env())
     fairness = defaults.fairness
@@ -647,7 +801,7 @@ def main() -> int:
     results: list[Result] = []
     with (
         tempfile.TemporaryDirectory(prefix="bench-nn-") as home,
-        routes_broker(scenarios(only, args.ratio), Path(home)) as chosen,
+        own_brokers(scenarios(only, args.ratio), Path(home)) as chosen,
     ):
         for scenario in chosen:
             result = run_scenario(scenario, args.modest, args.ratio, args.rate, args.wait)

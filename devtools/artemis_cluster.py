@@ -5,9 +5,11 @@ runs the toolkit (docs/operations.md, "A two-node Artemis cluster").
     scripts/artemis-cluster start     both nodes, clustered, the plugin routing the listed queues
     scripts/artemis-cluster status|stop|restart|purge|env
 
-Messages go where the consumers are (message-load-balancing ON_DEMAND) and a node's messages
-move to the other node once it has no consumer left (redistribution-delay 0): a producer on node
-1 reaches a tenant's runner on node 2. The nodes live in .artemis-cluster/ (node1/, node2/)
+A message stays on the node it was sent to while its queue has a consumer there
+(message-load-balancing OFF_WITH_REDISTRIBUTION) and moves to the other node at once when it has
+none (redistribution-delay 0): a producer on node 1 reaches a tenant's runner on node 2, and a
+tenant whose runners read on both nodes never puts its messages on the cluster bridge, which all
+tenants share in order (docs/operations.md). The nodes live in .artemis-cluster/ (node1/, node2/)
 unless BOOST_ARTEMIS_CLUSTER_HOME says otherwise; their ports are the project's Artemis ports +
 500 and + 600. BOOST_ARTEMIS_CLUSTER_QUEUES lists the shared queues the plugin routes (default:
 the sample pipeline's routed queues).
@@ -39,8 +41,8 @@ REDISTRIBUTION: Final = "        <redistribution-delay>0</redistribution-delay>"
 
 
 def cluster_xml(own_core_port: int, peer_core_port: int) -> str:
-    """What a node adds to the project's broker.xml: a cluster connection to its peer, messages
-    sent where the consumers are."""
+    """What a node adds to the project's broker.xml: a cluster connection to its peer; messages
+    stay where they are sent while a consumer reads them there."""
     return f"""    <connectors>
       <connector name="self">tcp://{HOST}:{own_core_port}</connector>
       <connector name="peer">tcp://{HOST}:{peer_core_port}</connector>
@@ -50,7 +52,7 @@ def cluster_xml(own_core_port: int, peer_core_port: int) -> str:
     <cluster-connections>
       <cluster-connection name="boost-cluster">
         <connector-ref>self</connector-ref>
-        <message-load-balancing>ON_DEMAND</message-load-balancing>
+        <message-load-balancing>OFF_WITH_REDISTRIBUTION</message-load-balancing>
         <max-hops>1</max-hops>
         <static-connectors><connector-ref>peer</connector-ref></static-connectors>
       </cluster-connection>

@@ -94,3 +94,35 @@ def test_the_plugin_routes_and_quarantines_on_either_node(cluster: ArtemisCluste
         assert [f.body for f in read_all(port, f"tenant.{tenant}.{QUEUE}", 1)] == ["routed"]
         quarantined = [f for f in read_all(port, f"DLQ.{QUEUE}.quarantine", 1) if f.body == body]
         assert [f.headers["boostErrorType"] for f in quarantined] == ["MissingTenant"]
+
+
+def test_a_tenant_read_on_both_nodes_keeps_its_messages_off_the_cluster_bridge(
+    cluster: ArtemisCluster, tmp_path: Path
+) -> None:
+    """A message stays on the node it was sent to while its tenant's runner reads there
+    (OFF_WITH_REDISTRIBUTION): a heavy tenant with runners on both nodes puts nothing on the
+    bridge every tenant's crossing messages share in order (ON_DEMAND would send about half)."""
+    tenant = fresh("org-both")
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    near, far = Recorder(QUEUE), Recorder(QUEUE)
+    runners = [
+        ProcessorRunner(
+            processor,
+            StompTransport(node_settings(cluster, index)),
+            [tenant],
+            error_store=store,
+            settings=RunnerSettings(workers=2, prefetch=10),
+        )
+        for index, processor in ((0, near), (1, far))
+    ]
+    for runner in runners:
+        runner.start()
+    try:
+        sends = [(tenant, f'{{"n": {n}}}') for n in range(60)]
+        assert send_all(cluster.nodes[0].settings.stomp_port, sends, queue=QUEUE) == (60, [])
+        assert wait_until(lambda: near.count() + far.count() == 60, 60)
+        assert (near.count(), far.count()) == (60, 0)
+    finally:
+        for runner in runners:
+            runner.stop(grace_s=5)
+        store.close()
