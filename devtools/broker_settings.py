@@ -200,7 +200,7 @@ class LocalBrokerSettings:
         _check_heap(heap_mb, ENV_HEAP_MB)
         routes_raw = env.get(ENV_ROUTES, "")
         return cls(
-            routed_queues=_routed_queues_from_env(env),
+            routed_queues=routed_queues_from_env(env),
             home=home,
             host=host,
             stomp_port=stomp_port,
@@ -244,12 +244,16 @@ def _keystore_from_env(env: Mapping[str, str], tls: bool) -> BrokerKeystore | No
         raise ConfigError(f"{ENV_KEYSTORE}: {exc}") from None
 
 
-def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
-    """BOOST_BROKER_ROUTED_QUEUES, never a queue BOOST_ROUTING makes shared: its runners (a Java
-    service's selector consumer) read the shared queue, which the plugin would leave empty. The
-    default list leaves such a queue out; a list naming one is refused."""
+def routed_queues_from_env(
+    env: Mapping[str, str], variable: str = ENV_ROUTED_QUEUES
+) -> tuple[str, ...]:
+    """The shared queues a broker's tenant plugin routes, from variable (BOOST_BROKER_ROUTED_QUEUES
+    for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis): by default the sample pipeline's,
+    "none" for no plugin; never a queue BOOST_ROUTING makes shared: its runners (a Java service's
+    selector consumer) read the shared queue, which the plugin would leave empty. The default
+    list leaves such a queue out; a list naming one is refused."""
     routing = routing_from_env(env)
-    raw = env.get(ENV_ROUTED_QUEUES, "").strip()
+    raw = env.get(variable, "").strip()
     if not raw:
         return tuple(q for q in ROUTED_QUEUES if routing.topology(q) is not Topology.SHARED)
     if raw == NO_ROUTED_QUEUES:
@@ -260,7 +264,7 @@ def _routed_queues_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
             check_routed_at_send(routing, queue)
         except ConfigError as exc:
             raise ConfigError(
-                f"{ENV_ROUTED_QUEUES}={raw!r}: {exc} (a comma-separated list of shared queues, "
+                f"{variable}={raw!r}: {exc} (a comma-separated list of shared queues, "
                 f"or {NO_ROUTED_QUEUES})"
             ) from None
     return queues

@@ -46,7 +46,7 @@ from devtools.broker_process import (
     parse_command,
     print_exports,
 )
-from devtools.broker_settings import LocalBrokerError, find_repo_root
+from devtools.broker_settings import LocalBrokerError, find_repo_root, routed_queues_from_env
 from devtools.commands import run_checked
 
 ARTEMIS_VERSION: Final = "2.44.0"
@@ -72,8 +72,8 @@ ENV_HOME: Final = "BOOST_ARTEMIS_HOME"
 ENV_CACHE: Final = "BOOST_ARTEMIS_CACHE"
 ENV_OFFSET: Final = "BOOST_ARTEMIS_PORT_OFFSET"
 ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
-"""Shared queues the project's tenant plugin routes on this broker (comma-separated); unset or
-"none": no plugin."""
+"""Shared queues the project's tenant plugin routes on this broker (comma-separated); unset: the
+sample pipeline's, as docker/artemis/etc-override/broker.xml lists them; "none": no plugin."""
 CLI_NAME: Final = "scripts/artemis"
 
 
@@ -116,9 +116,7 @@ class ArtemisSettings:
         offset_text = env.get(ENV_OFFSET, "").strip() or "0"
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
-        routed = [q.strip() for q in env.get(ENV_ROUTED, "").split(",") if q.strip()]
-        if routed == ["none"]:
-            routed = []
+        routed = routed_queues_from_env(env, ENV_ROUTED)
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
@@ -156,10 +154,20 @@ class ArtemisSettings:
         }
 
 
+_COMPOSE_PLUGIN: Final = re.compile(
+    r"\n *<!-- The project's tenant plugin.*?</broker-plugins>\n", re.S
+)
+"""The plugin element of the compose broker.xml (with its comment), for the pipeline's queues:
+an instance runs the plugin its settings ask for instead (extra_xml), or none."""
+
+
 def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> str:
-    """The project's broker.xml with every acceptor on loopback at this instance's port, and
-    settings.extra_xml added to <core>."""
+    """The project's broker.xml without its plugin element, with every acceptor on loopback at
+    this instance's port, and settings.extra_xml (the plugin it runs, if any) added to <core>."""
     text = BROKER_XML.read_text(encoding="utf-8") if source is None else source
+    text, plugins = _COMPOSE_PLUGIN.subn("", text)
+    if plugins != 1:
+        raise LocalBrokerError(f"{BROKER_XML} should have one <broker-plugins>, found {plugins}")
     ports = settings.ports()
 
     def moved(match: re.Match[str]) -> str:

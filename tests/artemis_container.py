@@ -1,5 +1,6 @@
 """ActiveMQ Artemis in a container (testcontainers), configured by the project's own
-docker/artemis/etc-override, as docker-compose.yml runs it in production.
+docker/artemis/etc-override, with the project's tenant plugin, as docker-compose.yml runs it in
+production.
 
 Used by `pytest --artemis-container` (the whole suite against it) and by
 tests/integration/test_artemis.py. Needs a Docker engine; none runs on the project's development
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from boost_tenancy.errors import BoostTenancyError
+from devtools.artemis_plugin import build_plugin
 from tests.broker_target import BrokerTarget, connected_server
 
 IMAGE_ENV: Final = "BOOST_TEST_ARTEMIS_IMAGE"
@@ -63,6 +65,10 @@ class ArtemisContainer:
             .with_volume_mapping(str(ETC_OVERRIDE), "/var/lib/artemis-instance/etc-override", "ro")
             .with_exposed_ports(STOMP, OPENWIRE, AMQP)
         )
+        # The tenant plugin its broker.xml lists, built here as docker/artemis/Dockerfile builds
+        # it for docker-compose.yml, on the broker's classpath.
+        for jar in build_plugin():
+            container.with_volume_mapping(str(jar), f"/opt/activemq-artemis/lib/{jar.name}", "ro")
         container.start()
         self._container = container
         try:

@@ -412,6 +412,35 @@ def test_the_broker_counts_what_it_routed_and_refused_per_tenant_over_either_pro
     ]
 
 
+def test_a_transacted_send_is_counted_when_it_commits_and_never_when_it_rolls_back(
+    plugin_broker: PluginBroker,
+) -> None:
+    tenant = fresh("org-transacted")
+    connection, frames = connect(plugin_broker.stomp_port)
+    try:
+        for outcome in ("abort", "commit"):
+            tx = connection.begin()
+            connection.send(
+                f"/queue/{QUEUE}",
+                body=outcome,
+                headers={"persistent": "true", "tenantUUID": tenant},
+                transaction=tx,
+            )
+            receipt = uuid.uuid4().hex
+            (connection.abort if outcome == "abort" else connection.commit)(
+                tx, headers={"receipt": receipt}
+            )
+            assert wait_until(lambda r=receipt: r in frames.receipts, 10)
+            if outcome == "abort":
+                assert counts_of(plugin_broker, tenant) == {}
+    finally:
+        connection.disconnect()
+    assert counts_of(plugin_broker, tenant) == {("routed", ""): 1}
+    assert [f.body for f in read_all(plugin_broker.stomp_port, f"tenant.{tenant}.{QUEUE}", 1)] == [
+        "commit"
+    ]
+
+
 def test_the_plugins_divert_is_one_per_listed_queue(plugin_broker: PluginBroker) -> None:
     """Whatever the number of tenants sent so far, the broker has one divert for the queue."""
     transport = StompTransport(plugin_broker.stomp)

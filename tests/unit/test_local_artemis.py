@@ -8,20 +8,25 @@ from pathlib import Path
 
 import pytest
 
+from boost_tenancy.errors import ConfigError
 from devtools import local_artemis as la
 from devtools.artemis_pair import ENV_HOME as PAIR_HOME
 from devtools.artemis_pair import ArtemisPair
 from devtools.artemis_pair import run_cli as run_pair_cli
+from devtools.artemis_plugin import plugin_xml
 from devtools.broker_settings import LocalBrokerError
+from services.common.contract import ROUTED_QUEUES
 from tests.artemis_container import DEFAULT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compose_the_test_container_and_the_local_broker_name_one_artemis_version() -> None:
-    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
-    images = set(re.findall(r"image: apache/activemq-artemis:([0-9.]+)", compose))
+    dockerfile = (ROOT / "docker" / "artemis" / "Dockerfile").read_text(encoding="utf-8")
+    images = set(re.findall(r"FROM apache/activemq-artemis:([0-9.]+)", dockerfile))
     assert images == {la.ARTEMIS_VERSION}
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    assert "dockerfile: docker/artemis/Dockerfile" in compose
     assert f"apache/activemq-artemis:{la.ARTEMIS_VERSION}" == DEFAULT_IMAGE
 
 
@@ -38,6 +43,35 @@ def test_an_unexpected_acceptor_port_is_refused() -> None:
         la.render_broker_xml(la.ArtemisSettings(home=Path("/x")), source)
 
 
+def test_the_compose_broker_runs_the_tenant_plugin_for_the_pipelines_queues() -> None:
+    """docker/artemis/etc-override/broker.xml carries what `boost-tenancy broker-routes --broker
+    artemis` prints for the sample pipeline's queues, and its image the plugin's jars."""
+    compose_xml = la.BROKER_XML.read_text(encoding="utf-8")
+    assert plugin_xml(ROUTED_QUEUES) in compose_xml
+    dockerfile = (ROOT / "docker" / "artemis" / "Dockerfile").read_text(encoding="utf-8")
+    assert "brokers/artemis" in dockerfile
+    assert "/opt/activemq-artemis/lib/" in dockerfile
+
+
+def test_the_local_broker_runs_the_plugin_its_settings_name_or_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    jar = tmp_path / "boost-tenancy-artemis.jar"
+    monkeypatch.setattr(la, "build_plugin", lambda: (jar,))
+    default = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path)})
+    assert default.lib_jars == (jar,)
+    assert la.render_broker_xml(default).count("<broker-plugins>") == 1
+    assert plugin_xml(ROUTED_QUEUES) in la.render_broker_xml(default)
+    listed = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a"})
+    assert la.render_broker_xml(listed).count("<broker-plugins>") == 1
+    assert plugin_xml(["cmd.a"]) in la.render_broker_xml(listed)
+    none = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "none"})
+    assert (none.lib_jars, la.render_broker_xml(none).count("broker-plugins")) == ((), 0)
+    shared = {la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a", "BOOST_ROUTING": "shared"}
+    with pytest.raises(ConfigError, match=re.escape("BOOST_ARTEMIS_ROUTED_QUEUES='cmd.a'")):
+        la.ArtemisSettings.from_env(shared)
+
+
 def test_extra_configuration_goes_into_core() -> None:
     settings = la.ArtemisSettings(home=Path("/x"), extra_xml="    <ha-policy/>")
     assert "    <ha-policy/>\n  </core>" in la.render_broker_xml(settings)
@@ -45,7 +79,12 @@ def test_extra_configuration_goes_into_core() -> None:
 
 def test_settings_from_the_environment_and_their_refusals(tmp_path: Path) -> None:
     settings = la.ArtemisSettings.from_env(
-        {la.ENV_HOME: str(tmp_path), la.ENV_OFFSET: "7", la.ENV_CACHE: str(tmp_path / "c")}
+        {
+            la.ENV_HOME: str(tmp_path),
+            la.ENV_OFFSET: "7",
+            la.ENV_CACHE: str(tmp_path / "c"),
+            la.ENV_ROUTED: "none",
+        }
     )
     assert (settings.home, settings.cache) == (tmp_path, tmp_path / "c")
     assert settings.ports() == {"stomp": 61720, "core": 61723, "amqp": 5779}

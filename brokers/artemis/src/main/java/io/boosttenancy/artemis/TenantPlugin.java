@@ -57,6 +57,7 @@ import org.apache.activemq.artemis.core.server.plugin.ActiveMQServerPlugin;
 import org.apache.activemq.artemis.core.settings.impl.AddressFullMessagePolicy;
 import org.apache.activemq.artemis.core.settings.impl.AddressSettings;
 import org.apache.activemq.artemis.core.transaction.Transaction;
+import org.apache.activemq.artemis.core.transaction.TransactionOperationAbstract;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -253,10 +254,16 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         }
         Object raw = message.getObjectProperty(TenantNames.TENANT_PROPERTY);
         String tenant = TenantRouter.text(raw);
-        if (TenantNames.isTenant(tenant)) {
-            PluginCounters.instance().routed(tenant, address);
+        Runnable count = TenantNames.isTenant(tenant)
+                ? () -> PluginCounters.instance().routed(tenant, address)
+                : () -> PluginCounters.instance().quarantined(
+                        address, TenantRouter.quarantineType(raw));
+        if (tx == null) {
+            count.run();
         } else {
-            PluginCounters.instance().quarantined(address, TenantRouter.quarantineType(raw));
+            // A transacted send is stored when its transaction commits, and never if it rolls
+            // back: counted then, or not at all.
+            tx.addOperation(TransactionOperationAbstract.afterCommit(count));
         }
     }
 
