@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import Subparsers, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
 from boost_tenancy.errors import DeadLettersNotFoundError
@@ -115,7 +116,7 @@ def errors(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    cmd = sub.add_parser("dlq", help="list or re-drive a tenant's dead letters")
+    cmd = sub.add_parser("dlq", help=help_of("dlq"))
     cmd.set_defaults(handler=dlq)
     dlq_sub = cmd.add_subparsers(dest="dlq_command", required=True)
     for name in ("list", "redrive"):
@@ -139,7 +140,7 @@ def register(sub: Subparsers) -> None:
                 help="only these (repeatable); an id not found moves nothing and exits 1",
             )
 
-    cmd = sub.add_parser("errors", help="list a tenant's recorded failures")
+    cmd = sub.add_parser("errors", help=help_of("errors"))
     cmd.add_argument("--tenant", required=True)
     cmd.add_argument("--queue")
     cmd.add_argument("--message-id")

@@ -12,6 +12,7 @@ from typing import Any
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.run import run_processor
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, positive_int, tenants
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.processing.aio import AnyMiddleware, check_middleware
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    cmd = sub.add_parser("publish", help="send a message of one tenant to a queue")
+    cmd = sub.add_parser("publish", help=help_of("publish"))
     cmd.add_argument("--queue", required=True)
     cmd.add_argument("--tenant", required=True)
     body = cmd.add_mutually_exclusive_group(required=True)
@@ -170,7 +171,7 @@ def register(sub: Subparsers) -> None:
     cmd.add_argument("--count", type=positive_int, default=1, help="messages sent (at least 1)")
     cmd.set_defaults(handler=publish)
 
-    cmd = sub.add_parser("run", help="run a TenantProcessor for a list of tenants until SIGTERM")
+    cmd = sub.add_parser("run", help=help_of("run"))
     cmd.add_argument(
         "processor",
         help="module:ClassName of a TenantProcessor subclass (built without arguments), or "

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants
 from boost_tenancy.ops.migration import migrate_dead_letters
 
@@ -24,7 +25,7 @@ def migrate(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    cmd = sub.add_parser("migrate", help="move what the shared topology left to per-tenant queues")
+    cmd = sub.add_parser("migrate", help=help_of("migrate"))
     actions = cmd.add_subparsers(dest="migrate_command", required=True)
     dead = actions.add_parser(
         "dead-letters",

@@ -8,6 +8,7 @@ from datetime import date
 from typing import Any
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, tenants
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
@@ -128,10 +129,7 @@ def usage_command(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    policy = sub.add_parser(
-        "policy",
-        help="show or change a tenant's run-time policy (publishing limits, TTL, tier), audited",
-    )
+    policy = sub.add_parser("policy", help=help_of("policy"))
     policy.set_defaults(handler=policy_command)
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     show = policy_sub.add_parser("show", help="the tenant's policy, effective limits and audit")
@@ -155,9 +153,7 @@ def register(sub: Subparsers) -> None:
     change.add_argument("--tier", choices=[t.value for t in Tier])
     change.add_argument("--actor", help=ACTOR_HELP)
 
-    usage = sub.add_parser(
-        "usage", help="a tenant's counts per day from the usage store (BOOST_USAGE_STORE), as JSON"
-    )
+    usage = sub.add_parser("usage", help=help_of("usage"))
     usage.add_argument("--tenant", required=True, help=f"a tenant, or {UNKNOWN_TENANT}")
     usage.add_argument("--since", help="first day, YYYY-MM-DD (UTC)")
     usage.add_argument("--until", help="last day, YYYY-MM-DD (UTC)")

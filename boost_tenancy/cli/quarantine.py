@@ -9,6 +9,7 @@ import sys
 from typing import Any, Final
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import Subparsers, acting, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
 from boost_tenancy.ops.quarantine import QuarantineAdmin, QuarantinedView
@@ -89,9 +90,7 @@ def quarantine(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    cmd = sub.add_parser(
-        "quarantine", help="list a queue's quarantined messages, or assign some to a tenant"
-    )
+    cmd = sub.add_parser("quarantine", help=help_of("quarantine"))
     cmd.set_defaults(handler=quarantine)
     actions = cmd.add_subparsers(dest="quarantine_command", required=True)
     listing = actions.add_parser("list", help="show them; they stay quarantined")

@@ -7,6 +7,7 @@ import json
 import sys
 
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, connected
 from boost_tenancy.ops.queue_admin import QueueAdmin
 from boost_tenancy.ops.queue_reports import rows_table
@@ -80,10 +81,7 @@ def queues_command(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    queues = sub.add_parser(
-        "queues",
-        help="a tenant's queues with their depths; drain, resume or delete one (audited)",
-    )
+    queues = sub.add_parser("queues", help=help_of("queues"))
     queues.set_defaults(handler=queues_command)
     queues_sub = queues.add_subparsers(dest="queues_command", required=True)
 

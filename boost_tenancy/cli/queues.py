@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
@@ -22,7 +23,7 @@ from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.ops.send_routes import routes_of
 from boost_tenancy.ops.stats import TenantStats, broker_counts_of, broker_counts_table, stats_table
 from boost_tenancy.resilience.error_store import open_error_store
-from boost_tenancy.routing import Topology
+from boost_tenancy.routing import TENANT_QUEUE_PREFIX, Topology
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import send_route_installer
 
@@ -131,6 +132,7 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
         ]
         if args.remove:
             installer.remove_send_routes(routes)
+        by_plugin = [q for q in installer.routed_by_broker() if not queues or q in queues]
     finally:
         transport.close()
     for route in routes:
@@ -140,7 +142,22 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
                     "queue": route.source,
                     "tenant": route.tenant.value,
                     "target": route.target,
+                    "by": "divert",
                     "removed": bool(args.remove),
+                }
+            )
+        )
+    # The broker's plugin routes every tenant of these: one line each, whatever --tenant says;
+    # broker configuration, which --remove leaves as it is.
+    for queue in by_plugin:
+        print(
+            json.dumps(
+                {
+                    "queue": queue,
+                    "tenant": "*",
+                    "target": f"{TENANT_QUEUE_PREFIX}<tenant>.{queue}",
+                    "by": "broker plugin",
+                    "removed": False,
                 }
             )
         )
@@ -148,10 +165,7 @@ def send_routes(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    cmd = sub.add_parser(
-        "park",
-        help="move messages of tenants without a processor off shared queues until SIGTERM",
-    )
+    cmd = sub.add_parser("park", help=help_of("park"))
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument(
         "--active-tenant",
@@ -161,13 +175,7 @@ def register(sub: Subparsers) -> None:
     )
     cmd.set_defaults(handler=park)
 
-    cmd = sub.add_parser(
-        "broker-routes",
-        help="print the broker configuration that stores each tenant's messages of shared "
-        "queues in its own queue at send time: the project's plugin element for ActiveMQ Classic "
-        "or, with --broker artemis, for Artemis (every tenant), or with --tenant a Classic "
-        "<destinationInterceptors> element for those tenants",
-    )
+    cmd = sub.add_parser("broker-routes", help=help_of("broker-routes"))
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument(
         "--tenant",
@@ -185,11 +193,7 @@ def register(sub: Subparsers) -> None:
     )
     cmd.set_defaults(handler=broker_routes)
 
-    cmd = sub.add_parser(
-        "send-routes",
-        help="list the routes the broker makes at send time (the runners' diverts on Artemis); "
-        "--add makes them for tenants ahead of their runners, --remove destroys those listed",
-    )
+    cmd = sub.add_parser("send-routes", help=help_of("send-routes"))
     cmd.add_argument("--queue", action="append", help=f"only these logical queues; {LIST_HELP}")
     cmd.add_argument("--tenant", action="append", help=f"only these tenants; {LIST_HELP}")
     change = cmd.add_mutually_exclusive_group()
@@ -207,11 +211,7 @@ def register(sub: Subparsers) -> None:
     )
     cmd.set_defaults(handler=send_routes)
 
-    cmd = sub.add_parser(
-        "stats",
-        help="a tenant's queue counts from the broker: waiting, in flight, scheduled, "
-        "dead-lettered, quarantined, parked",
-    )
+    cmd = sub.add_parser("stats", help=help_of("stats"))
     cmd.add_argument("--tenant", required=True)
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument("--json", action="store_true", help="one JSON object per queue")
