@@ -267,6 +267,11 @@ class ManagedRoutes:
     def remove_send_routes(self, routes: Sequence[SendRoute]) -> int:
         return self.management_session(lambda session: remove(session, routes)) if routes else 0
 
+    def routed_by_broker(self) -> list[str]:
+        return self.management_session(
+            lambda session: sorted(plugin_routed(divert_names(session.run([list_diverts()])[0])))
+        )
+
     def broker_counts(self) -> list[BrokerCount] | None:
         """What the broker's tenant plugin counted; None where no plugin runs there."""
         return self.management_session(plugin_counts)

@@ -331,6 +331,11 @@ class SendRouteInstaller(Protocol):
         many the broker had."""
         ...
 
+    def routed_by_broker(self) -> list[str]:
+        """The shared queues whose every tenant the broker routes by itself (the project's broker
+        plugin), which need no route per tenant (sorted)."""
+        ...
+
 
 @runtime_checkable
 class BrokerCountsReader(Protocol):

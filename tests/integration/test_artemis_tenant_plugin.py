@@ -14,6 +14,7 @@ its own started with one shared queue listed and no tenant listed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import threading
 import time
@@ -287,6 +288,37 @@ def test_a_runner_makes_no_divert_per_tenant_and_handles_what_the_plugin_routed(
     finally:
         runner.stop(grace_s=5)
         store.close()
+
+
+def test_send_routes_lists_the_queues_the_plugin_routes_for_every_tenant(
+    plugin_broker: PluginBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = StompTransport(plugin_broker.stomp)
+    check.connect()
+    try:
+        installer = send_route_installer(check)
+        assert installer is not None
+        assert installer.routed_by_broker() == [QUEUE]
+    finally:
+        check.close()
+    env = {
+        "BOOST_BROKER_URL": f"stomp://{HOST}:{plugin_broker.stomp_port}",
+        "BOOST_BROKER_USER": USER,
+        "BOOST_BROKER_PASSWORD": PASSWORD,
+    }
+    for queue, expected in ((QUEUE, 1), ("cmd.not-listed", 0)):
+        args = build_parser().parse_args(["send-routes", "--queue", queue])
+        assert args.handler(args, AppSettings.from_env(env)) == 0
+        shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [row for row in shown if row["by"] == "broker plugin"] == [
+            {
+                "queue": QUEUE,
+                "tenant": "*",
+                "target": f"tenant.<tenant>.{QUEUE}",
+                "by": "broker plugin",
+                "removed": False,
+            }
+        ][:expected]
 
 
 def test_a_tenant_over_its_largest_message_is_refused_at_the_broker_and_others_are_not(
