@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from proton import Connection, Endpoint, Event, Handler, ProtonException, SSLDomain
@@ -23,7 +23,7 @@ from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.transactions import Transactions
 from boost_tenancy.transports.amqp.waiters import resolve
 from boost_tenancy.transports.base import TransportCapabilities
-from boost_tenancy.transports.reachability import unresolvable
+from boost_tenancy.transports.reachability import tcp_failure, unresolvable
 
 log = structlog.get_logger("boost_tenancy.transports.amqp")
 
@@ -249,6 +249,11 @@ class AmqpConnection(LinkEvents, Handler):
         url = self.url
         self._fail_waiting(TransportError(f"AMQP connection to {url} lost: {reason}"))
         count = len(self.settings.addresses)
+        if not self._first_open.done() and not was_open and "pythonio" in reason:
+            # proton's own words ("proton.pythonio: Connection refused to all addresses") name
+            # neither the address nor the cause: ask TCP once, briefly, before the first open.
+            host, port = self.settings.addresses[self._address]
+            reason = tcp_failure(host, port, _PROBE_TIMEOUT_S) or reason
         if not was_open and count > 1:
             # A failed attempt: the next one goes to the next broker of the list.
             self._address = (self._address + 1) % count
@@ -379,5 +384,8 @@ class AmqpConnection(LinkEvents, Handler):
         """Send and accept in one transaction; future resolves when it is committed."""
         self.transactions.start(sends, accepts, future)
 
+
+_PROBE_TIMEOUT_S: Final = 2.0
+"""How long the first open's failure waits for a TCP answer to name its cause."""
 
 __all__ = ["AmqpConnection"]

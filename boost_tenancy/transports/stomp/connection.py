@@ -4,12 +4,13 @@ the broker's flavour, reconnect with backoff through the failover list, await re
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import stomp
 import structlog
@@ -24,6 +25,20 @@ from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.tls import tls_context_warnings, use_tls
 
 log = structlog.get_logger("boost_tenancy.transports.stomp")
+
+
+_DIAGNOSE_EVERY: Final = 10
+"""The reconnection loop names the cause of its first failed attempt and of every tenth."""
+
+
+def _not_a_connect_attempt(record: logging.LogRecord) -> bool:
+    """stomp.py warns of each failed connection attempt with the socket's error; the transport
+    names the cause itself (tcp_failure) in the error it raises and the failed reconnections it
+    logs, so that line is only a duplicate printed before it."""
+    return not str(record.msg).startswith("could not connect to host")
+
+
+logging.getLogger("stomp.py").addFilter(_not_a_connect_attempt)
 
 OnMessage = Callable[[int, Mapping[str, str], bytes], None]
 """(generation of the connection, headers, body) of a MESSAGE frame, on the receiving thread."""
@@ -190,8 +205,9 @@ class StompConnection:
 
     def _diagnosed(self, exc: TransportError) -> TransportError:
         """exc, or, where stomp.py gave no cause (ConnectFailedException), one naming it: an
-        unknown host, a refused port, no answer. Asked once, by connect(): the reconnection
-        loop does not open a probe connection at every attempt."""
+        unknown host, a refused port, no answer. Asked by connect(), and by the reconnection
+        loop at its first attempt and every _DIAGNOSE_EVERY-th, not at every one: each asks
+        with a probe connection."""
         if "ConnectFailedException" not in str(exc):
             return exc
         host, port = self._settings.addresses[self._address]
@@ -323,6 +339,8 @@ class StompConnection:
                 self._open()
             except Exception as exc:  # keep trying whatever failed: the loop is the only way back
                 attempt += 1
+                if isinstance(exc, TransportError) and attempt % _DIAGNOSE_EVERY == 1:
+                    exc = self._diagnosed(exc)  # the cause, not stomp.py's bare exception name
                 log.info("stomp_reconnect_failed", attempt=attempt, error=str(exc))
                 if len(settings.addresses) > 1:
                     self._next_address()
