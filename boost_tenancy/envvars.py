@@ -122,6 +122,8 @@ KNOWN_VARIABLES: Final = frozenset(
         "BOOST_ARTEMIS_PAIR_HOME",
         "BOOST_ARTEMIS_CLUSTER_HOME",
         "BOOST_ARTEMIS_CLUSTER_QUEUES",
+        # scripts/test: the short benchmark runs
+        "BOOST_BENCH_SMOKE",
     }
 )
 """Every BOOST_* variable something of the project reads. One that is set and not here is a

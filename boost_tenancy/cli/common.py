@@ -10,6 +10,7 @@ from typing import Any
 
 from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport
@@ -29,9 +30,15 @@ def values(given: Sequence[str]) -> list[str]:
     return [part for value in given for part in value.split(",") if part != ""]
 
 
-def tenants(given: Sequence[str]) -> tuple[TenantId, ...]:
+def tenants(given: Sequence[str], flag: str = "--tenant") -> tuple[TenantId, ...]:
     """Tenants given repeatedly and/or comma-separated, each validated."""
-    return parse_tenants(values(given))
+    named = values(given)
+    if not named:
+        raise ConfigError(
+            f"{flag} {' '.join(repr(g) for g in given)} names no tenant: give one or more tenant "
+            f"ids ({flag} acme {flag} globex, or {flag} acme,globex)"
+        )
+    return parse_tenants(named)
 
 
 def connected(settings: AppSettings) -> Transport:

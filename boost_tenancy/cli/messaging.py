@@ -153,11 +153,10 @@ def publish(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def run(args: argparse.Namespace, settings: AppSettings) -> int:
+    chosen = tenants(args.tenant)  # the flags first: they are checked without importing
     processor = load_processor(args.processor)
     middleware = [load_middleware(spec) for spec in args.middleware]
-    return run_processor(
-        processor, tenants(args.tenant), settings, os.environ, middleware=middleware
-    )
+    return run_processor(processor, chosen, settings, os.environ, middleware=middleware)
 
 
 def register(sub: Subparsers) -> None:

@@ -43,7 +43,7 @@ def park(args: argparse.Namespace, settings: AppSettings) -> int:
         sweeper = ParkingSweeper(
             open_broker(settings, os.environ),
             queues,
-            tenants(args.active_tenant),
+            tenants(args.active_tenant, "--active-tenant"),
             error_store=store,
         )
         code = sweeper.run()

@@ -78,14 +78,16 @@ def unsubscribe_all(transport: Transport, subscriptions: Iterable[Subscription])
 
 
 def tenancy_violation(delivery: Delivery, raw_tenant: str | None, why: str) -> Quarantine:
-    """The quarantine of a message a mover cannot give to any tenant."""
-    return Quarantine(
-        error=ErrorInfo(
-            type="TenancyViolation",
-            text=f"tenantUUID property {raw_tenant!r} on shared queue {delivery.queue!r} {why}",
-        ),
-        claimed=raw_tenant,
-    )
+    """The quarantine of a message a mover cannot give to any tenant: why, in words (a message
+    without the property says so, rather than showing None)."""
+    where = f"on shared queue {delivery.queue!r}"
+    if raw_tenant is None:
+        text = f"no tenantUUID property {where}: the message names no tenant"
+    elif not raw_tenant.strip():
+        text = f"an empty tenantUUID property {where}: the message names no tenant"
+    else:
+        text = f"tenantUUID property {raw_tenant!r} {where} {why}"
+    return Quarantine(error=ErrorInfo(type="TenancyViolation", text=text), claimed=raw_tenant)
 
 
 @dataclass(frozen=True, slots=True)

@@ -369,9 +369,9 @@ def queue_lister(transport: Transport) -> QueueLister:
     if transport.capabilities.queue_listing and isinstance(transport, QueueLister):
         return transport
     raise QueueStatsUnavailableError(
-        f"{type(transport).__name__} cannot list queues on this broker (no queue_listing "
-        "capability: the broker must report its queues by name prefix, as ActiveMQ Classic's "
-        "statistics plugin does)"
+        f"{_broker_named(transport)} lists no queues to a client: listing a tenant's queues "
+        "needs ActiveMQ Classic (its statistics plugin) or Artemis (its management address); "
+        "read them in the broker's own console"
     )
 
 
@@ -381,5 +381,13 @@ def queue_stats_reader(transport: Transport) -> QueueStatsReader:
     if transport.capabilities.queue_statistics and isinstance(transport, QueueStatsReader):
         return transport
     raise QueueStatsUnavailableError(
-        f"{type(transport).__name__} gives no queue statistics on this broker"
+        f"{_broker_named(transport)} gives a client no queue statistics: the counts need "
+        "ActiveMQ Classic (its statistics plugin) or Artemis (its management address); read "
+        "them in the broker's own console"
     )
+
+
+def _broker_named(transport: Transport) -> str:
+    """The broker as it named itself when connected (its server), else 'the broker'."""
+    server = getattr(transport, "server", None)
+    return f"the broker ({server})" if isinstance(server, str) and server else "the broker"

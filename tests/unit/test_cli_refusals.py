@@ -82,3 +82,29 @@ def test_run_stops_at_start_up_on_a_misconfigured_limit(
         monkeypatch.setenv(name, value)
     assert main(["run", f"{__name__}:Echo", "--tenant", "org-a"]) == 2
     assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "no_such_module:Processor", "--tenant", ""], "--tenant"),
+        (["run", "no_such_module:Processor", "--tenant", ",", "--tenant", ""], "--tenant"),
+        (
+            ["park", "--queue", "cmd.a", "--active-tenant", ""],
+            "--active-tenant",
+        ),
+    ],
+)
+def test_a_tenant_flag_naming_no_tenant_says_so_and_how_to_name_one(
+    argv: list[str],
+    flag: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("BOOST_BROKER_URL", "stomp://127.0.0.1:1")
+    monkeypatch.setenv("BOOST_ROUTING", "shared")  # park takes shared queues
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"boost-tenancy: error: {flag} " in error
+    assert "names no tenant: give one or more tenant ids" in error
+    assert f"{flag} acme,globex" in error

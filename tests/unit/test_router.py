@@ -209,3 +209,24 @@ def test_the_copy_carries_the_toolkit_headers_as_the_dispatcher_adopts_them(
     assert plain["app"] == "kept"
     assert {d.properties["tenantUUID"] for d in stored.items} == {"org-a"}
     assert {d.body for d in stored.items} == {'{"n": 1}'}
+
+
+def test_a_quarantined_message_says_in_words_why_it_names_no_tenant(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    """No property at all, an empty one and a crafted one each get a reason a reader takes in
+    at once: never 'tenantUUID property None'."""
+    router = TenantRouter(connected(broker), ["cmd.a"], error_store=store)
+    quarantine = collect(broker, quarantine_queue("cmd.a"))
+    sender = connected(broker)
+    for properties in ({}, {"tenantUUID": ""}, {"tenantUUID": "x' OR '1'='1"}):
+        sender.send("cmd.a", WireMessage(body="{}", properties=properties))
+    router.start()
+    assert wait_until(lambda: len(quarantine) == 3)
+    router.stop()
+    reasons = sorted(r.error_text for r in recorded(store, 3, tenant=None))
+    assert reasons == [
+        "an empty tenantUUID property on shared queue 'cmd.a': the message names no tenant",
+        "no tenantUUID property on shared queue 'cmd.a': the message names no tenant",
+        "tenantUUID property \"x' OR '1'='1\" on shared queue 'cmd.a' is not a valid tenant",
+    ]
