@@ -14,6 +14,7 @@ from boost_tenancy.cli.common import Subparsers, acting, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
 from boost_tenancy.ops.quarantine import QuarantineAdmin, QuarantinedView
 from boost_tenancy.resilience.error_store import open_error_store
+from boost_tenancy.storage import redact_url
 from boost_tenancy.tenancy import TenantId
 
 SHOWN_CHARS: Final = 4_096
@@ -57,6 +58,13 @@ def quarantine(args: argparse.Namespace, settings: AppSettings) -> int:
                 views = admin.list(args.queue, tenant=args.tenant, limit=args.limit)
                 for view in views:
                     print(view_json(view, show_body=args.show_body))
+                if not views:
+                    print(
+                        "boost-tenancy: no quarantined messages in "
+                        f"{admin.quarantine_of(args.queue, args.tenant)} at "
+                        f"{redact_url(settings.transport_url())}",
+                        file=sys.stderr,
+                    )
                 if len(views) == args.limit:
                     print(
                         f"boost-tenancy: showed the first {args.limit}; more may wait (--limit)",
