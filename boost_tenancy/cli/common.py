@@ -22,6 +22,8 @@ Subparsers = Any
 """argparse's sub-parser action (its class is private)."""
 
 LIST_HELP = "repeat or comma-separate"
+TENANT_HELP = "the tenant id"
+QUEUE_HELP = "the logical queue (the toolkit finds the tenant's broker queue)"
 ACTOR_HELP = "who makes the change (default: BOOST_ACTOR, else the user)"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import Subparsers, connected, positive_int
+from boost_tenancy.cli.common import TENANT_HELP, Subparsers, connected, positive_int
 from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
 from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin, DeadLetterView
@@ -121,7 +121,7 @@ def register(sub: Subparsers) -> None:
     dlq_sub = cmd.add_subparsers(dest="dlq_command", required=True)
     for name in ("list", "redrive"):
         action = dlq_sub.add_parser(name)
-        action.add_argument("--tenant", required=True)
+        action.add_argument("--tenant", required=True, help=TENANT_HELP)
         action.add_argument("--queue", required=True, help="the source queue (not DLQ.<queue>)")
         if name == "list":
             action.add_argument(
@@ -141,9 +141,15 @@ def register(sub: Subparsers) -> None:
             )
 
     cmd = sub.add_parser("errors", help=help_of("errors"))
-    cmd.add_argument("--tenant", required=True)
-    cmd.add_argument("--queue")
-    cmd.add_argument("--message-id")
-    cmd.add_argument("--outcome", choices=[o.value for o in FailureOutcome])
-    cmd.add_argument("--limit", type=positive_int, default=100)
+    cmd.add_argument("--tenant", required=True, help=TENANT_HELP)
+    cmd.add_argument("--queue", help="only failures of this logical queue")
+    cmd.add_argument("--message-id", help="only the failures of this message")
+    cmd.add_argument(
+        "--outcome",
+        choices=[o.value for o in FailureOutcome],
+        help="only failures that ended so",
+    )
+    cmd.add_argument(
+        "--limit", type=positive_int, default=100, help="at most this many, newest first (100)"
+    )
     cmd.set_defaults(handler=errors)

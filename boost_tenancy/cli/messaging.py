@@ -13,7 +13,14 @@ from typing import Any
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.run import run_processor
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, positive_int, tenants
+from boost_tenancy.cli.common import (
+    LIST_HELP,
+    QUEUE_HELP,
+    Subparsers,
+    connected,
+    positive_int,
+    tenants,
+)
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.processing.aio import AnyMiddleware, check_middleware
 from boost_tenancy.processing.processor import TenantProcessor
@@ -161,12 +168,14 @@ def run(args: argparse.Namespace, settings: AppSettings) -> int:
 
 def register(sub: Subparsers) -> None:
     cmd = sub.add_parser("publish", help=help_of("publish"))
-    cmd.add_argument("--queue", required=True)
-    cmd.add_argument("--tenant", required=True)
+    cmd.add_argument("--queue", required=True, help=QUEUE_HELP)
+    cmd.add_argument("--tenant", required=True, help="the tenant the message belongs to")
     body = cmd.add_mutually_exclusive_group(required=True)
     body.add_argument("--json", help="a JSON object; tenantUUID is added to it")
     body.add_argument("--text", help="a text body sent as is")
-    cmd.add_argument("--correlation-id")
+    cmd.add_argument(
+        "--correlation-id", help="the message's correlation id (default: its message id)"
+    )
     cmd.add_argument("--count", type=positive_int, default=1, help="messages sent (at least 1)")
     cmd.set_defaults(handler=publish)
 

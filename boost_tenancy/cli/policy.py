@@ -9,7 +9,7 @@ from typing import Any
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, tenants
+from boost_tenancy.cli.common import ACTOR_HELP, TENANT_HELP, Subparsers, acting, tenants
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
@@ -133,24 +133,42 @@ def register(sub: Subparsers) -> None:
     policy.set_defaults(handler=policy_command)
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     show = policy_sub.add_parser("show", help="the tenant's policy, effective limits and audit")
-    show.add_argument("--tenant", required=True)
+    show.add_argument("--tenant", required=True, help=TENANT_HELP)
     show.add_argument("--history", type=int, default=20, help="audit entries shown (newest)")
     change = policy_sub.add_parser(
         "set", help="change fields of a tenant's policy; running processes see it within a minute"
     )
-    change.add_argument("--tenant", required=True)
-    change.add_argument("--messages-per-s", dest="messages_per_s", type=float)
-    change.add_argument("--bytes-per-s", dest="bytes_per_s", type=float)
-    change.add_argument("--burst-s", dest="burst_s", type=float)
-    change.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
-    change.add_argument("--max-queued-messages", dest="max_queued_messages", type=int)
+    change.add_argument("--tenant", required=True, help=TENANT_HELP)
+    change.add_argument(
+        "--messages-per-s",
+        dest="messages_per_s",
+        type=float,
+        help="messages it may publish a second",
+    )
+    change.add_argument(
+        "--bytes-per-s", dest="bytes_per_s", type=float, help="bytes it may publish a second"
+    )
+    change.add_argument(
+        "--burst-s", dest="burst_s", type=float, help="seconds of those rates it may send at once"
+    )
+    change.add_argument(
+        "--max-message-bytes", dest="max_message_bytes", type=int, help="its largest message"
+    )
+    change.add_argument(
+        "--max-queued-messages",
+        dest="max_queued_messages",
+        type=int,
+        help="the backlog its queues may hold before publishing is refused",
+    )
     change.add_argument(
         "--ttl-s", dest="ttl_s", type=float, help="message time-to-live, seconds (0: no expiry)"
     )
     change.add_argument(
         "--clear", action="append", choices=POLICY_FIELDS, help="back to the default (repeatable)"
     )
-    change.add_argument("--tier", choices=[t.value for t in Tier])
+    change.add_argument(
+        "--tier", choices=[t.value for t in Tier], help="its scheduling tier (docs/fairness.md)"
+    )
     change.add_argument("--actor", help=ACTOR_HELP)
 
     usage = sub.add_parser("usage", help=help_of("usage"))

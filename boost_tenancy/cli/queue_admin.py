@@ -8,7 +8,7 @@ import sys
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import ACTOR_HELP, Subparsers, acting, connected
+from boost_tenancy.cli.common import ACTOR_HELP, TENANT_HELP, Subparsers, acting, connected
 from boost_tenancy.ops.queue_admin import QueueAdmin
 from boost_tenancy.ops.queue_reports import rows_table
 from boost_tenancy.ops.queue_states import SqlQueueStateStore, open_queue_state_store
@@ -90,7 +90,7 @@ def register(sub: Subparsers) -> None:
         help="every broker queue of the tenant: depth, in flight, consumers, dead-lettered, "
         "quarantined and state",
     )
-    listing.add_argument("--tenant", required=True)
+    listing.add_argument("--tenant", required=True, help=TENANT_HELP)
     listing.add_argument("--json", action="store_true", help="one JSON object per queue")
 
     drain = queues_sub.add_parser(
@@ -108,7 +108,7 @@ def register(sub: Subparsers) -> None:
         "dead-letter and quarantine queues are kept unless --with-dead-letters",
     )
     for cmd in (drain, resume, delete):
-        cmd.add_argument("--tenant", required=True)
+        cmd.add_argument("--tenant", required=True, help=TENANT_HELP)
         cmd.add_argument("--queue", required=True, help="the logical queue, as services name it")
         cmd.add_argument("--actor", help=ACTOR_HELP)
     drain.add_argument(

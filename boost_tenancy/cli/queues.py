@@ -11,7 +11,7 @@ from dataclasses import asdict
 from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import LIST_HELP, Subparsers, connected, tenants, values
+from boost_tenancy.cli.common import LIST_HELP, TENANT_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
     artemis_tenant_plugin,
@@ -212,7 +212,7 @@ def register(sub: Subparsers) -> None:
     cmd.set_defaults(handler=send_routes)
 
     cmd = sub.add_parser("stats", help=help_of("stats"))
-    cmd.add_argument("--tenant", required=True)
+    cmd.add_argument("--tenant", required=True, help=TENANT_HELP)
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
     cmd.add_argument("--json", action="store_true", help="one JSON object per queue")
     cmd.set_defaults(handler=stats)

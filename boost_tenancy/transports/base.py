@@ -371,7 +371,7 @@ def queue_lister(transport: Transport) -> QueueLister:
     raise QueueStatsUnavailableError(
         f"{_broker_named(transport)} lists no queues to a client: listing a tenant's queues "
         "needs ActiveMQ Classic (its statistics plugin) or Artemis (its management address); "
-        "read them in the broker's own console"
+        "read them in the broker's own console (the transport declares no queue_listing)"
     )
 
 
@@ -383,7 +383,7 @@ def queue_stats_reader(transport: Transport) -> QueueStatsReader:
     raise QueueStatsUnavailableError(
         f"{_broker_named(transport)} gives a client no queue statistics: the counts need "
         "ActiveMQ Classic (its statistics plugin) or Artemis (its management address); read "
-        "them in the broker's own console"
+        "them in the broker's own console (the transport declares no queue_statistics)"
     )
 
 

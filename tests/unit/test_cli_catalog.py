@@ -66,3 +66,17 @@ def test_an_unknown_command_is_refused_with_the_choices(capsys: pytest.CaptureFi
         main(["nosuch"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'nosuch' (choose from 'publish', 'run'" in capsys.readouterr().err
+
+
+def test_every_option_of_every_command_says_what_it_is() -> None:
+    def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    missing += undocumented(sub, f"{path} {name}".strip())
+            elif action.help is None and not isinstance(action, argparse._HelpAction):
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert undocumented(build_parser(), "") == []
