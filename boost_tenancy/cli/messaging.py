@@ -121,41 +121,89 @@ def load_middleware(spec: str) -> AnyMiddleware:
     return layer
 
 
-def publish(args: argparse.Namespace, settings: AppSettings) -> int:
-    tenant = TenantId.parse(args.tenant)
-    body: Any
-    if args.json is not None:
+def _json_lines(source: str) -> list[dict[str, Any]]:
+    """Every line of source (a file, or - for stdin) as a JSON object; blank lines skipped. All
+    are read and checked before anything is sent: a bad line sends nothing."""
+    where = "stdin" if source == "-" else source
+    try:
+        if source == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            with open(source, encoding="utf-8") as handle:
+                lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--json-lines {where}: cannot read it: {exc}") from exc
+    bodies = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            body = json.loads(args.json)
+            body = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"--json is not valid JSON: {exc}") from exc
+            raise ConfigError(
+                f"--json-lines {where}, line {number}: not valid JSON: {exc}"
+            ) from exc
         if not isinstance(body, dict):
-            raise ConfigError("--json must be a JSON object")
-    else:
-        body = args.text
+            raise ConfigError(
+                f"--json-lines {where}, line {number}: a {type(body).__name__}, not a JSON object"
+            )
+        bodies.append(body)
+    if not bodies:
+        raise ConfigError(f"--json-lines {where}: no message in it (one JSON object per line)")
+    return bodies
+
+
+def _bodies(args: argparse.Namespace) -> list[Any]:
+    if args.json_lines is not None:
+        if args.count != 1:
+            raise ConfigError("--count repeats --json or --text; --json-lines sends each line once")
+        return list(_json_lines(args.json_lines))
+    if args.json is None:
+        return [args.text] * args.count
+    try:
+        body = json.loads(args.json)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--json is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ConfigError("--json must be a JSON object")
+    return [body] * args.count
+
+
+def publish(args: argparse.Namespace, settings: AppSettings) -> int:
+    """Send the bodies in confirmed batches of --batch-size over one connection: each batch is
+    confirmed by the broker before its messages are printed, one JSON line each."""
+    tenant = TenantId.parse(args.tenant)
+    bodies = _bodies(args)
+    broker_queue = settings.routing.physical(args.queue, tenant)
+    progress = sys.stderr.isatty() and len(bodies) > args.batch_size
     transport = connected(settings)
     try:
         ttl = settings.message_ttl if settings.message_ttl.applies else None
         producer = TenantProducer(transport, routing=settings.routing, ttl=ttl)
-        with producer.batch() as batch:
-            sent = [
-                batch.send(args.queue, tenant, body, correlation_id=args.correlation_id)
-                for _ in range(args.count)
-            ]
+        for start in range(0, len(bodies), args.batch_size):
+            with producer.batch() as batch:
+                sent = [
+                    batch.send(args.queue, tenant, body, correlation_id=args.correlation_id)
+                    for body in bodies[start : start + args.batch_size]
+                ]
+            for message in sent:
+                print(
+                    json.dumps(
+                        {
+                            "queue": args.queue,
+                            "broker_queue": broker_queue,
+                            "tenant": tenant.value,
+                            "message_id": message.message_id,
+                        }
+                    )
+                )
+            if progress:
+                done = start + len(sent)
+                print(f"\rsent {done:,} of {len(bodies):,}", end="", file=sys.stderr, flush=True)
     finally:
         transport.close()
-    broker_queue = settings.routing.physical(args.queue, tenant)
-    for message in sent:
-        print(
-            json.dumps(
-                {
-                    "queue": args.queue,
-                    "broker_queue": broker_queue,
-                    "tenant": tenant.value,
-                    "message_id": message.message_id,
-                }
-            )
-        )
+    if progress:
+        print(file=sys.stderr)
     return 0
 
 
@@ -173,10 +221,24 @@ def register(sub: Subparsers) -> None:
     body = cmd.add_mutually_exclusive_group(required=True)
     body.add_argument("--json", help="a JSON object; tenantUUID is added to it")
     body.add_argument("--text", help="a text body sent as is")
+    body.add_argument(
+        "--json-lines",
+        metavar="FILE",
+        help="one JSON object per line, each sent as a message (- reads stdin); every line is "
+        "checked before the first is sent",
+    )
     cmd.add_argument(
         "--correlation-id", help="the message's correlation id (default: its message id)"
     )
-    cmd.add_argument("--count", type=positive_int, default=1, help="messages sent (at least 1)")
+    cmd.add_argument(
+        "--count", type=positive_int, default=1, help="times --json or --text is sent (1)"
+    )
+    cmd.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=500,
+        help="messages confirmed by the broker at once, over one connection (500)",
+    )
     cmd.set_defaults(handler=publish)
 
     cmd = sub.add_parser("run", help=help_of("run"))

@@ -19,6 +19,7 @@ import structlog
 
 from boost_tenancy import HandlerContext, IncomingMessage, TenantId, TenantProcessor
 from boost_tenancy.cli import main
+from boost_tenancy.cli import messaging as cli_messaging
 from boost_tenancy.cli.dead_letters import BODY_PREVIEW_CHARS, body_json, view_json
 from boost_tenancy.cli.messaging import load_processor
 from boost_tenancy.errors import ConfigError, DeadLettersNotFoundError
@@ -265,3 +266,52 @@ def test_redrive_of_an_unknown_id_names_it_and_moves_nothing(store: ErrorStore) 
     finally:
         transport.close()
         broker.close()
+
+
+# -- publish: many messages from JSON lines, in confirmed batches on one connection ---------------
+def test_publish_sends_every_json_line_in_batches_over_one_connection(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker = InMemoryBroker()
+    opened: list[InMemoryTransport] = []
+
+    def connected(_settings: object) -> InMemoryTransport:
+        transport = InMemoryTransport(broker)
+        transport.connect()
+        opened.append(transport)
+        return transport
+
+    monkeypatch.setattr(cli_messaging, "connected", connected)
+    lines = tmp_path / "invoices.jsonl"
+    lines.write_text("".join(json.dumps({"n": n}) + "\n" for n in range(1, 1201)) + "\n")
+    argv = ["publish", "--queue", "cmd.bulk", "--tenant", "org-a", "--json-lines", str(lines)]
+    assert main([*argv, "--batch-size", "500"]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(shown) == 1200
+    assert len({s["message_id"] for s in shown}) == 1200
+    assert len(opened) == 1
+    stored = broker.messages("tenant.org-a.cmd.bulk")
+    assert [json.loads(m.body)["n"] for m in stored] == list(range(1, 1201))
+    assert {m.properties["tenantUUID"] for m in stored} == {"org-a"}
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ('{"n": 1}\nnot json\n', "line 2: not valid JSON"),
+        ('{"n": 1}\n[1, 2]\n', "line 2: a list, not a JSON object"),
+        ("\n\n", "no message in it"),
+    ],
+)
+def test_publish_checks_every_json_line_before_sending_any(
+    offline: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    said: str,
+) -> None:
+    lines = tmp_path / "bad.jsonl"
+    lines.write_text(content)
+    argv = ["publish", "--queue", "q", "--tenant", "org-a", "--json-lines", str(lines)]
+    assert main(argv) == 2  # refused before any connection: nothing listens on the port
+    assert said in capsys.readouterr().err
