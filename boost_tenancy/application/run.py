@@ -100,7 +100,7 @@ def run_processor(
             else QueueStateWatcher(queue_states, poll_s=settings.queue_state_poll_s),
             on_connected=() if gauges is None else (_starter(gauges),),
         )
-        fairness.start(runner.health)  # a metrics port in use stops here, before connecting
+        fairness.start(runner.health, tenants)  # a metrics port in use stops here
         if backlog is not None:
             backlog.start()
         return runner.run()

@@ -5,7 +5,7 @@ probe endpoint for a process that builds its own ProcessorRunner."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -110,13 +110,15 @@ class FairnessWiring:
             publish_buckets=publish_buckets,
         )
 
-    def start(self, health: HealthSource | None = None) -> None:
+    def start(self, health: HealthSource | None = None, tenants: Iterable[TenantId] = ()) -> None:
         """Start serving metrics and writing usage (what build made of the settings); with
-        health (ProcessorRunner.health), the server answers the probes and shows its gauges.
-        A metrics port in use is a ConfigError naming it."""
+        health (ProcessorRunner.health), the server answers the probes and shows its gauges;
+        tenants, those the runner serves, answer at /tenants/<tenant> (any other never counted
+        is 404). A metrics port in use is a ConfigError naming it."""
         if self.server is not None:
             if health is not None:
                 self.server.watch(health)
+            self.server.serve_tenants(tenants)
             self.server.start()
         if self.usage is not None:
             self.usage.start()

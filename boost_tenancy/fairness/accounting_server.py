@@ -7,7 +7,7 @@ import errno
 import json
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final, Protocol
@@ -82,6 +82,7 @@ class AccountingServer:
         self._host = host
         self._tenant_label = tenant_label
         self._health = health
+        self._served: frozenset[TenantId] = frozenset()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -94,6 +95,11 @@ class AccountingServer:
         """Answer /healthz and /readyz from health (ProcessorRunner.health), and add its
         gauges to /metrics."""
         self._health = health
+
+    def serve_tenants(self, tenants: Iterable[TenantId]) -> None:
+        """The tenants the process serves: /tenants/<one of them> answers its counters, zeros
+        before its first message; any other tenant the accounting never counted is 404."""
+        self._served = self._served | frozenset(tenants)
 
     @property
     def port(self) -> int:
@@ -178,6 +184,8 @@ class AccountingServer:
                 tenant = TenantId.parse(unquote(route.removeprefix(_TENANT_PREFIX)))
             except InvalidTenantError:
                 return _not_found()
+            if tenant not in self._served and tenant.value not in self._accounting.snapshot_all():
+                return _not_found()
             snapshot = self._accounting.snapshot(tenant)
             body_json = json.dumps({"tenant": tenant.value, **snapshot})
             return HTTPStatus.OK, "application/json", body_json.encode()
@@ -195,13 +203,53 @@ def _handler(owner: AccountingServer) -> type[BaseHTTPRequestHandler]:
         sys_version = ""
 
         def do_GET(self) -> None:
-            status, content_type, body = owner._respond(self.path)
+            self._answer(*owner._respond(self.path))
+
+        def do_HEAD(self) -> None:
+            self._answer(*owner._respond(self.path), with_body=False)
+
+        def _refuse_method(self) -> None:
+            # Every resource here is read-only: 405 with what it allows, never an HTML page.
+            self._answer(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                "application/json",
+                b'{"error": "method not allowed", "allow": ["GET", "HEAD"]}',
+                extra={"Allow": "GET, HEAD"},
+            )
+
+        def do_POST(self) -> None:
+            self._refuse_method()
+
+        def do_PUT(self) -> None:
+            self._refuse_method()
+
+        def do_DELETE(self) -> None:
+            self._refuse_method()
+
+        def do_PATCH(self) -> None:
+            self._refuse_method()
+
+        def do_OPTIONS(self) -> None:
+            self._refuse_method()
+
+        def _answer(
+            self,
+            status: HTTPStatus,
+            content_type: str,
+            body: bytes,
+            *,
+            with_body: bool = True,
+            extra: Mapping[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            if with_body:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             # Request lines go to structlog at debug, not to stderr.

@@ -285,6 +285,7 @@ def fetch(url: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("tenant_label", [False, True])
 def test_http_server_serves_metrics_and_tenant_views(tenant_label: bool) -> None:
     server = AccountingServer(scripted_accounting(), port=0, tenant_label=tenant_label)
+    server.serve_tenants([TenantId("org-new")])
     server.start()
     try:
         assert server.port > 0
@@ -299,13 +300,40 @@ def test_http_server_serves_metrics_and_tenant_views(tenant_label: bool) -> None
         assert view["tenant"] == "org-A"
         assert (view["processed"], view["failed"], view["deferred"]) == (5, 1, 2)
 
+        # A tenant the process serves, before its first message: zeros.
         status, _, body = fetch(f"{server.url}/tenants/org-new")
         assert status == 200
         assert json.loads(body) == {"tenant": "org-new", **ZERO}
 
-        for path in ("/tenants/bad%20id", "/tenants/_unknown", "/tenants/", "/nothing-here"):
+        # A valid id this process neither serves nor ever counted is not found, like a bad one.
+        paths = ("/tenants/org-elsewhere", "/tenants/bad%20id", "/tenants/_unknown", "/tenants/")
+        for path in (*paths, "/nothing-here"):
             status, _, body = fetch(f"{server.url}{path}")
             assert status == 404, path
             assert json.loads(body) == {"error": "not found"}
+    finally:
+        server.stop()
+
+
+def test_http_server_refuses_writes_with_405_and_answers_head() -> None:
+    server = AccountingServer(scripted_accounting(), port=0)
+    server.start()
+    try:
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            request = urllib.request.Request(f"{server.url}/metrics", data=b"x", method=method)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=5)
+            assert refused.value.code == 405, method
+            assert refused.value.headers["Allow"] == "GET, HEAD"
+            assert refused.value.headers["Content-Type"] == "application/json"
+            assert json.loads(refused.value.read()) == {
+                "error": "method not allowed",
+                "allow": ["GET", "HEAD"],
+            }
+        head = urllib.request.Request(f"{server.url}/metrics", method="HEAD")
+        with urllib.request.urlopen(head, timeout=5) as response:
+            assert response.status == 200
+            assert int(response.headers["Content-Length"]) > 0
+            assert response.read() == b""
     finally:
         server.stop()
