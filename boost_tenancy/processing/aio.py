@@ -100,9 +100,14 @@ def middleware_of(processor: TenantProcessor) -> tuple[AnyMiddleware, ...]:
 
 
 def needs_event_loop(processor: TenantProcessor, middleware: Sequence[AnyMiddleware]) -> bool:
-    """Whether a runner of processor with this middleware must start an event loop."""
-    return is_async_handler(processor) or any(
-        isinstance(unplaced(m), AsyncMiddleware) for m in middleware
+    """Whether a runner of processor with this middleware must start an event loop: an async
+    handler, middleware or lifespan hook (what on_startup opens must live on the handlers'
+    loop)."""
+    hooks = (processor.on_startup, processor.on_shutdown)
+    return (
+        is_async_handler(processor)
+        or any(inspect.iscoroutinefunction(hook) for hook in hooks)
+        or any(isinstance(unplaced(m), AsyncMiddleware) for m in middleware)
     )
 
 

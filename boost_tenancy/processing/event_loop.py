@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -330,6 +330,19 @@ class EventLoop:
             return done.result()
         except _Escaped as escaped:
             raise escaped.original from None
+
+    def complete(self, awaitable: Awaitable[object]) -> object:
+        """From a thread other than the loop's: run awaitable on the current loop and wait for
+        its result (a processor's on_startup and on_shutdown)."""
+        with self._lock:
+            current = self._current
+        if current is None:
+            raise RuntimeError("the runner's event loop is not running")
+
+        async def awaited() -> object:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(awaited(), current.loop).result()
 
     def cancel_running(self) -> int:
         """Cancel every running coroutine (the grace period is over); returns how many ran.

@@ -149,6 +149,19 @@ class TenantProcessor(abc.ABC, Generic[M]):
         calls go through `await asyncio.to_thread(...)`.
         """
 
+    def on_startup(self) -> Awaitable[None] | None:  # an optional hook, empty by default
+        """Open what the handlers share (an HTTP client pool, a database pool), once per runner
+        start, before it connects and subscribes; keep it on the processor (typed attributes
+        the handlers read). An async def runs on the runner's event loop, where async handlers
+        run. Raising stops the start: nothing is subscribed and on_shutdown is not called."""
+        return None
+
+    def on_shutdown(self) -> Awaitable[None] | None:  # an optional hook, empty by default
+        """Close what on_startup opened, once, when the runner stops: after the last handler
+        finished (or the grace period ended), before the connection closes; also when the start
+        failed after on_startup succeeded. An exception is logged, and the stop goes on."""
+        return None
+
     def close(self) -> None:  # an optional hook, empty by default on purpose
         """Release what the processor holds (stores, clients); run() calls it after stopping."""
 

@@ -16,6 +16,7 @@ from boost_tenancy.processing.admission import AdmissionGate, Admitted
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueDrains, QueueKey, QueueStateSource
 from boost_tenancy.processing.event_loop import EventLoop
+from boost_tenancy.processing.lifespan import run_hook, shut_down
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner_health import RunnerHealth
 from boost_tenancy.processing.runner_settings import RunnerSettings
@@ -115,6 +116,8 @@ class TenantWorkers:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._started = False
+        self._opened = False
+        """on_startup ran and on_shutdown has not yet."""
 
     @property
     def tenants(self) -> tuple[TenantId, ...]:
@@ -158,15 +161,27 @@ class TenantWorkers:
         if self._started:
             return
         self._started = True
-        self._transport.connect()
-        try:
-            for connected in self._on_connected:
-                connected()
-        except BaseException:
-            self._transport.close()
-            raise
         if self._event_loop is not None:
             self._event_loop.start()
+        opened = False
+        try:
+            # Before connecting: what the handlers share is open before the first delivery.
+            run_hook(self._processor, "on_startup", self._event_loop)
+            opened = True
+            self._transport.connect()
+            try:
+                for connected in self._on_connected:
+                    connected()
+            except BaseException:
+                self._transport.close()
+                raise
+        except BaseException:
+            if opened:
+                shut_down(self._processor, self._event_loop)
+            if self._event_loop is not None:
+                self._event_loop.stop()
+            raise
+        self._opened = True
         for index in range(self._settings.workers):
             self._workers.append(self._start_worker(index))
         if self._gate is not None:
@@ -296,12 +311,15 @@ class TenantWorkers:
         for companion in self._companions:
             companion.stop(grace)
         self._join_workers(deadline)
+        # Past the grace period a coroutine is cancelled, and its worker settles it as a retry
+        # before the transport closes; a plain handler cannot be, and is left.
+        if self._event_loop is not None and (cancelled := self._event_loop.cancel_running()):
+            log.warning("async_handlers_cancelled", count=cancelled)
+            self._join_workers(time.monotonic() + CANCELLED_SETTLE_S)
+        if self._opened:
+            self._opened = False
+            shut_down(self._processor, self._event_loop)  # on the loop, before it stops
         if self._event_loop is not None:
-            # Past the grace period a coroutine is cancelled, and its worker settles it as a
-            # retry before the transport closes; a plain handler cannot be, and is left.
-            if cancelled := self._event_loop.cancel_running():
-                log.warning("async_handlers_cancelled", count=cancelled)
-                self._join_workers(time.monotonic() + CANCELLED_SETTLE_S)
             self._event_loop.stop()
         finished = not any(worker.is_alive() for worker in self._workers)
         self._transport.close()
