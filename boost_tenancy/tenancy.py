@@ -19,7 +19,10 @@ MAX_TENANT_LENGTH: Final = 64
 
 # Grammar (documented in docs/tenancy.md): 1 to 64 characters from [A-Za-z0-9_-], starting and
 # ending with a letter or digit. A canonical UUID (8-4-4-4-12 hex digits) is one such slug.
-_TENANT_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?")
+TENANT_PATTERN: Final = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?"
+"""The tenant grammar as a regular expression (whole-string match), as published to clients
+(the AsyncAPI document's tenantUUID header)."""
+_TENANT_RE: Final = re.compile(TENANT_PATTERN)
 _UUID_RE: Final = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )

@@ -59,6 +59,11 @@ COMMANDS: Final[dict[str, Command]] = {
     "usage": Command(
         "policy", "a tenant's counts per day from the usage store (BOOST_USAGE_STORE), as JSON"
     ),
+    "asyncapi": Command(
+        "asyncapi",
+        "print the AsyncAPI 3.0 document of processors: the queues they consume and publish "
+        "to, their messages with the tenantUUID property, the dead letters and the quarantine",
+    ),
 }
 
 

@@ -29,7 +29,7 @@ from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.tenancy import TenantId
 
 
-def _import_target(spec: str, what: str = "processor") -> object:
+def import_target(spec: str, what: str = "processor") -> object:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigError(
@@ -83,7 +83,7 @@ def load_processor(spec: str) -> TenantProcessor:
     without arguments, or a factory, called without arguments, that returns a TenantProcessor
     (one that reads its own settings, say). Anything else is a ConfigError saying what it got.
     """
-    target = _import_target(spec)
+    target = import_target(spec)
     _check_buildable(spec, target)
     try:
         processor = target()  # type: ignore[operator]  # _check_buildable: callable
@@ -102,7 +102,7 @@ def load_middleware(spec: str) -> AnyMiddleware:
     """The middleware 'package.module:name' names: a class or a factory, called without
     arguments, that returns a middleware (a callable of message, ctx and call_next, or an
     AsyncMiddleware). Anything else is a ConfigError saying what it got."""
-    target = _import_target(spec, "middleware")
+    target = import_target(spec, "middleware")
     if not callable(target):
         raise ConfigError(f"--middleware {spec!r} is a {type(target).__name__}, not a factory")
     _check_no_arguments(f"--middleware {spec!r}", target, "the middleware")

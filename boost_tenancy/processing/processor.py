@@ -116,6 +116,9 @@ class TenantProcessor(abc.ABC, Generic[M]):
     """
 
     queues: ClassVar[tuple[str, ...]] = ()
+    publishes: ClassVar[tuple[str, ...]] = ()
+    """The queues handle may publish to (ctx.publish): what the processor's AsyncAPI document
+    lists as its send operations (boost-tenancy asyncapi); publishing is not limited to them."""
     json_body: ClassVar[bool] = True
     """Decode bodies as JSON into message.data; an undecodable body is dead-lettered at once."""
     model: ClassVar[type[Any] | None] = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 from boost_tenancy import PermanentError
@@ -47,21 +48,142 @@ ROUTED_QUEUES: Final = (
 broker stores each tenant's messages sent to them in its own queue at send time (its
 TenantRoutingPlugin, docs/fairness.md)."""
 
-# Bodies, by queue (every field required unless marked optional):
-#   cmd.document.process       {documentUUID, blobKey, fileName, contentType}
-#   cmd.document.retry         {documentUUID}
-#   cmd.thumbnail.generate     {documentUUID, blobKey, contentType}
-#   cmd.document.extractText   {documentUUID, run, blobKey, fileName, contentType}
-#   evt.document.text.extracted{documentUUID, run, textKey, chars}
-#   evt.document.text.error    {documentUUID, run, reason}
-#   cmd.document.interpret     {documentUUID, run, textKey}
-#   evt.document.interpreted   {documentUUID, run, documentType, confidence, fields, needsReview,
-#                               reasons}
-#   evt.document.interpretation.error {documentUUID, run, reason}
-#   evt.document.processing.started   {documentUUID, run}
-#   evt.document.ready         {documentUUID, run, documentType, fields}
-#   evt.document.needs.review  {documentUUID, run, documentType, confidence, reasons}
-#   evt.document.failed        {documentUUID, run, stage, reason}
+
+# -- bodies, by queue: every field required; what boost-tenancy asyncapi publishes for them ---
+@dataclass(frozen=True)
+class ProcessDocument:
+    """Start processing an uploaded document (the IntegrationsServer sends it)."""
+
+    documentUUID: str  # noqa: N815  # the wire names of the BOOST bodies
+    blobKey: str  # noqa: N815
+    fileName: str  # noqa: N815
+    contentType: str  # noqa: N815
+
+
+@dataclass(frozen=True)
+class RetryDocument:
+    """Run a failed document through the pipeline again."""
+
+    documentUUID: str  # noqa: N815
+
+
+@dataclass(frozen=True)
+class GenerateThumbnail:
+    """Render a document's first page as a thumbnail."""
+
+    documentUUID: str  # noqa: N815
+    blobKey: str  # noqa: N815
+    contentType: str  # noqa: N815
+
+
+@dataclass(frozen=True)
+class ExtractText:
+    """Extract a document's text (one run of the pipeline)."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    blobKey: str  # noqa: N815
+    fileName: str  # noqa: N815
+    contentType: str  # noqa: N815
+
+
+@dataclass(frozen=True)
+class TextExtracted:
+    """A document's text is stored under textKey."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    textKey: str  # noqa: N815
+    chars: int
+
+
+@dataclass(frozen=True)
+class StageFailed:
+    """A stage could not do its work for a run (text extraction, interpretation)."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Interpret:
+    """Interpret a document's extracted text."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    textKey: str  # noqa: N815
+
+
+@dataclass(frozen=True)
+class Interpreted:
+    """What the interpretation found, and whether a person must review it."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    documentType: str  # noqa: N815
+    confidence: float
+    fields: dict[str, Any]
+    needsReview: bool  # noqa: N815
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class ProcessingStarted:
+    """A run of the pipeline started for a document."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+
+
+@dataclass(frozen=True)
+class DocumentReady:
+    """A document went through the pipeline."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    documentType: str  # noqa: N815
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NeedsReview:
+    """A document's interpretation needs a person's review."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    documentType: str  # noqa: N815
+    confidence: float
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class DocumentFailed:
+    """A run failed at a stage."""
+
+    documentUUID: str  # noqa: N815
+    run: int
+    stage: str
+    reason: str
+
+
+BODIES: Final[dict[str, type]] = {
+    CMD_DOCUMENT_PROCESS: ProcessDocument,
+    CMD_DOCUMENT_RETRY: RetryDocument,
+    CMD_THUMBNAIL_GENERATE: GenerateThumbnail,
+    CMD_EXTRACT_TEXT: ExtractText,
+    EVT_TEXT_EXTRACTED: TextExtracted,
+    EVT_TEXT_ERROR: StageFailed,
+    CMD_INTERPRET: Interpret,
+    EVT_INTERPRETED: Interpreted,
+    EVT_INTERPRETATION_ERROR: StageFailed,
+    EVT_PROCESSING_STARTED: ProcessingStarted,
+    EVT_READY: DocumentReady,
+    EVT_NEEDS_REVIEW: NeedsReview,
+    EVT_FAILED: DocumentFailed,
+}
+"""Every queue's body (boost-tenancy asyncapi --schemas services.common.contract:BODIES); the
+services check each field as they read it (field(), document_id())."""
 
 _DOCUMENT_ID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

@@ -27,6 +27,7 @@ class DocumentExtractor(TenantProcessor):
     """
 
     queues = (CMD_EXTRACT_TEXT,)
+    publishes = (EVT_TEXT_EXTRACTED, EVT_TEXT_ERROR)
 
     def __init__(self, blobs: LocalBlobStore) -> None:
         self._blobs = blobs

@@ -145,6 +145,14 @@ class DocumentManager(TenantProcessor):
     """
 
     queues: ClassVar[tuple[str, ...]] = tuple(_TRANSITIONS)
+    publishes: ClassVar[tuple[str, ...]] = (
+        EVT_PROCESSING_STARTED,
+        CMD_EXTRACT_TEXT,
+        CMD_INTERPRET,
+        EVT_READY,
+        EVT_NEEDS_REVIEW,
+        EVT_FAILED,
+    )
 
     def __init__(self, documents: DocumentStore) -> None:
         self._documents = documents

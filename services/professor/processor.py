@@ -36,6 +36,7 @@ class DocumentProfessor(TenantProcessor):
     """
 
     queues = (CMD_INTERPRET,)
+    publishes = (EVT_INTERPRETED, EVT_INTERPRETATION_ERROR)
 
     def __init__(self, blobs: LocalBlobStore, rules_dir: Path | None, threshold: float) -> None:
         if not 0.0 <= threshold <= 1.0:
