@@ -17,11 +17,11 @@ import structlog
 
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.accounting import Accounting
+from boost_tenancy.fairness.exposition import Exposition
 from boost_tenancy.tenancy import TenantId
 
 log = structlog.get_logger("boost_tenancy.fairness.accounting")
 
-_METRICS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _TENANT_PREFIX: Final = "/tenants/"
 _PROBES: Final = frozenset({"/healthz", "/readyz"})
 
@@ -83,6 +83,7 @@ class AccountingServer:
         self._tenant_label = tenant_label
         self._health = health
         self._served: frozenset[TenantId] = frozenset()
+        self._exposition: Exposition | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -163,15 +164,23 @@ class AccountingServer:
         self._server = None
         self._thread = None
 
-    def _respond(self, path: str) -> tuple[HTTPStatus, str, bytes]:
+    def families(self) -> str:
+        """The toolkit's own families, as Prometheus text: the accounting's, then each
+        source's, then the watched runner's gauges."""
+        label = self._tenant_label
+        body = self._accounting.prometheus(tenant_label=label)
+        body += "".join(source(label) for source in self._sources)
+        if self._health is not None:
+            body += self._health().prometheus()
+        return body
+
+    def _respond(self, path: str, accept: str = "") -> tuple[HTTPStatus, str, bytes]:
         route = urlsplit(path).path
         if route == "/metrics":
-            label = self._tenant_label
-            body = self._accounting.prometheus(tenant_label=label)
-            body += "".join(source(label) for source in self._sources)
-            if self._health is not None:
-                body += self._health().prometheus()
-            return HTTPStatus.OK, _METRICS_TYPE, body.encode()
+            if self._exposition is None:
+                self._exposition = Exposition(self.families)
+            content_type, body = self._exposition.render(accept)
+            return HTTPStatus.OK, content_type, body
         if route in _PROBES and self._health is not None:
             state = self._health()
             checks = dict(state.liveness() if route == "/healthz" else state.readiness())
@@ -203,10 +212,11 @@ def _handler(owner: AccountingServer) -> type[BaseHTTPRequestHandler]:
         sys_version = ""
 
         def do_GET(self) -> None:
-            self._answer(*owner._respond(self.path))
+            self._answer(*owner._respond(self.path, self.headers.get("Accept", "")))
 
         def do_HEAD(self) -> None:
-            self._answer(*owner._respond(self.path), with_body=False)
+            accept = self.headers.get("Accept", "")
+            self._answer(*owner._respond(self.path, accept), with_body=False)
 
         def _refuse_method(self) -> None:
             # Every resource here is read-only: 405 with what it allows, never an HTML page.

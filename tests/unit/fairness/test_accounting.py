@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from boost_tenancy import (
     DispatchSettings,
@@ -291,7 +292,20 @@ def test_http_server_serves_metrics_and_tenant_views(tenant_label: bool) -> None
         assert server.port > 0
         status, content_type, text = fetch(f"{server.url}/metrics")
         assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
-        samples = parse_exposition(text)
+        # Exactly the accounting's own families and samples, parsed as a scraper parses them,
+        # beside the process's and the runtime's.
+        served = {f.name: f for f in text_string_to_metric_families(text)}
+        own = {f.name: f for f in text_string_to_metric_families(server.families())}
+        for name, family in own.items():
+            assert (served[name].documentation, served[name].type) == (
+                family.documentation,
+                family.type,
+            )
+            assert served[name].samples == family.samples
+        assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= set(
+            served
+        )
+        samples = parse_exposition(server.families())
         assert any("tenant" in labels for _, labels, _ in samples) is tenant_label
 
         status, content_type, body = fetch(f"{server.url}/tenants/org-A")
@@ -335,5 +349,23 @@ def test_http_server_refuses_writes_with_405_and_answers_head() -> None:
             assert response.status == 200
             assert int(response.headers["Content-Length"]) > 0
             assert response.read() == b""
+    finally:
+        server.stop()
+
+
+def test_http_server_speaks_openmetrics_when_the_scraper_asks_for_it() -> None:
+    server = AccountingServer(scripted_accounting(), port=0)
+    server.start()
+    try:
+        request = urllib.request.Request(
+            f"{server.url}/metrics",
+            headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            content_type = response.headers["Content-Type"]
+            text = response.read().decode()
+        assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+        assert text.endswith("# EOF\n")
+        assert 'boost_tenancy_messages_total{outcome="processed"} 6.0' in text
     finally:
         server.stop()
