@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,17 +222,31 @@ class SQLiteBackend(_Backend):
             connection = sqlite3.connect(location, check_same_thread=False, timeout=timeouts.busy_s)
         except (OSError, sqlite3.Error) as exc:
             raise self._failure(opening, exc) from exc
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            if synchronous_full:
-                # In WAL mode a NORMAL sync can lose the last commits on power loss.
-                connection.execute("PRAGMA synchronous=FULL")
-            for statement in schema:
-                connection.execute(statement)
-            connection.commit()
-        except sqlite3.Error as exc:
-            connection.close()
-            raise self._failure(schema_step or opening, exc) from exc
+        # Processes that open one file at once (a pipeline's services starting together) take
+        # turns: SQLite answers "database is locked" without waiting while another switches the
+        # file to WAL or creates the schema, so this step is tried again within the busy timeout.
+        deadline = time.monotonic() + timeouts.busy_s
+        while True:
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                if synchronous_full:
+                    # In WAL mode a NORMAL sync can lose the last commits on power loss.
+                    connection.execute("PRAGMA synchronous=FULL")
+                for statement in schema:
+                    connection.execute(statement)
+                connection.commit()
+                break
+            except sqlite3.OperationalError as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.rollback()
+                if _locked(exc) and time.monotonic() < deadline:
+                    time.sleep(random.uniform(0.01, 0.1))
+                    continue
+                connection.close()
+                raise self._failure(schema_step or opening, exc) from exc
+            except sqlite3.Error as exc:
+                connection.close()
+                raise self._failure(schema_step or opening, exc) from exc
         self._connection = connection
 
     def _execute_locked(
@@ -253,6 +269,12 @@ class SQLiteBackend(_Backend):
         # sqlite3_interrupt is the one call SQLite allows from another thread mid-statement.
         with contextlib.suppress(sqlite3.Error):
             self._connection.interrupt()
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's answer while another connection holds the lock it needs."""
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 class PostgresBackend(_Backend):
