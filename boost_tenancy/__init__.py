@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         PermanentError,
         PublishRateExceededError,
         PublishRefusedError,
+        RequestTimeoutError,
         TenantMismatchError,
         TransientError,
         TransportError,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from boost_tenancy.producer import TenantProducer
     from boost_tenancy.publishing import AdmittedSend, Draft
     from boost_tenancy.quotas import MessageTtl, PublishGuard, PublishLimits
+    from boost_tenancy.requests import Reply, TenantRequester
     from boost_tenancy.resilience.error_store import open_error_store
     from boost_tenancy.routing import Routing
     from boost_tenancy.tenancy import TenantId
@@ -72,6 +74,8 @@ _HOMES = {
     "PublishLimits": "boost_tenancy.quotas",
     "PublishRateExceededError": "boost_tenancy.errors",
     "PublishRefusedError": "boost_tenancy.errors",
+    "Reply": "boost_tenancy.requests",
+    "RequestTimeoutError": "boost_tenancy.errors",
     "RetryPolicy": "boost_tenancy.processing.retry",
     "Routing": "boost_tenancy.routing",
     "RunnerSettings": "boost_tenancy.processing.runner_settings",
@@ -79,6 +83,7 @@ _HOMES = {
     "TenantMismatchError": "boost_tenancy.errors",
     "TenantProcessor": "boost_tenancy.processing.processor",
     "TenantProducer": "boost_tenancy.producer",
+    "TenantRequester": "boost_tenancy.requests",
     "TransientError": "boost_tenancy.errors",
     "TransportError": "boost_tenancy.errors",
     "open_error_store": "boost_tenancy.resilience.error_store",
@@ -130,6 +135,8 @@ __all__ = [
     "PublishLimits",
     "PublishRateExceededError",
     "PublishRefusedError",
+    "Reply",
+    "RequestTimeoutError",
     "RetryPolicy",
     "Routing",
     "RunnerSettings",
@@ -137,6 +144,7 @@ __all__ = [
     "TenantMismatchError",
     "TenantProcessor",
     "TenantProducer",
+    "TenantRequester",
     "TransientError",
     "TransportError",
     "open_error_store",

@@ -160,3 +160,9 @@ class MessageTooLargeError(PublishRefusedError, PermanentError):
     """Larger than the tenant's maximum message size: retrying cannot help."""
 
     reason = "size"
+
+
+class RequestTimeoutError(BoostTenancyError, TimeoutError):
+    """No reply to a request within its timeout (TenantRequester.request); names the queue, the
+    tenant and the wait. The request itself was confirmed by the broker and may still be
+    handled: a reply that comes later is acknowledged and logged, not delivered."""

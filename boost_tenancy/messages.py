@@ -30,6 +30,10 @@ ORIGINAL_QUEUE_PROPERTY: Final = "boostOriginalQueue"
 DEAD_LETTER_REASON_PROPERTY: Final = "boostDeadLetterReason"
 ERROR_TYPE_PROPERTY: Final = "boostErrorType"
 ERROR_TEXT_PROPERTY: Final = "boostError"
+REPLY_TO_PROPERTY: Final = "boostReplyTo"
+"""The logical queue a request's reply goes to (reply.<name>): TenantRequester sets it, and
+HandlerContext.reply sends there, as the request's tenant."""
+REPLY_QUEUE_PREFIX: Final = "reply."
 RESERVED_PROPERTIES: Final = frozenset(
     {
         TENANT_PROPERTY,

@@ -20,7 +20,7 @@ from boost_tenancy.errors import (
 )
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.json_bodies import decode_json_body
-from boost_tenancy.messages import IncomingMessage, PublishCheck, body_text
+from boost_tenancy.messages import REPLY_TO_PROPERTY, IncomingMessage, PublishCheck, body_text
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.tracing import Processing
 from boost_tenancy.processing.aio import check_middleware
@@ -283,6 +283,7 @@ class Dispatcher:
             attempt=attempt,
             log=_handler_log,
             publisher=self._publisher,
+            reply_to=delivery.properties.get(REPLY_TO_PROPERTY),
         )
         try:
             return self._handler(message, ctx)

@@ -21,6 +21,7 @@ from boost_tenancy.models import binding_for
 from boost_tenancy.observability.trace_context import TraceContext
 from boost_tenancy.observability.tracing import current_trace
 from boost_tenancy.publishing import Publisher, default_steps
+from boost_tenancy.requests import check_reply_queue
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Outgoing
@@ -62,6 +63,8 @@ class HandlerContext:
     trace: TraceContext | None = field(default_factory=current_trace)
     """The handled message's trace context (its process span's with OpenTelemetry), which what
     publish sends continues (observability/tracing.py)."""
+    reply_to: str | None = None
+    """The reply queue the handled message names (boostReplyTo, untrusted: reply checks it)."""
     _outbox: _Outbox = field(default_factory=_Outbox, repr=False)
 
     def publish(
@@ -100,6 +103,17 @@ class HandlerContext:
         # By logical queue: the settler routes it again with the same routing when it sends.
         self._outbox.items.append(Outgoing(queue, admitted.wire, max(0, delay_ms)))
         return admitted.message.message_id
+
+    def reply(self, body: MessageBody, *, properties: Mapping[str, str] | None = None) -> str:
+        """Answer a request (TenantRequester.request): publish body to the reply queue it names,
+        as this tenant and with its correlation id, on success like publish. A message that names
+        no reply queue, or a queue that is not one (reply.<name>), is a PermanentError: it is
+        dead-lettered with the reason, never answered elsewhere."""
+        try:
+            queue = check_reply_queue(self.reply_to)
+        except ConfigError as exc:
+            raise PermanentError(f"cannot reply: {exc}") from None
+        return self.publish(queue, body, properties=properties)
 
     @property
     def outputs(self) -> tuple[Outgoing, ...]:
