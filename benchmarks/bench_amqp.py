@@ -42,7 +42,7 @@ from bench_common import (
     verdict,
     within,
 )
-from proton import Connection, Event, Link, Message, ProtonException, symbol
+from proton import Connection, Event, Link, Message, ProtonException, Terminus, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
@@ -114,12 +114,18 @@ def physical_queue(kind: str, tenant: str) -> tuple[str, str]:
 
 # -- raw python-qpid-proton ---------------------------------------------------------------------
 class QueueCapability(LinkOption):
-    """Marks the link's node a queue, as the transport does (Artemis needs it, RabbitMQ ignores
-    it), so the raw clients attach exactly like the toolkit."""
+    """Marks the link's node a queue, and its terminus durable where the broker makes the
+    queue durable only then (RabbitMQ), as the transport does: the raw clients attach exactly
+    like the toolkit, to the same durable queue (an attach that differs is refused)."""
+
+    def __init__(self, durable: bool = False) -> None:
+        self._durable = durable
 
     def apply(self, link: Link) -> None:
         terminus = link.source if link.is_receiver else link.target
         terminus.capabilities.put_object(QUEUE_CAPABILITY)
+        if self._durable:
+            terminus.durability = Terminus.CONFIGURATION
 
 
 class RawClient(MessagingHandler):  # type: ignore[misc]
@@ -251,7 +257,9 @@ class RawPublisher(RawClient):
 
     def started(self, container: Container, conn: Connection) -> None:
         container.create_sender(
-            conn, target=self.cfg.address(self.queue), options=QueueCapability()
+            conn,
+            target=self.cfg.address(self.queue),
+            options=QueueCapability(self.cfg.flavour.durable_terminus),
         )
 
     def on_sendable(self, event: Event) -> None:
@@ -296,7 +304,9 @@ class RawConsumer(RawClient):
 
     def started(self, container: Container, conn: Connection) -> None:
         receiver = container.create_receiver(
-            conn, source=self.cfg.address(self.queue), options=QueueCapability()
+            conn,
+            source=self.cfg.address(self.queue),
+            options=QueueCapability(self.cfg.flavour.durable_terminus),
         )
         if not self.drain:
             receiver.flow(self.credit)
@@ -332,7 +342,9 @@ def publish_blocking(cfg: AmqpConfig, queue: str, tenant: str, messages: int) ->
     try:
         # The clock includes the attach, as on the other publish rows (their first send attaches).
         started, started_cpu = time.perf_counter(), time.process_time()
-        sender = conn.create_sender(cfg.address(queue), options=QueueCapability())
+        sender = conn.create_sender(
+            cfg.address(queue), options=QueueCapability(cfg.flavour.durable_terminus)
+        )
         for _ in range(messages):
             sender.send(raw_message(tenant, body), timeout=cfg.timeout_s)
         elapsed = time.perf_counter() - started

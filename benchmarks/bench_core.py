@@ -399,7 +399,8 @@ def publish_raw(cfg: Config, messages: int, *, confirm: Confirm) -> Sample:
     "transaction" sends inside one transaction whose COMMIT carries the receipt.
     """
     tenant = "tenant-publish"
-    queue = unique_queue("publish-raw")
+    # Where TenantProducer sends under the default (routed) topology: the tenant's own queue.
+    queue = DEFAULT_ROUTING.physical(unique_queue("publish-raw"), tenant)
     destination = "/queue/" + queue
     listener = RawListener()
     with raw_connection(cfg, listener) as conn:
@@ -456,7 +457,7 @@ def publish_toolkit(cfg: Config, messages: int, *, batch: bool, atomic: bool = T
         cpu = time.process_time() - started_cpu
     finally:
         transport.close()
-    drain(cfg, queue, messages)
+    drain(cfg, DEFAULT_ROUTING.physical(queue, tenant), messages)
     return Sample.of(messages, elapsed, cpu)
 
 
