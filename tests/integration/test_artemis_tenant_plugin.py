@@ -291,7 +291,9 @@ def test_a_runner_makes_no_divert_per_tenant_and_handles_what_the_plugin_routed(
 
 
 def test_send_routes_lists_the_queues_the_plugin_routes_for_every_tenant(
-    plugin_broker: PluginBroker, capsys: pytest.CaptureFixture[str]
+    plugin_broker: PluginBroker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     check = StompTransport(plugin_broker.stomp)
     check.connect()
@@ -306,6 +308,8 @@ def test_send_routes_lists_the_queues_the_plugin_routes_for_every_tenant(
         "BOOST_BROKER_USER": USER,
         "BOOST_BROKER_PASSWORD": PASSWORD,
     }
+    for name, value in env.items():  # the command connects with what the environment says
+        monkeypatch.setenv(name, value)
     for queue, expected in ((QUEUE, 1), ("cmd.not-listed", 0)):
         args = build_parser().parse_args(["send-routes", "--queue", queue])
         assert args.handler(args, AppSettings.from_env(env)) == 0
