@@ -221,18 +221,20 @@ class AsyncApiDocument:
                 if "{" in self._address(queue)
                 else f"{queue}, shared by the tenants (each reads its own by selector)",
             )
-            for reader in readers.get(queue, []):
-                operations[_key(f"{reader}.receive.{queue}")] = {
-                    "action": "receive",
+            for action, who, summary in (
+                *(
+                    (("receive", r, "handles each tenant's messages of"))
+                    for r in readers.get(queue, [])
+                ),
+                *(
+                    (("send", w, "publishes, as the tenant it handles, to"))
+                    for w in writers.get(queue, [])
+                ),
+            ):
+                operations[_key(f"{who}.{action}.{queue}")] = {
+                    "action": action,
                     "channel": {"$ref": f"#/channels/{key}"},
-                    "summary": f"{reader} handles each tenant's messages of {queue}",
-                    "messages": [{"$ref": f"#/channels/{key}/messages/{message}"}],
-                }
-            for writer in writers.get(queue, []):
-                operations[_key(f"{writer}.send.{queue}")] = {
-                    "action": "send",
-                    "channel": {"$ref": f"#/channels/{key}"},
-                    "summary": f"{writer} publishes to {queue} as the tenant it handles",
+                    "summary": f"{who} {summary} {queue}",
                     "messages": [{"$ref": f"#/channels/{key}/messages/{message}"}],
                 }
             channels.update(self._failure_channels(queue, message))

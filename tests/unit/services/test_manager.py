@@ -59,14 +59,7 @@ from tests.conftest import recorded, wait_until
 ORG_A = TenantId("org-a")
 ORG_B = TenantId("org-b")
 INPUTS = DocumentManager.queues
-OUTPUTS = (
-    EVT_PROCESSING_STARTED,
-    CMD_EXTRACT_TEXT,
-    CMD_INTERPRET,
-    EVT_READY,
-    EVT_NEEDS_REVIEW,
-    EVT_FAILED,
-)
+OUTPUTS = DocumentManager.publishes
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_ms=20, max_delay_ms=50)
 SHARED = Routing(Topology.SHARED)
 """One queue per name: the tests read what the manager sent, every tenant's, by queue name."""
