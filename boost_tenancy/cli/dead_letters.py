@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Final
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import TENANT_HELP, Subparsers, connected, positive_int
-from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
+from boost_tenancy.cli.output import (
+    BODY_PREVIEW_CHARS,
+    add_output_option,
+    body_json,
+    failure_json,
+    table,
+    wants_table,
+)
 from boost_tenancy.errors import DeadLettersNotFoundError
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin, DeadLetterView
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
@@ -36,6 +43,24 @@ def view_json(view: DeadLetterView, *, show_body: bool = False) -> str:
     return json.dumps(shown)
 
 
+DEAD_LETTER_COLUMNS: Final = (
+    ("message_id", "message id"),
+    ("reason", "reason"),
+    ("attempts", "attempts"),
+    ("error_type", "error type"),
+    ("error", "error"),
+)
+FAILURE_COLUMNS: Final = (
+    ("at", "at"),
+    ("queue", "queue"),
+    ("message_id", "message id"),
+    ("attempt", "attempt"),
+    ("outcome", "outcome"),
+    ("error_type", "error type"),
+    ("error", "error"),
+)
+
+
 def _store_note(settings: AppSettings) -> str:
     return f"the error store {redact_url(settings.error_store_url)} (BOOST_ERROR_STORE)"
 
@@ -49,8 +74,12 @@ def dlq(args: argparse.Namespace, settings: AppSettings) -> int:
             admin = DeadLetterAdmin(transport, store, routing=settings.routing)
             if args.dlq_command == "list":
                 views = admin.list(tenant, args.queue, limit=args.limit)
-                for view in views:
-                    print(view_json(view, show_body=args.show_body))
+                if views and wants_table(args):
+                    rows = [json.loads(view_json(view)) for view in views]
+                    sys.stdout.write(table(rows, DEAD_LETTER_COLUMNS))
+                else:
+                    for view in views:
+                        print(view_json(view, show_body=args.show_body))
                 if not views:
                     queue = dead_letter_queue(settings.routing.physical(args.queue, tenant))
                     print(
@@ -91,22 +120,25 @@ def errors(args: argparse.Namespace, settings: AppSettings) -> int:
             outcome=outcome,
             limit=args.limit,
         )
-        for record in records:
-            print(
-                json.dumps(
-                    {
-                        "tenant": record.tenant.value if record.tenant else None,
-                        "queue": record.queue,
-                        "message_id": record.message_id,
-                        "attempt": record.attempt,
-                        "outcome": record.outcome.value,
-                        "error_type": record.error_type,
-                        "error": record.error_text,
-                        "trace": record.trace,
-                        "at": record.occurred_at.isoformat(),
-                    }
-                )
-            )
+        rows = [
+            {
+                "tenant": record.tenant.value if record.tenant else None,
+                "queue": record.queue,
+                "message_id": record.message_id,
+                "attempt": record.attempt,
+                "outcome": record.outcome.value,
+                "error_type": record.error_type,
+                "error": record.error_text,
+                "trace": record.trace,
+                "at": record.occurred_at.isoformat(),
+            }
+            for record in records
+        ]
+        if rows and wants_table(args):
+            sys.stdout.write(table(rows, FAILURE_COLUMNS))
+        else:
+            for row in rows:
+                print(json.dumps(row))
         if not records:
             # A store other than the runners' (another BOOST_ERROR_STORE) reports nothing too.
             print(f"boost-tenancy: no failures found in {_store_note(settings)}", file=sys.stderr)
@@ -131,8 +163,9 @@ def register(sub: Subparsers) -> None:
                 "--show-body",
                 action="store_true",
                 help=f"add each body (its first {BODY_PREVIEW_CHARS} characters; base64 for "
-                "binary ones); hidden by default, bodies may hold personal data",
+                "binary ones; JSON output only); hidden by default, bodies may hold personal data",
             )
+            add_output_option(action)
         if name == "redrive":
             action.add_argument(
                 "--message-id",
@@ -152,4 +185,5 @@ def register(sub: Subparsers) -> None:
     cmd.add_argument(
         "--limit", type=positive_int, default=100, help="at most this many, newest first (100)"
     )
+    add_output_option(cmd)
     cmd.set_defaults(handler=errors)

@@ -3,8 +3,11 @@ failures, one shape for every command."""
 
 from __future__ import annotations
 
+import argparse
 import base64
-from typing import Any
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from boost_tenancy.resilience.records import FailureRecord
 
@@ -51,3 +54,43 @@ def failure_json(record: FailureRecord, *, with_tenant: bool = False) -> dict[st
         at=record.occurred_at.isoformat(),
     )
     return shown
+
+
+OUTPUT_HELP: Final = (
+    "table (the default on a terminal) or json (one object per line: the default when the output "
+    "goes to a pipe or a file)"
+)
+CELL_CHARS: Final = 60
+"""The most of a value a table cell shows; --output json shows all of it."""
+
+
+def add_output_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--output", choices=("table", "json"), help=OUTPUT_HELP)
+
+
+def wants_table(args: argparse.Namespace) -> bool:
+    """--output table, or no --output on a terminal."""
+    chosen = getattr(args, "output", None)
+    return chosen == "table" or (chosen is None and sys.stdout.isatty())
+
+
+def _cell(value: object) -> str:
+    """A value as a table cell: one line, every non-printable character escaped (no terminal
+    escape sequence reaches the screen), cut to CELL_CHARS."""
+    text = "-" if value is None else str(value)
+    safe = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return safe if len(safe) <= CELL_CHARS else safe[: CELL_CHARS - 1] + "…"
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """rows as a text table of columns (key, heading), one line per row."""
+    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+    widths = [
+        max([len(heading), *(len(line[i]) for line in cells)])
+        for i, (_, heading) in enumerate(columns)
+    ]
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in [[heading for _, heading in columns], *cells]
+    ]
+    return "\n".join(lines) + "\n"

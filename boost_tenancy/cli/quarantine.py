@@ -11,12 +11,26 @@ from typing import Any, Final
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import Subparsers, acting, connected, positive_int
-from boost_tenancy.cli.output import BODY_PREVIEW_CHARS, body_json, failure_json
+from boost_tenancy.cli.output import (
+    BODY_PREVIEW_CHARS,
+    add_output_option,
+    body_json,
+    failure_json,
+    table,
+    wants_table,
+)
 from boost_tenancy.ops.quarantine import QuarantineAdmin, QuarantinedView
 from boost_tenancy.resilience.error_store import open_error_store
 from boost_tenancy.storage import redact_url
 from boost_tenancy.tenancy import TenantId
 
+QUARANTINE_COLUMNS: Final = (
+    ("message_id", "message id"),
+    ("cause", "cause"),
+    ("tenant_property", "tenantUUID"),
+    ("error", "error"),
+    ("quarantined_at", "quarantined at"),
+)
 SHOWN_CHARS: Final = 4_096
 """The most of a body (characters of text, bytes otherwise) or of a tenantUUID property that
 list prints."""
@@ -56,8 +70,12 @@ def quarantine(args: argparse.Namespace, settings: AppSettings) -> int:
             admin = QuarantineAdmin(transport, store, routing=settings.routing)
             if args.quarantine_command == "list":
                 views = admin.list(args.queue, tenant=args.tenant, limit=args.limit)
-                for view in views:
-                    print(view_json(view, show_body=args.show_body))
+                if views and wants_table(args):
+                    rows = [json.loads(view_json(view, show_body=False)) for view in views]
+                    sys.stdout.write(table(rows, QUARANTINE_COLUMNS))
+                else:
+                    for view in views:
+                        print(view_json(view, show_body=args.show_body))
                 if not views:
                     print(
                         "boost-tenancy: no quarantined messages in "
@@ -107,6 +125,7 @@ def register(sub: Subparsers) -> None:
         "--tenant", help="this tenant's queue's quarantine (default: the shared queue's)"
     )
     listing.add_argument("--limit", type=positive_int, default=100, help="at most this many (100)")
+    add_output_option(listing)
     listing.add_argument(
         "--show-body",
         action="store_true",

@@ -315,3 +315,43 @@ def test_publish_checks_every_json_line_before_sending_any(
     argv = ["publish", "--queue", "q", "--tenant", "org-a", "--json-lines", str(lines)]
     assert main(argv) == 2  # refused before any connection: nothing listens on the port
     assert said in capsys.readouterr().err
+
+
+def test_errors_prints_a_table_when_asked_and_escapes_what_a_terminal_would_run(
+    offline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    written = SQLiteErrorStore(offline)
+    written.record(
+        FailureRecord(
+            tenant=TenantId("org-a"),
+            queue="q",
+            message_id="m-1",
+            correlation_id="c-1",
+            attempt=2,
+            outcome=FailureOutcome.RETRY,
+            error_type="RuntimeError",
+            error_text="boom \x1b[31mred\x1b[0m " + "x" * 200,
+            occurred_at=datetime.now(UTC),
+        )
+    )
+    written.close()
+    assert main(["errors", "--tenant", "org-a", "--output", "table"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == [
+        "at",
+        "queue",
+        "message",
+        "id",
+        "attempt",
+        "outcome",
+        "error",
+        "type",
+        "error",
+    ]
+    assert "\x1b" not in row
+    assert "boom \\x1b[31mred" in row
+    assert row.endswith("…")
+    assert "m-1" in row and "retry" in row
+    # Piped, the default stays one JSON object per line.
+    assert main(["errors", "--tenant", "org-a"]) == 0
+    assert json.loads(capsys.readouterr().out)["attempt"] == 2

@@ -479,3 +479,14 @@ def test_the_list_command_says_where_it_looked_when_nothing_is_quarantined(
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout stays one JSON object per message: none
     assert "no quarantined messages in DLQ.cmd.none-here.quarantine at " in captured.err
+
+
+def test_the_list_command_prints_a_table_with_hostile_values_escaped(
+    cli_broker: Quarantined, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["quarantine", "list", "--queue", cli_broker.queue, "--output", "table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["message", "id", "cause"]
+    assert len(lines) == 4
+    assert all("\x1b" not in line for line in lines)
+    assert {"missing-tenant", "invalid-tenant"} <= {line.split()[1] for line in lines[1:]}
