@@ -5,7 +5,7 @@ COPY pyproject.toml README.md ./
 COPY boost_tenancy ./boost_tenancy
 # The services are not part of the package: they run from /app, the working directory.
 COPY services ./services
-RUN pip install --no-cache-dir ".[services,postgres]"
+RUN pip install --no-cache-dir ".[services,postgres,metrics]"
 RUN useradd --create-home boost && mkdir -p /data && chown boost /data
 USER boost
 ENV BOOST_LOG_FORMAT=json

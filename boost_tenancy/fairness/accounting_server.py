@@ -17,7 +17,7 @@ import structlog
 
 from boost_tenancy.errors import ConfigError, InvalidTenantError
 from boost_tenancy.fairness.accounting import Accounting
-from boost_tenancy.fairness.exposition import Exposition
+from boost_tenancy.fairness.exposition import Exposition, TextExposition, exposition
 from boost_tenancy.tenancy import TenantId
 
 log = structlog.get_logger("boost_tenancy.fairness.accounting")
@@ -83,7 +83,7 @@ class AccountingServer:
         self._tenant_label = tenant_label
         self._health = health
         self._served: frozenset[TenantId] = frozenset()
-        self._exposition: Exposition | None = None
+        self._exposition: Exposition | TextExposition | None = None
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -178,7 +178,7 @@ class AccountingServer:
         route = urlsplit(path).path
         if route == "/metrics":
             if self._exposition is None:
-                self._exposition = Exposition(self.families)
+                self._exposition = exposition(self.families)
             content_type, body = self._exposition.render(accept)
             return HTTPStatus.OK, content_type, body
         if route in _PROBES and self._health is not None:

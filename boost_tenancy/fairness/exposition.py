@@ -1,8 +1,9 @@
-"""/metrics through prometheus_client: the toolkit's own families (rendered as Prometheus text by
-the accounting, the handling metrics, the queue gauges and the runner's health) beside the
-process's (CPU, memory, file descriptors) and the Python runtime's (version, garbage
-collection), in the format the scraper asks for: Prometheus text by default, OpenMetrics when its
-Accept header names it."""
+"""/metrics through prometheus_client (the `metrics` extra): the toolkit's own families (rendered
+as Prometheus text by the accounting, the handling metrics, the queue gauges and the runner's
+health) beside the process's (CPU, memory, file descriptors) and the Python runtime's (version,
+garbage collection), in the format the scraper asks for: Prometheus text by default, OpenMetrics
+when its Accept header names it. Without prometheus_client, the toolkit's own families alone, as
+Prometheus text (TextExposition)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,28 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class TextExposition:
+    """The toolkit's own families as Prometheus text, whatever the scraper asks for: what
+    /metrics serves without the `metrics` extra."""
+
+    def __init__(self, text: Callable[[], str]) -> None:
+        self._text = text
+
+    def render(self, accept: str) -> tuple[str, bytes]:
+        return PROMETHEUS_TEXT, self._text().encode()
+
+
+def exposition(text: Callable[[], str]) -> Exposition | TextExposition:
+    """Exposition with prometheus_client installed, else TextExposition."""
+    try:
+        return Exposition(text)
+    except ImportError:
+        return TextExposition(text)
 
 
 class Exposition:
@@ -53,4 +76,4 @@ class Exposition:
         return content_type, encode(self._registry)
 
 
-__all__ = ["Exposition"]
+__all__ = ["Exposition", "TextExposition", "exposition"]

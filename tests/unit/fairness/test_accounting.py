@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -367,5 +368,21 @@ def test_http_server_speaks_openmetrics_when_the_scraper_asks_for_it() -> None:
         assert content_type.startswith("application/openmetrics-text; version=1.0.0")
         assert text.endswith("# EOF\n")
         assert 'boost_tenancy_messages_total{outcome="processed"} 6.0' in text
+    finally:
+        server.stop()
+
+
+def test_without_prometheus_client_metrics_serves_the_toolkits_families_as_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The `metrics` extra is optional: without it /metrics is the toolkit's own text."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    server = AccountingServer(scripted_accounting(), port=0)
+    server.start()
+    try:
+        status, content_type, text = fetch(f"{server.url}/metrics")
+        assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
+        assert text == server.families()
+        assert "process_cpu_seconds_total" not in text
     finally:
         server.stop()
