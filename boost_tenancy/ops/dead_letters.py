@@ -15,7 +15,11 @@ from datetime import UTC, datetime
 
 import structlog
 
-from boost_tenancy.errors import DeadLettersNotFoundError
+from boost_tenancy.errors import (
+    DeadLettersNotFoundError,
+    QueueStatsUnavailableError,
+    TransportError,
+)
 from boost_tenancy.messages import (
     DEAD_LETTER_REASON_PROPERTY,
     ERROR_TEXT_PROPERTY,
@@ -29,7 +33,7 @@ from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId, belongs_to
-from boost_tenancy.transports.base import Delivery, Outgoing, Transport
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport, queue_stats_reader
 
 log = structlog.get_logger("boost_tenancy.ops")
 
@@ -74,6 +78,19 @@ class _Collector:
                 if done:
                     return list(self.items)
             time.sleep(0.02)
+
+
+def known_empty(transport: Transport, queue: str) -> bool:
+    """Whether the broker says queue holds nothing (no such queue, or none waiting or in
+    flight), where the transport reads queue statistics; False where it cannot tell, and then
+    the caller reads the queue until it is idle. Saves a listing of an empty queue that wait."""
+    if not transport.capabilities.queue_statistics:
+        return False
+    try:
+        stats = queue_stats_reader(transport).queue_stats([queue]).get(queue)
+    except (TransportError, QueueStatsUnavailableError):
+        return False
+    return stats is None or (stats.waiting == 0 and stats.in_flight == 0)
 
 
 class DeadLetterAdmin:
@@ -124,6 +141,10 @@ class DeadLetterAdmin:
     ) -> builtins.list[DeadLetterView]:
         """A tenant's dead letters of queue, oldest first; they stay in the dead-letter queue."""
         tenant_id = TenantId.parse(tenant)
+        if known_empty(
+            self._transport, dead_letter_queue(self._routing.physical(queue, tenant_id))
+        ):
+            return []
         subscription, deliveries = self._read(
             tenant_id, queue, limit=limit, idle_s=idle_s, max_s=max_s
         )

@@ -33,7 +33,7 @@ from boost_tenancy.messages import (
     body_text,
     header_text,
 )
-from boost_tenancy.ops.dead_letters import _Collector
+from boost_tenancy.ops.dead_letters import _Collector, known_empty
 from boost_tenancy.processing.inbound import Adopted, adopt
 from boost_tenancy.resilience.dead_letter import quarantine_queue, redrive_copy
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
@@ -162,6 +162,8 @@ class QuarantineAdmin:
         """The first limit quarantined messages of queue, oldest first; they stay there."""
         tenant_id = None if tenant is None else TenantId.parse(tenant)
         quarantine = self.quarantine_of(queue, tenant_id)
+        if known_empty(self._transport, quarantine):
+            return []
         subscription, deliveries = self._read(quarantine, limit=limit, idle_s=idle_s, max_s=max_s)
         # Unacknowledged on purpose: unsubscribing returns them, in their order, uncounted.
         self._transport.unsubscribe(subscription)

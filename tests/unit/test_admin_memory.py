@@ -213,3 +213,23 @@ def test_admin_refuses_an_invalid_tenant_or_queue(dead: DeadLetters) -> None:
     with pytest.raises(ConfigError, match="invalid queue name"):
         dead.admin.list(ORG_A, "cmd.>", idle_s=IDLE)
     assert len(dead.dlq_ids()) == 3
+
+
+def test_an_empty_dead_letter_queue_is_listed_from_its_counts_without_reading_it(
+    dead: DeadLetters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the broker counts its queues, a listing of a queue it says is empty (or has no
+    such queue) subscribes to nothing and waits for nothing; one that holds messages is read."""
+    subscribed: list[str] = []
+    transport = dead.admin._transport
+    original = transport.subscribe
+
+    def recording(queue: str, **kwargs: object) -> object:
+        subscribed.append(queue)
+        return original(queue, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(transport, "subscribe", recording)
+    assert dead.admin.list(ORG_A, unique_queue("cmd.none")) == []
+    assert subscribed == []
+    assert [v.message_id for v in dead.admin.list(ORG_A, dead.queue)] == dead.a_ids
+    assert subscribed == [dead.dlq]
