@@ -26,16 +26,17 @@ from boost_tenancy.codec import decode
 from boost_tenancy.errors import ConfigError, RequestTimeoutError
 from boost_tenancy.message_ids import new_id
 from boost_tenancy.messages import (
-    ERROR_TEXT_PROPERTY,
-    ERROR_TYPE_PROPERTY,
     REPLY_QUEUE_PREFIX,
     REPLY_TO_PROPERTY,
     Body,
     MessageBody,
-    WireMessage,
 )
 from boost_tenancy.producer import TenantProducer
-from boost_tenancy.resilience.dead_letter import quarantine_queue
+from boost_tenancy.resilience.dead_letter import (
+    DeadLetterReason,
+    dead_letter_copy,
+    quarantine_queue,
+)
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, Topology, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId
@@ -205,14 +206,14 @@ class TenantRequester:
         queue's quarantine with the reason, and is never given to a caller."""
         where = self._routing.physical(self.reply_queue, tenant)
         reason = f"a reply in {where} names tenant {claimed!r}, not {tenant.value!r}"
-        copy = WireMessage(
-            body=delivery.body,
-            properties={
-                **delivery.properties,
-                ERROR_TYPE_PROPERTY: "TenancyViolation",
-                ERROR_TEXT_PROPERTY: reason,
-            },
-            correlation_id=delivery.correlation_id,
+        # The copy every quarantine makes (the Settler's too): the error in its header-safe
+        # form (the claimed value is untrusted text), the queue it came from, no expiry.
+        copy = dead_letter_copy(
+            delivery,
+            reason=DeadLetterReason.TENANCY_VIOLATION,
+            error_type="TenancyViolation",
+            error_text=reason,
+            attempt=1,
         )
         log.error("reply_quarantined", tenant=tenant.value, claimed=claimed, queue=where)
         self._transport.send_then_ack(delivery, [Outgoing(quarantine_queue(where), copy)])
