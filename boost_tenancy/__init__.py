@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from boost_tenancy.messages import IncomingMessage, Message, MessageBody
     from boost_tenancy.processing.aio import AsyncMiddleware
+    from boost_tenancy.processing.dependencies import Dependency
     from boost_tenancy.processing.dispatcher import DispatchSettings
     from boost_tenancy.processing.middleware import Middleware
     from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
@@ -56,6 +57,7 @@ _HOMES = {
     "BacklogQuotaExceededError": "boost_tenancy.errors",
     "BoostTenancyError": "boost_tenancy.errors",
     "ConfigError": "boost_tenancy.errors",
+    "Dependency": "boost_tenancy.processing.dependencies",
     "DispatchSettings": "boost_tenancy.processing.dispatcher",
     "Draft": "boost_tenancy.publishing",
     "HandlerContext": "boost_tenancy.processing.processor",
@@ -117,6 +119,7 @@ __all__ = [
     "BacklogQuotaExceededError",
     "BoostTenancyError",
     "ConfigError",
+    "Dependency",
     "DispatchSettings",
     "Draft",
     "HandlerContext",

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from boost_tenancy.chain_order import hook_of, unplaced
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import IncomingMessage
+from boost_tenancy.processing.dependencies import opens_on_event_loop
 from boost_tenancy.processing.middleware import ConsumeFunction, Middleware, takes_consume
 from boost_tenancy.processing.outcomes import Outcome
 from boost_tenancy.processing.processor import HandlerContext, TenantProcessor
@@ -101,12 +102,13 @@ def middleware_of(processor: TenantProcessor) -> tuple[AnyMiddleware, ...]:
 
 def needs_event_loop(processor: TenantProcessor, middleware: Sequence[AnyMiddleware]) -> bool:
     """Whether a runner of processor with this middleware must start an event loop: an async
-    handler, middleware or lifespan hook (what on_startup opens must live on the handlers'
-    loop)."""
+    handler, middleware, lifespan hook or dependency (what on_startup opens must live on the
+    handlers' loop)."""
     hooks = (processor.on_startup, processor.on_shutdown)
     return (
         is_async_handler(processor)
         or any(inspect.iscoroutinefunction(hook) for hook in hooks)
+        or opens_on_event_loop(processor)
         or any(isinstance(unplaced(m), AsyncMiddleware) for m in middleware)
     )
 

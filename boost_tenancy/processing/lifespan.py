@@ -1,6 +1,7 @@
-"""A processor's lifespan hooks (TenantProcessor.on_startup, on_shutdown), run once per runner:
-a plain def on the runner's starting or stopping thread, an async def on its event loop, where the
-async handlers run and so where what on_startup opens must live."""
+"""A processor's lifespan, once per runner: its dependencies opened (processing/dependencies.py),
+then on_startup; on_shutdown, then its dependencies closed. A plain def runs on the runner's
+starting or stopping thread, an async def on its event loop, where the async handlers run and so
+where what they share must live."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Literal
 import structlog
 
 from boost_tenancy.errors import ConfigError
+from boost_tenancy.processing.dependencies import OpenDependencies
 from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.processor import TenantProcessor
 
@@ -33,17 +35,38 @@ def run_hook(processor: TenantProcessor, hook: Hook, event_loop: EventLoop | Non
     event_loop.complete(result)
 
 
-def shut_down(processor: TenantProcessor, event_loop: EventLoop | None) -> None:
-    """run_hook(on_shutdown), whose failure is logged: a stop always goes on."""
-    try:
-        run_hook(processor, "on_shutdown", event_loop)
-    except Exception as exc:  # a failing hook must not leave the connection open
-        log.error(
-            "processor_shutdown_failed",
-            processor=type(processor).__name__,
-            error_type=type(exc).__name__,
-            error=str(exc),
-        )
+class Lifespan:
+    """The start and the stop of one processor in one runner."""
+
+    def __init__(self, processor: TenantProcessor, event_loop: EventLoop | None) -> None:
+        self._processor = processor
+        self._event_loop = event_loop
+        self._dependencies = OpenDependencies(processor, event_loop)
+
+    def start(self) -> None:
+        """Open the dependencies, then run on_startup; what fails is raised, with the
+        dependencies opened so far closed again."""
+        self._dependencies.open()
+        try:
+            run_hook(self._processor, "on_startup", self._event_loop)
+        except BaseException:
+            self._dependencies.close()
+            raise
+
+    def stop(self) -> None:
+        """Run on_shutdown, then close the dependencies; a failure is logged: a stop always
+        goes on."""
+        try:
+            run_hook(self._processor, "on_shutdown", self._event_loop)
+        except Exception as exc:  # a failing hook must not leave the connection open
+            log.error(
+                "processor_shutdown_failed",
+                processor=type(self._processor).__name__,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+        finally:
+            self._dependencies.close()
 
 
-__all__ = ["run_hook", "shut_down"]
+__all__ = ["Lifespan", "run_hook"]

@@ -16,7 +16,7 @@ from boost_tenancy.processing.admission import AdmissionGate, Admitted
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.draining import QueueDrains, QueueKey, QueueStateSource
 from boost_tenancy.processing.event_loop import EventLoop
-from boost_tenancy.processing.lifespan import run_hook, shut_down
+from boost_tenancy.processing.lifespan import Lifespan
 from boost_tenancy.processing.processor import TenantProcessor
 from boost_tenancy.processing.runner_health import RunnerHealth
 from boost_tenancy.processing.runner_settings import RunnerSettings
@@ -116,8 +116,9 @@ class TenantWorkers:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._started = False
+        self._lifespan = Lifespan(processor, event_loop)
         self._opened = False
-        """on_startup ran and on_shutdown has not yet."""
+        """The lifespan started and has not stopped yet."""
 
     @property
     def tenants(self) -> tuple[TenantId, ...]:
@@ -166,7 +167,7 @@ class TenantWorkers:
         opened = False
         try:
             # Before connecting: what the handlers share is open before the first delivery.
-            run_hook(self._processor, "on_startup", self._event_loop)
+            self._lifespan.start()
             opened = True
             self._transport.connect()
             try:
@@ -177,7 +178,7 @@ class TenantWorkers:
                 raise
         except BaseException:
             if opened:
-                shut_down(self._processor, self._event_loop)
+                self._lifespan.stop()
             if self._event_loop is not None:
                 self._event_loop.stop()
             raise
@@ -318,7 +319,7 @@ class TenantWorkers:
             self._join_workers(time.monotonic() + CANCELLED_SETTLE_S)
         if self._opened:
             self._opened = False
-            shut_down(self._processor, self._event_loop)  # on the loop, before it stops
+            self._lifespan.stop()  # on the loop, before it stops
         if self._event_loop is not None:
             self._event_loop.stop()
         finished = not any(worker.is_alive() for worker in self._workers)

@@ -1,0 +1,312 @@
+"""A processor's dependencies: declared on its class, opened once per runner before on_startup
+and the connection, closed once after on_shutdown in the reverse order, whatever kind of factory
+made them (plain, generator, async generator, async def, context manager); a value assigned
+before the start is used and never closed; a failed start closes what was opened."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import ClassVar
+
+import pytest
+
+from boost_tenancy import (
+    ConfigError,
+    Dependency,
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    TenantProcessor,
+    TenantProducer,
+)
+from boost_tenancy.errors import TransportError
+from boost_tenancy.resilience.error_store import ErrorStore
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from tests.conftest import wait_until
+
+QUEUE = "cmd.dependencies"
+EVENTS: list[str] = []
+
+
+class Pool:
+    """A pool the handlers share: a context manager that records when it opens and closes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+        self.used = 0
+
+    def __enter__(self) -> Pool:
+        EVENTS.append(f"open {self.name}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed = True
+        EVENTS.append(f"close {self.name}")
+
+
+def cache() -> Iterator[dict[str, int]]:
+    EVENTS.append("open cache")
+    yield {"hits": 0}
+    EVENTS.append("close cache")
+
+
+class Plain(TenantProcessor):
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    db: Dependency[Pool] = Dependency(lambda: Pool("db"))
+    cache: Dependency[dict[str, int]] = Dependency(cache)
+    settings: Dependency[str] = Dependency(lambda: "plain value")
+
+    def on_startup(self) -> None:
+        EVENTS.append(f"startup with {self.db.name}")
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        assert not self.db.closed
+        self.db.used += 1
+        self.cache["hits"] += 1
+
+    def on_shutdown(self) -> None:
+        EVENTS.append(f"shutdown with {self.db.name}")
+
+
+@pytest.fixture(autouse=True)
+def _events() -> Iterator[None]:
+    EVENTS.clear()
+    yield
+    EVENTS.clear()
+
+
+def send(broker: InMemoryBroker, count: int) -> None:
+    transport = InMemoryTransport(broker)
+    transport.connect()
+    producer = TenantProducer(transport)
+    for n in range(count):
+        producer.send(QUEUE, "org-a", {"n": n})
+    transport.close()
+
+
+def test_opened_once_before_on_startup_and_closed_after_on_shutdown_in_reverse_order(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    processor = Plain()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    db = processor.db
+    send(broker, 3)
+    assert wait_until(lambda: db.used == 3)
+    assert processor.cache == {"hits": 3}
+    assert processor.settings == "plain value"
+    assert runner.stop(grace_s=5)
+    assert EVENTS == [
+        "open db",
+        "open cache",
+        "startup with db",
+        "shutdown with db",
+        "close cache",
+        "close db",
+    ]
+    assert db.closed
+
+
+def test_read_before_the_start_or_after_the_stop_names_the_attribute(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    processor = Plain()
+    with pytest.raises(ConfigError, match=r"Plain\.db is opened when a runner"):
+        _ = processor.db
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    assert runner.stop(grace_s=5)
+    with pytest.raises(ConfigError, match=r"Plain\.cache is opened when a runner"):
+        _ = processor.cache
+    assert isinstance(Plain.db, Dependency)
+
+
+def test_a_value_assigned_before_the_start_is_used_and_never_closed(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    processor = Plain()
+    fake = Pool("fake")
+    processor.db = fake  # what a test does with a fake: used as it is, never closed
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    send(broker, 2)
+    assert wait_until(lambda: fake.used == 2)
+    assert runner.stop(grace_s=5)
+    assert "open fake" not in EVENTS and "open db" not in EVENTS
+    assert not fake.closed
+    assert processor.db is fake
+
+
+class Failing(Plain):
+    broken: Dependency[object] = Dependency(lambda: 1 / 0)
+
+
+def test_a_failing_factory_stops_the_start_and_closes_what_was_opened(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    transport = InMemoryTransport(broker)
+    runner = ProcessorRunner(Failing(), transport, ["org-a"], error_store=store)
+    with pytest.raises(ZeroDivisionError):
+        runner.start()
+    assert EVENTS == ["open db", "open cache", "close cache", "close db"]
+    assert not transport.is_connected
+
+
+def test_a_failed_connection_closes_the_dependencies(
+    broker: InMemoryBroker, store: ErrorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = InMemoryTransport(broker)
+
+    def refuse() -> None:
+        raise TransportError("refused")
+
+    monkeypatch.setattr(transport, "connect", refuse)
+    runner = ProcessorRunner(Plain(), transport, ["org-a"], error_store=store)
+    with pytest.raises(TransportError):
+        runner.start()
+    assert EVENTS == [
+        "open db",
+        "open cache",
+        "startup with db",
+        "shutdown with db",
+        "close cache",
+        "close db",
+    ]
+
+
+class Exploding:
+    def __enter__(self) -> Exploding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        raise RuntimeError("cannot close")
+
+
+class ClosingFails(TenantProcessor):
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    first: Dependency[Pool] = Dependency(lambda: Pool("first"))
+    second: Dependency[object] = Dependency(Exploding)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        pass
+
+
+def test_a_failing_close_is_logged_and_the_others_still_close(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    processor = ClosingFails()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    first = processor.first
+    assert runner.stop(grace_s=5)
+    assert first.closed
+
+
+class AsyncClient:
+    """An async context manager, as httpx.AsyncClient is: bound to the loop it opened on."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed_on: asyncio.AbstractEventLoop | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        self.loop = asyncio.get_running_loop()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.closed_on = asyncio.get_running_loop()
+
+
+async def token_pool() -> AsyncIterator[list[str]]:
+    EVENTS.append(f"open tokens on {threading.current_thread().name != 'MainThread'}")
+    yield ["t"]
+    await asyncio.sleep(0)
+    EVENTS.append("close tokens")
+
+
+async def async_settings() -> str:
+    await asyncio.sleep(0)
+    return "async value"
+
+
+class Async(TenantProcessor):
+    """A plain handler: the async dependencies alone make the runner start its event loop."""
+
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    client: Dependency[AsyncClient] = Dependency(AsyncClient)
+    tokens: Dependency[list[str]] = Dependency(token_pool)
+    settings: Dependency[str] = Dependency(async_settings)
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        self.seen.append(self.settings)
+
+
+class AsyncHandler(Async):
+    async def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:  # type: ignore[override]
+        assert asyncio.get_running_loop() is self.client.loop
+        self.seen.append(self.tokens[0])
+
+
+@pytest.mark.parametrize("kind", [Async, AsyncHandler])
+def test_async_factories_open_and_close_on_the_runners_event_loop(
+    broker: InMemoryBroker, store: ErrorStore, kind: type[Async]
+) -> None:
+    processor = kind()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    client = processor.client
+    assert client.loop is not None
+    send(broker, 2)
+    assert wait_until(lambda: len(processor.seen) == 2)
+    assert runner.stop(grace_s=5)
+    assert client.closed_on is client.loop
+    assert EVENTS == ["open tokens on True", "close tokens"]
+    assert set(processor.seen) <= {"async value", "t"}
+
+
+class AsyncFromPlainDef(TenantProcessor):
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    client: Dependency[AsyncClient] = Dependency(AsyncClient)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        pass
+
+
+def test_an_async_context_from_a_plain_factory_without_an_event_loop_is_refused(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    runner = ProcessorRunner(
+        AsyncFromPlainDef(), InMemoryTransport(broker), ["org-a"], error_store=store
+    )
+    with pytest.raises(ConfigError, match=r"AsyncFromPlainDef\.client: .*declare the factory"):
+        runner.start()
+
+
+def test_a_factory_must_be_callable() -> None:
+    with pytest.raises(ConfigError, match="factory called with no arguments"):
+        Dependency("not callable")  # type: ignore[call-overload]
+
+
+class Replaced(Plain):
+    db = None  # type: ignore[assignment]  # a subclass that does without it
+
+    def on_startup(self) -> None:
+        pass
+
+    def on_shutdown(self) -> None:
+        pass
+
+
+def test_a_subclass_may_replace_a_dependency(broker: InMemoryBroker, store: ErrorStore) -> None:
+    processor = Replaced()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    assert runner.stop(grace_s=5)
+    assert "open db" not in EVENTS
+    assert "open cache" in EVENTS
