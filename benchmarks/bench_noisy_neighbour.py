@@ -27,7 +27,8 @@ alongside the modest tenant's instead, at 50x its rate, so the volume is the sam
 broker_routes runs the routed rows against a Classic broker of the benchmark's own, started with
 scripts/broker and the element `boost-tenancy broker-routes` prints for its queues and both tenants
 (routing at send time, docs/fairness.md); plugin does so with the project's tenant routing plugin
-configured with the queue alone (BOOST_BROKER_ROUTED_QUEUES), no tenant listed.
+in its recommended configuration, every queue but the shared ones (BOOST_BROKER_ROUTED_QUEUES=*):
+neither the queue nor a tenant listed.
 
 artemis_plugin runs them against an Artemis 2.44 of the benchmark's own whose tenant plugin
 (brokers/artemis) routes the queue, no tenant listed; artemis_cluster against a two-node cluster
@@ -76,7 +77,7 @@ from boost_tenancy.application.config import DEFAULT_URL, AppSettings
 from boost_tenancy.fairness.gate import FairnessGate
 from boost_tenancy.fairness.settings import build_fairness
 from boost_tenancy.observability import configure_logging
-from boost_tenancy.ops.broker_routes import classic_destination_interceptors
+from boost_tenancy.ops.broker_routes import EVERY_QUEUE, classic_destination_interceptors
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
@@ -610,7 +611,7 @@ def scenarios(only: Sequence[str], ratio: int) -> list[Scenario]:
         "shared": shared,
         "per_tenant": per_tenant,
         "broker_routes": routed_on_own_broker("routed + broker routes", "classic_routes"),
-        "plugin": routed_on_own_broker("routed + routing plugin", "classic_plugin"),
+        "plugin": routed_on_own_broker("routed + routing plugin (every queue)", "classic_plugin"),
         "artemis_plugin": routed_on_own_broker("Artemis + tenant plugin", "artemis_plugin"),
         "artemis_cluster": routed_on_own_broker("Artemis cluster, heavy both", "artemis_cluster"),
         "artemis_cluster_far": routed_on_own_broker(
@@ -680,8 +681,9 @@ def classic_broker(
     home: Path, routes_queues: Sequence[str], plugin_queues: Sequence[str]
 ) -> Iterator[dict[str, str]]:
     """A Classic broker of its own (scripts/broker, free ports) routing at send time both tenants
-    of routes_queues (the element `boost-tenancy broker-routes` prints) and every tenant of
-    plugin_queues (the project's tenant routing plugin, the queues alone listed)."""
+    of routes_queues (the element `boost-tenancy broker-routes` prints) and, when plugin_queues
+    has one, every tenant of every queue (the project's tenant routing plugin as
+    `broker-routes --queue '*'` configures it: no queue listed, no tenant listed)."""
     stomp_port, openwire_port = free_ports(2)
     url = {"BOOST_BROKER_URL": f"stomp://127.0.0.1:{stomp_port}"}
     env = {
@@ -689,7 +691,7 @@ def classic_broker(
         **url,
         "BOOST_BROKER_HOME": str(home),
         "BOOST_BROKER_OPENWIRE_PORT": str(openwire_port),
-        "BOOST_BROKER_ROUTED_QUEUES": ",".join(plugin_queues) if plugin_queues else "none",
+        "BOOST_BROKER_ROUTED_QUEUES": EVERY_QUEUE if plugin_queues else "none",
     }
     if routes_queues:
         home.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,13 @@ from boost_tenancy.application.config import DEFAULT_URL
 from boost_tenancy.application.environment import ENV_URL, routing_from_env
 from boost_tenancy.envvars import refuse_renamed, secret_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
-from boost_tenancy.ops.broker_routes import check_routed_at_send, classic_routing_plugin
+from boost_tenancy.ops.broker_routes import (
+    EVERY_QUEUE,
+    check_routed_at_send,
+    check_shared_name,
+    classic_routing_plugin,
+    shared_queues,
+)
 from boost_tenancy.routing import Topology, check_logical_queue
 from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp.settings import SCHEMES, TLS_SCHEMES
@@ -144,7 +150,11 @@ class LocalBrokerSettings:
     """Given, the STOMP connector is stomp+ssl:// (TLS) with this certificate; else plain."""
     routed_queues: tuple[str, ...] = ROUTED_QUEUES
     """Shared queues whose messages the project's broker plugin stores per tenant at send time,
-    every tenant (brokers/classic); by default the sample pipeline's. Empty: no plugin."""
+    every tenant (brokers/classic); by default the sample pipeline's; ("*",) for every queue but
+    shared_queues. Empty: no plugin."""
+    shared_queues: tuple[str, ...] = ()
+    """With routed_queues ("*",): the queues the plugin leaves alone (BOOST_ROUTING_OVERRIDES's
+    shared ones), read by their shared name."""
 
     def __post_init__(self) -> None:
         _check_host(self.host, "host")
@@ -154,8 +164,17 @@ class LocalBrokerSettings:
         _check_heap(self.heap_mb, "heap_mb")
         if not (math.isfinite(self.start_timeout_s) and self.start_timeout_s > 0):
             raise ConfigError(f"start_timeout_s={self.start_timeout_s!r} must be a positive number")
-        for queue in self.routed_queues:
+        for queue in self.every_queue_or(self.routed_queues):
             check_logical_queue(queue)
+        for name in self.shared_queues:
+            check_shared_name(name)
+        if self.shared_queues and self.routed_queues != (EVERY_QUEUE,):
+            raise ConfigError("shared_queues are for routed_queues ('*',) only")
+
+    @staticmethod
+    def every_queue_or(queues: tuple[str, ...]) -> tuple[str, ...]:
+        """The listed queues to check, none for ("*",)."""
+        return () if queues == (EVERY_QUEUE,) else queues
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalBrokerSettings:
@@ -199,8 +218,10 @@ class LocalBrokerSettings:
         heap_mb = _env_int(env, ENV_HEAP_MB, DEFAULT_HEAP_MB)
         _check_heap(heap_mb, ENV_HEAP_MB)
         routes_raw = env.get(ENV_ROUTES, "")
+        routed = routed_queues_from_env(env)
         return cls(
-            routed_queues=routed_queues_from_env(env),
+            routed_queues=routed,
+            shared_queues=shared_queues(routing_from_env(env)) if routed == (EVERY_QUEUE,) else (),
             home=home,
             host=host,
             stomp_port=stomp_port,
@@ -249,15 +270,19 @@ def routed_queues_from_env(
 ) -> tuple[str, ...]:
     """The shared queues a broker's tenant plugin routes, from variable (BOOST_BROKER_ROUTED_QUEUES
     for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis): by default the sample pipeline's,
-    "none" for no plugin; never a queue BOOST_ROUTING makes shared: its runners (a Java service's
-    selector consumer) read the shared queue, which the plugin would leave empty. The default
-    list leaves such a queue out; a list naming one is refused."""
+    "none" for no plugin, "*" for every queue but those BOOST_ROUTING_OVERRIDES makes shared
+    (Classic). Never a queue BOOST_ROUTING makes shared: its runners (a Java service's selector
+    consumer) read the shared queue, which the plugin would leave empty. The default list leaves
+    such a queue out; a list naming one is refused."""
     routing = routing_from_env(env)
     raw = env.get(variable, "").strip()
     if not raw:
         return tuple(q for q in ROUTED_QUEUES if routing.topology(q) is not Topology.SHARED)
     if raw == NO_ROUTED_QUEUES:
         return ()
+    if raw == EVERY_QUEUE:
+        shared_queues(routing)  # refused when every queue is shared
+        return (EVERY_QUEUE,)
     queues = tuple(part.strip() for part in raw.split(","))
     for queue in queues:
         try:
@@ -270,9 +295,9 @@ def routed_queues_from_env(
     return queues
 
 
-def _routing_plugin(queues: tuple[str, ...]) -> str:
+def _routing_plugin(queues: tuple[str, ...], shared: tuple[str, ...]) -> str:
     """The <plugins> entry of the tenant routing plugin, or nothing."""
-    return classic_routing_plugin(queues, indent="  ") if queues else ""
+    return classic_routing_plugin(queues, shared=shared, indent="  ") if queues else ""
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -335,7 +360,7 @@ def render_config(settings: LocalBrokerSettings) -> str:
         "@OPENWIRE_PORT@": str(settings.openwire_port),
         "@MEMORY_LIMIT_MB@": str(settings.memory_limit_mb),
         "@DESTINATION_INTERCEPTORS@": _routes_element(settings.routes),
-        "@ROUTING_PLUGIN@": _routing_plugin(settings.routed_queues),
+        "@ROUTING_PLUGIN@": _routing_plugin(settings.routed_queues, settings.shared_queues),
     }
     rendered = template
     for placeholder, value in values.items():

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.ops.broker_routes import EVERY_QUEUE
 from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
@@ -117,6 +118,11 @@ class ArtemisSettings:
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
         routed = routed_queues_from_env(env, ENV_ROUTED)
+        if routed == (EVERY_QUEUE,):
+            raise LocalBrokerError(
+                f"{ENV_ROUTED}='*': the Artemis plugin routes the queues it lists (a divert "
+                "each); '*' is the Classic plugin's (BOOST_BROKER_ROUTED_QUEUES)"
+            )
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),

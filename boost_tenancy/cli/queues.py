@@ -14,10 +14,12 @@ from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import LIST_HELP, TENANT_HELP, Subparsers, connected, tenants, values
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
+    EVERY_QUEUE,
     artemis_tenant_plugin,
     check_routed_at_send,
     classic_destination_interceptors,
     classic_routing_plugin,
+    shared_queues,
 )
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.ops.send_routes import routes_of
@@ -81,6 +83,15 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
 
 
 def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
+    if args.queue == [EVERY_QUEUE]:
+        if args.broker == "artemis" or args.tenant:
+            raise ConfigError(
+                "broker-routes --queue '*' (every queue but the shared ones) is the Classic "
+                "plugin's; the Artemis plugin and --tenant routes list their queues"
+            )
+        shared = shared_queues(settings.routing)
+        sys.stdout.write(classic_routing_plugin([EVERY_QUEUE], shared=shared))
+        return 0
     queues = [check_routed_at_send(settings.routing, queue) for queue in values(args.queue)]
     if args.broker == "artemis":
         if args.tenant:
@@ -176,7 +187,13 @@ def register(sub: Subparsers) -> None:
     cmd.set_defaults(handler=park)
 
     cmd = sub.add_parser("broker-routes", help=help_of("broker-routes"))
-    cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
+    cmd.add_argument(
+        "--queue",
+        action="append",
+        required=True,
+        help=LIST_HELP + "; '*' alone: every queue but those BOOST_ROUTING_OVERRIDES makes "
+        "shared (Classic's plugin, the recommended configuration)",
+    )
     cmd.add_argument(
         "--tenant",
         action="append",

@@ -15,9 +15,9 @@ Every tenant and queue must be listed; a tenant added later is routed by the Ten
 the broker's configuration lists it.
 
 The project's broker plugin (brokers/classic, TenantRoutingPlugin) routes every tenant instead,
-with only the queues listed: a message of a routed queue whose tenantUUID is a valid tenant id is
-stored in tenant.<tenant>.<queue> at send time, whatever the tenant; anything else stays on the
-shared queue for the TenantRouter, as above.
+of the queues listed or of every queue not declared shared (EVERY_QUEUE): a message of a routed
+queue whose tenantUUID is a valid tenant id is stored in tenant.<tenant>.<queue> at send time,
+whatever the tenant; anything else stays on the shared queue for the TenantRouter, as above.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ _ROUTED = Routing(default=Topology.ROUTED)
 
 ROUTING_PLUGIN_CLASS: Final = "io.boosttenancy.activemq.TenantRoutingPlugin"
 """The Classic broker plugin of brokers/classic: routes every tenant of the queues it lists."""
+
+EVERY_QUEUE: Final = "*"
+"""The Classic plugin's queues="*": every queue with a shared queue name outside the toolkit's
+namespaces, except those declared shared, as the toolkit's default routing (routed) says."""
 
 
 ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
@@ -54,21 +58,56 @@ def check_routed_at_send(routing: Routing, queue: str) -> str:
     return queue
 
 
-def classic_routing_plugin(queues: Iterable[str], *, indent: str = "    ") -> str:
+def shared_queues(routing: Routing) -> tuple[str, ...]:
+    """The queues routing declares shared (BOOST_ROUTING_OVERRIDES), which routing every queue
+    at send time (EVERY_QUEUE) must leave alone; a ConfigError when every queue is shared."""
+    if routing.default is Topology.SHARED:
+        raise ConfigError(
+            "every queue is shared (BOOST_ROUTING=shared): routing every queue at send time "
+            "would leave the shared queues their consumers read empty"
+        )
+    return tuple(sorted(q for q, t in routing.overrides.items() if t is Topology.SHARED))
+
+
+def check_shared_name(name: str) -> str:
+    """name, if the Classic plugin's shared property takes it: a logical queue, or a prefix
+    ending in ".*" checked as a queue it would cover ("tenant.acme.*" covers tenant queues and
+    is refused); else a ConfigError."""
+    if name.endswith(".*"):
+        check_logical_queue(name[:-1] + "x")
+        return name
+    return check_logical_queue(name)
+
+
+def classic_routing_plugin(
+    queues: Iterable[str], *, shared: Iterable[str] = (), indent: str = "    "
+) -> str:
     """The Spring <bean> element, for the <plugins> element of a Classic <broker>, that makes
     the project's TenantRoutingPlugin route every tenant's messages of queues to
-    tenant.<tenant>.<queue> at send time. Queue names are checked as logical queues; none is a
-    ConfigError."""
-    queue_names = sorted({check_logical_queue(q) for q in queues})
+    tenant.<tenant>.<queue> at send time; queues [EVERY_QUEUE] routes every queue but shared.
+    Queue names are checked as logical queues; none is a ConfigError."""
+    listed = list(queues)
+    every = listed == [EVERY_QUEUE]
+    queue_names = [EVERY_QUEUE] if every else sorted({check_logical_queue(q) for q in listed})
     if not queue_names:
         raise ConfigError("broker routes: no queue given")
+    shared_names = sorted({check_shared_name(q) for q in shared})
+    if shared_names and not every:
+        raise ConfigError("broker routes: shared queues are for routing every queue (*) only")
+    which = "every queue but the shared ones" if every else "these queues"
+    shared_line = (
+        f'{indent}<property name="shared" value={quoteattr(",".join(shared_names))}/>\n'
+        if shared_names
+        else ""
+    )
     return (
-        f"<!-- Printed by boost-tenancy broker-routes: every tenant's messages of these queues to "
+        f"<!-- Printed by boost-tenancy broker-routes: every tenant's messages of {which} to "
         f"tenant.<tenant>.<queue>; no valid {TENANT_PROPERTY}, or none, stays on the shared queue "
         "for the TenantRouter. List it before <authorizationPlugin>. -->\n"
         f'<bean xmlns="http://www.springframework.org/schema/beans" '
         f"class={quoteattr(ROUTING_PLUGIN_CLASS)}>\n"
         f'{indent}<property name="queues" value={quoteattr(",".join(queue_names))}/>\n'
+        f"{shared_line}"
         "</bean>\n"
     )
 

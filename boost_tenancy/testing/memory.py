@@ -68,7 +68,8 @@ class InMemoryBroker:
     tenant_routed_queues: Classic only, the queues of the project's tenant routing plugin
     (brokers/classic): a message sent to one of them whose tenantUUID is a valid tenant id is
     stored in tenant.<tenant>.<queue> instead, with original-destination /queue/<queue> unless
-    it has one; any other stays where it was sent.
+    it has one; any other stays where it was sent. ["*"] routes every queue with a shared queue
+    name but those of tenant_shared_queues (exact names, or a prefix ending in ".*").
     """
 
     def __init__(
@@ -81,9 +82,10 @@ class InMemoryBroker:
         wall_clock: Callable[[], float] = time.time,
         expiry_address: str | None = None,
         tenant_routed_queues: Iterable[str] = (),
+        tenant_shared_queues: Iterable[str] = (),
     ) -> None:
         self.flavour = check_modelled(flavour)
-        self._tenant_routed = plugin_queues(tenant_routed_queues)
+        self._tenant_routed = plugin_queues(tenant_routed_queues, tenant_shared_queues)
         if self._tenant_routed and flavour is not BrokerFlavour.CLASSIC:
             raise ConfigError(
                 "tenant_routed_queues models the project's Classic plugin; Artemis routes at "
@@ -165,7 +167,7 @@ class InMemoryBroker:
         """Where a message sent to queue is stored: its tenant's queue where the Classic plugin
         routes queue; a copy in the target of every exclusive divert whose filter matches; else
         queue itself."""
-        if queue in self._tenant_routed:
+        if self._tenant_routed.routes(queue):
             target = plugin_target(queue, sent.message.properties.get(TENANT_PROPERTY))
             return [(queue, sent)] if target is None else [(target, readdressed(sent, queue))]
         diverted = self._diverts.route(queue, sent.message.properties)

@@ -2,7 +2,8 @@
 a broker started with its queue listed, and no tenant listed, stores every tenant's messages sent
 to the shared queue (plain STOMP, a JMS producer, in a transaction) in tenant.<tenant>.<queue> at
 send time, before any runner exists; a message without a valid tenantUUID stays on the shared
-queue, where the runner's TenantRouter quarantines it and counts it.
+queue, where the runner's TenantRouter quarantines it and counts it. With queues="*" it does so
+for every queue nobody listed, and leaves the shared ones and the toolkit's own as sent.
 """
 
 from __future__ import annotations
@@ -158,3 +159,60 @@ def test_a_runner_reads_its_tenant_and_its_router_quarantines_what_the_broker_le
     assert len(read_back(broker, f"tenant.{heavy}.{QUEUE}", HEAVY_COUNT, 20)) == HEAVY_COUNT
     assert read_back(broker, QUEUE, 1, timeout=1.0) == []
     assert TenantId(light) not in router.routed
+
+
+SHARED_EXACT = "evt.plugin.shared"
+SHARED_PREFIX = "legacy.*"
+
+
+@pytest.fixture(scope="module")
+def every_queue_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StompSettings]:
+    """The recommended configuration: every queue routed but the shared ones."""
+    with own_broker(
+        tmp_path_factory.mktemp("every-queue-broker"),
+        routed_queues=("*",),
+        shared_queues=(SHARED_EXACT, SHARED_PREFIX),
+    ) as (settings, _):
+        yield settings
+
+
+def test_every_queue_routes_a_queue_nobody_listed_at_send_time(
+    every_queue_broker: StompSettings,
+) -> None:
+    """A backlog sent by plain producers to a queue named nowhere is apart per tenant as sent,
+    before any runner exists: what makes a heavy tenant's backlog harmless by default."""
+    broker = every_queue_broker
+    queue = f"cmd.unlisted-{uuid.uuid4().hex[:8]}"
+    heavy, light = fresh("org-heavy"), fresh("org-light")
+    send_to(broker, queue, [(heavy, n) for n in range(HEAVY_COUNT)])
+    send_to(broker, queue, [(light, n) for n in range(LIGHT_COUNT)])
+    light_frames = read_back(broker, f"tenant.{light}.{queue}", LIGHT_COUNT, 10)
+    assert [n for _, n in light_frames] == list(range(LIGHT_COUNT))
+    assert len(read_back(broker, f"tenant.{heavy}.{queue}", HEAVY_COUNT, 20)) == HEAVY_COUNT
+    assert read_back(broker, queue, 1, timeout=1.0) == []
+
+
+@pytest.mark.parametrize("queue", [SHARED_EXACT, "legacy.orders"])
+def test_every_queue_leaves_the_shared_queues_as_sent(
+    every_queue_broker: StompSettings, queue: str
+) -> None:
+    """A Java service reads these with its selector: their messages stay where they were sent."""
+    tenant = fresh("org-a")
+    send_to(every_queue_broker, queue, [(tenant, 7)])
+    assert [n for _, n in read_back(every_queue_broker, queue, 1, 10)] == [7]
+    assert read_back(every_queue_broker, f"tenant.{tenant}.{queue}", 1, timeout=1.0) == []
+
+
+def test_every_queue_leaves_the_toolkits_own_queues_and_invalid_tenants_alone(
+    every_queue_broker: StompSettings,
+) -> None:
+    broker = every_queue_broker
+    tenant = fresh("org-a")
+    queue = f"cmd.own-{uuid.uuid4().hex[:8]}"
+    own = [f"DLQ.{queue}", f"tenant.{tenant}.{queue}", f"DLQ.{queue}.quarantine"]
+    for n, name in enumerate(own):
+        send_to(broker, name, [(tenant, n)])
+    for n, name in enumerate(own):
+        assert [m for _, m in read_back(broker, name, 1, 10)] == [n]
+    send_to(broker, queue, [(None, 0), ("org.b", 1)])
+    assert [n for _, n in read_back(broker, queue, 2, 10)] == [0, 1]

@@ -124,3 +124,18 @@ def test_the_plugin_takes_logical_queues_only(queues: list[str], problem: str) -
     not route a queue the toolkit reads as shared, nor one of its own namespaces."""
     with pytest.raises(BoostTenancyError, match=problem):
         classic_routing_plugin(queues)
+
+
+def test_every_queue_prints_the_plugin_with_the_queues_the_routing_makes_shared(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BOOST_ROUTING_OVERRIDES", "evt.b=shared,evt.a=shared,cmd.c=per_tenant")
+    assert main(["broker-routes", "--queue", "*"]) == 0
+    bean = ET.fromstring(capsys.readouterr().out.split("-->", 1)[1])
+    values = {p.get("name"): p.get("value") for p in bean.iter(f"{{{BEANS_NS}}}property")}
+    assert values == {"queues": "*", "shared": "evt.a,evt.b"}
+    assert main(["broker-routes", "--queue", "*", "--broker", "artemis"]) == 2
+    assert "the Classic plugin's" in capsys.readouterr().err
+    monkeypatch.setenv("BOOST_ROUTING", "shared")
+    assert main(["broker-routes", "--queue", "*"]) == 2
+    assert "every queue is shared" in capsys.readouterr().err

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.ops.broker_routes import ROUTING_PLUGIN_CLASS
+from boost_tenancy.ops.broker_routes import EVERY_QUEUE, ROUTING_PLUGIN_CLASS
 from boost_tenancy.routing import MAX_LOGICAL_QUEUE, check_logical_queue
+from boost_tenancy.testing.routing_plugin import plugin_queues
 from devtools import classic_plugin
 from devtools.broker_settings import LocalBrokerError, LocalBrokerSettings, render_config
 from devtools.classic_plugin import build_digest, build_plugin
@@ -187,3 +188,100 @@ def test_the_plugin_itself_refuses_wildcards_and_the_toolkits_own_names(tmp_path
         "routes cmd.a,cmd.b",
         *(f"refused {name}" for name in names[1:]),
     ]
+
+
+CHECK_ROUTES = """
+import io.boosttenancy.activemq.TenantRoutingPlugin;
+public class CheckRoutes {
+    public static void main(String[] names) {
+        TenantRoutingPlugin plugin = new TenantRoutingPlugin();
+        plugin.setQueues("*");
+        plugin.setShared(names[0]);
+        for (int i = 1; i < names.length; i++) {
+            System.out.println(names[i] + " " + plugin.routes(names[i]));
+        }
+        try {
+            plugin.setShared("tenant.acme.*");
+            System.out.println("shared tenant.acme.* accepted");
+        } catch (IllegalArgumentException e) {
+            System.out.println("shared tenant.acme.* refused");
+        }
+    }
+}
+"""
+
+EVERY_QUEUE_NAMES = [
+    "cmd.a",
+    "bench.nn.1a2b",
+    "reply.checkout-1",
+    "evt.document.text.extracted",
+    "legacy.orders",
+    "legacy",
+    "legacyx.orders",
+    "tenant.acme.cmd.a",
+    "parked.acme.cmd.a",
+    "DLQ.cmd.a",
+    "cmd.a.quarantine",
+    "ActiveMQ.DLQ",
+    "activemq.management",
+    "DLA",
+    "ExpiryQueue",
+    "a b",
+    "q" * (MAX_LOGICAL_QUEUE + 1),
+]
+
+
+def test_every_queue_routes_what_the_in_memory_model_routes(tmp_path: Path) -> None:
+    """queues="*" with shared queues: the plugin routes every queue with a shared queue name
+    but the shared ones (an exact name, a prefix ending in .*) and the toolkit's and the
+    broker's own namespaces, and the in-memory broker's model answers the same for each name."""
+    missing = [str(p) for p in classic_plugin._BROKER_JARS if not p.is_file()]
+    if (missing or shutil.which("javac") is None) and os.environ.get("CI") != "true":
+        pytest.skip(f"no JDK or broker jars here ({missing})")
+    jar = build_plugin(tmp_path / "lib")
+    (tmp_path / "CheckRoutes.java").write_text(CHECK_ROUTES)
+    classpath = os.pathsep.join([str(jar), *(str(p) for p in classic_plugin._BROKER_JARS)])
+    shared = ["evt.document.text.extracted", "legacy.*"]
+    result = subprocess.run(
+        [
+            "java",
+            "-cp",
+            classpath,
+            str(tmp_path / "CheckRoutes.java"),
+            ",".join(shared),
+            *EVERY_QUEUE_NAMES,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    model = plugin_queues([EVERY_QUEUE], shared)
+    routed = {name for name in EVERY_QUEUE_NAMES if model.routes(name)}
+    assert routed == {"cmd.a", "bench.nn.1a2b", "reply.checkout-1", "legacy", "legacyx.orders"}
+    with pytest.raises(ConfigError, match="reserved"):
+        plugin_queues([EVERY_QUEUE], ["tenant.acme.*"])
+    assert result.stdout.splitlines() == [
+        *(f"{name} {str(name in routed).lower()}" for name in EVERY_QUEUE_NAMES),
+        "shared tenant.acme.* refused",
+    ]
+
+
+def test_every_queue_leaves_out_the_queues_the_routing_makes_shared(tmp_path: Path) -> None:
+    settings = LocalBrokerSettings.from_env(
+        {
+            "BOOST_BROKER_ROUTED_QUEUES": "*",
+            "BOOST_ROUTING_OVERRIDES": "evt.document.text.extracted=shared,cmd.x=per_tenant",
+        }
+    )
+    assert settings.routed_queues == ("*",)
+    assert settings.shared_queues == ("evt.document.text.extracted",)
+    broker = ET.fromstring(render_config(settings)).find(f"{CORE_NS}broker")
+    assert broker is not None
+    (bean,) = broker.iter(f"{BEANS_NS}bean")
+    assert {p.get("name"): p.get("value") for p in bean.iter(f"{BEANS_NS}property")} == {
+        "queues": "*",
+        "shared": "evt.document.text.extracted",
+    }
+    with pytest.raises(ConfigError, match="every queue is shared"):
+        LocalBrokerSettings.from_env({"BOOST_BROKER_ROUTED_QUEUES": "*", "BOOST_ROUTING": "shared"})

@@ -134,3 +134,22 @@ def test_a_runner_reads_its_tenant_and_its_router_only_quarantines(
     assert processor.seen == [f"l{n}" for n in range(5)]
     assert bodies(classic, quarantine_queue(QUEUE)) == ["no tenant"]
     assert len(bodies(classic, f"tenant.org-heavy.{QUEUE}")) == 20
+
+
+def test_every_queue_routes_queues_nobody_listed_and_leaves_the_shared_ones() -> None:
+    """The model of queues="*" (the decisions test_classic_plugin.py compares with the plugin)."""
+    broker = InMemoryBroker(tenant_routed_queues=["*"], tenant_shared_queues=["evt.s", "old.*"])
+    try:
+        transport = InMemoryTransport(broker)
+        transport.connect()
+        for queue in ("cmd.any", "evt.s", "old.orders", "DLQ.cmd.any"):
+            transport.send(queue, message("org-a", queue))
+        assert bodies(broker, "tenant.org-a.cmd.any") == ["cmd.any"]
+        assert bodies(broker, "cmd.any") == []
+        for queue in ("evt.s", "old.orders", "DLQ.cmd.any"):
+            assert bodies(broker, queue) == [queue]
+        transport.close()
+    finally:
+        broker.close()
+    with pytest.raises(ConfigError, match="both routed and shared"):
+        InMemoryBroker(tenant_routed_queues=["cmd.a"], tenant_shared_queues=["cmd.a"])

@@ -7,9 +7,13 @@
  * tenantUUID, or one that is not a valid tenant id, is stored on <queue> itself, where the
  * runners' routers quarantine it, or give it to the default tenant, and count it.
  *
- * Which shared queues are routed is the broker's configuration (queues: exact names separated by
- * commas; no wildcard, so a queue is never routed by accident); tenants are not listed, so a new
- * tenant needs no change here. A name in the toolkit's own namespaces (tenant.<t>.*, parked.<t>.*,
+ * Which shared queues are routed is the broker's configuration: queues, exact names separated by
+ * commas, or "*" for every queue with a toolkit queue name outside the toolkit's namespaces, except
+ * those named in shared (exact names, or a prefix ending in ".*": "legacy.*"), the queues whose
+ * consumers read the shared queue itself (a Java service's selector consumer). "*" is what the
+ * toolkit's own default routing says (every queue routed unless declared shared), so no backlog
+ * sent to a queue nobody listed can sit in front of another tenant's. Tenants are not listed, so
+ * a new tenant needs no change here. A name in the toolkit's own namespaces (tenant.<t>.*, parked.<t>.*,
  * DLQ.*, *.quarantine, ActiveMQ.*) or not a queue name of the toolkit's stops the broker's start.
  * Only messages sent to one listed queue are routed: a composite destination (a,b) or one of
  * Classic's virtual destinations forwarding to a listed queue is stored as sent.
@@ -19,6 +23,10 @@
  *           class="io.boosttenancy.activemq.TenantRoutingPlugin">
  *       <property name="queues" value="cmd.document.process,cmd.thumbnail"/>
  *     </bean>
+ *
+ *   or every queue but the shared ones:
+ *       <property name="queues" value="*"/>
+ *       <property name="shared" value="evt.document.text.extracted,legacy.*"/>
  *   </plugins>
  *
  * List it first in <plugins>, before <authorizationPlugin>: Classic runs the plugin listed last
@@ -61,41 +69,110 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     static final String TENANT_PREFIX = "tenant.";
     static final String PARKED_PREFIX = "parked.";
 
-    private Set<String> queues = Collections.emptySet();
+    /** queues="*": every queue with a shared queue name, except the shared ones. */
+    static final String EVERY_QUEUE = "*";
 
-    /** The routed shared queues: exact names, separated by commas; none by default. A name that
-     * is not a toolkit queue name, or is in one of its namespaces, is refused. */
+    private Set<String> queues = Collections.emptySet();
+    private boolean everyQueue;
+    private Set<String> shared = Collections.emptySet();
+    private Set<String> sharedPrefixes = Collections.emptySet();
+
+    /** The routed shared queues: exact names, separated by commas, or "*" for every queue with
+     * a shared queue name but those of shared; none by default. A name that is not a toolkit
+     * queue name, or is in one of its namespaces, is refused. */
     public void setQueues(String names) {
+        String value = names == null ? "" : names.trim();
+        everyQueue = EVERY_QUEUE.equals(value);
+        this.queues = everyQueue ? Collections.emptySet() : parseNames(value, "queues", false);
+    }
+
+    public String getQueues() {
+        return everyQueue ? EVERY_QUEUE : String.join(",", queues);
+    }
+
+    /** The queues "*" leaves alone, read by their shared name (a Java service's selector
+     * consumer): exact names, or a prefix ending in ".*", separated by commas. */
+    public void setShared(String names) {
+        Set<String> exact = new LinkedHashSet<>();
+        Set<String> prefixes = new LinkedHashSet<>();
+        for (String name : parseNames(names == null ? "" : names, "shared", true)) {
+            if (name.endsWith(".*")) {
+                prefixes.add(name.substring(0, name.length() - 1));
+            } else {
+                exact.add(name);
+            }
+        }
+        this.shared = Collections.unmodifiableSet(exact);
+        this.sharedPrefixes = Collections.unmodifiableSet(prefixes);
+    }
+
+    public String getShared() {
+        Set<String> all = new LinkedHashSet<>(shared);
+        for (String prefix : sharedPrefixes) {
+            all.add(prefix + "*");
+        }
+        return String.join(",", all);
+    }
+
+    private static Set<String> parseNames(String names, String property, boolean prefixes) {
         Set<String> parsed = new LinkedHashSet<>();
-        for (String part : (names == null ? "" : names).split(",")) {
+        for (String part : names.split(",")) {
             String name = part.trim();
             if (name.isEmpty()) {
                 continue;
             }
-            if (!QUEUE.matcher(name).matches() || name.length() > MAX_QUEUE || reserved(name)) {
+            // A prefix is checked as a queue it would cover: "tenant.acme.*" covers tenant queues.
+            String checked = prefixes && name.endsWith(".*") ? name.substring(0, name.length() - 1) + "x" : name;
+            if (!QUEUE.matcher(checked).matches() || checked.length() > MAX_QUEUE || reserved(checked)) {
                 throw new IllegalArgumentException(
-                    "boost-tenancy tenant routing: " + name + " is not a shared queue name"
-                    + " (1-" + MAX_QUEUE + " of A-Z a-z 0-9 . _ -, no wildcard; not tenant.*,"
-                    + " parked.*, DLQ.*, *.quarantine, nor the broker's ActiveMQ.*, activemq.*,"
-                    + " BROKER.DLQ.*, EXP.*, DLA or ExpiryQueue)");
+                    "boost-tenancy tenant routing: " + property + ": " + name + " is not a shared"
+                    + " queue name (1-" + MAX_QUEUE + " of A-Z a-z 0-9 . _ -"
+                    + (prefixes ? ", or a prefix ending in .*" : ", or * alone for every queue")
+                    + "; not tenant.*, parked.*, DLQ.*, *.quarantine, nor the broker's ActiveMQ.*,"
+                    + " activemq.*, BROKER.DLQ.*, EXP.*, DLA or ExpiryQueue)");
             }
             parsed.add(name);
         }
-        this.queues = Collections.unmodifiableSet(parsed);
+        return Collections.unmodifiableSet(parsed);
     }
 
-    public String getQueues() {
-        return String.join(",", queues);
+    /** Whether a message sent to queue is routed. */
+    public boolean routes(String queue) {
+        if (!everyQueue) {
+            return queues.contains(queue);
+        }
+        if (shared.contains(queue)
+                || queue.length() > MAX_QUEUE
+                || !QUEUE.matcher(queue).matches()
+                || reserved(queue)) {
+            return false;
+        }
+        for (String prefix : sharedPrefixes) {
+            if (queue.startsWith(prefix)) {
+                return false;
+            }
+        }
+        return true;
     }
 
     @Override
     public Broker installPlugin(Broker broker) {
-        if (queues.isEmpty()) {
+        Set<String> listedShared = new LinkedHashSet<>(shared);
+        listedShared.retainAll(queues);
+        if (!listedShared.isEmpty()) {
+            throw new IllegalArgumentException(
+                "boost-tenancy tenant routing: " + String.join(",", listedShared)
+                + " is both routed (queues) and shared: a shared queue is never routed");
+        }
+        if (everyQueue) {
+            LOG.info("boost-tenancy tenant routing: routing every queue to tenant.<tenantUUID>.<queue>,"
+                + " except the shared {}", shared.isEmpty() && sharedPrefixes.isEmpty() ? "(none)" : getShared());
+        } else if (queues.isEmpty()) {
             LOG.warn("boost-tenancy tenant routing: no queues configured, nothing is routed");
         } else {
             LOG.info("boost-tenancy tenant routing: routing {} to tenant.<tenantUUID>.<queue>", getQueues());
         }
-        return new Router(broker, queues);
+        return new Router(broker, this);
     }
 
     /** Whether name is in one of the toolkit's own namespaces (never a shared queue). */
@@ -132,11 +209,11 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     }
 
     static final class Router extends BrokerFilter {
-        private final Set<String> routed;
+        private final TenantRoutingPlugin plugin;
 
-        Router(Broker next, Set<String> routed) {
+        Router(Broker next, TenantRoutingPlugin plugin) {
             super(next);
-            this.routed = routed;
+            this.plugin = plugin;
         }
 
         @Override
@@ -146,7 +223,7 @@ public class TenantRoutingPlugin implements BrokerPlugin {
                     && destination.isQueue()
                     && !destination.isTemporary()
                     && !destination.isComposite()
-                    && routed.contains(destination.getPhysicalName())) {
+                    && plugin.routes(destination.getPhysicalName())) {
                 String target = target(destination.getPhysicalName(), message.getProperty(TENANT_PROPERTY));
                 if (target != null) {
                     ActiveMQQueue tenantQueue = new ActiveMQQueue(target);
