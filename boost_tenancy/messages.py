@@ -3,10 +3,11 @@ properties (tenant, message id, attempt) that applications cannot overwrite."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol
+from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, Protocol
 
 from boost_tenancy.errors import (
     ConfigError,
@@ -100,11 +101,24 @@ they are."""
 
 def check_queue_name(name: str) -> str:
     """Refuse a queue name that could address a topic, a wildcard or another broker path."""
-    if not isinstance(name, str) or _QUEUE_RE.fullmatch(name) is None:
-        raise ConfigError(
-            f"invalid queue name {name!r}: expected 1-200 characters from A-Z a-z 0-9 . _ -"
-        )
+    if not isinstance(name, str):
+        _refuse_queue_name(name)
+    return _checked_queue_name(name)
+
+
+@functools.lru_cache(maxsize=8192)
+def _checked_queue_name(name: str) -> str:
+    # Asked for every message sent, of the few queues a process sends to: a valid name is
+    # remembered (a refused one raises, and is checked again next time).
+    if _QUEUE_RE.fullmatch(name) is None:
+        _refuse_queue_name(name)
     return name
+
+
+def _refuse_queue_name(name: object) -> NoReturn:
+    raise ConfigError(
+        f"invalid queue name {name!r}: expected 1-200 characters from A-Z a-z 0-9 . _ -"
+    )
 
 
 def parse_attempt(raw: str | None) -> int | None:

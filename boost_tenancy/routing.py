@@ -84,7 +84,13 @@ def check_logical_queue(queue: str) -> str:
     A shared queue named tenant.<t>.x would fall under tenant t's broker permissions, and the
     dispatcher would read it as t's per-tenant queue x; parked.<t>.x belongs to the sweeper.
     """
-    check_queue_name(queue)
+    return _checked_logical_queue(check_queue_name(queue))
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_logical_queue(queue: str) -> str:
+    # Asked for every message sent and every route resolved, of the few queues a process
+    # uses: a valid name is remembered (a refused one raises, and is checked again next time).
     for prefix, owner in BROKER_RESERVED:
         if queue.startswith(prefix):
             raise ConfigError(

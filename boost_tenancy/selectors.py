@@ -6,6 +6,7 @@ string literals; the in-memory transport evaluates the same value, so both trans
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +45,15 @@ def string_literal(value: str) -> str:
 
 def check_property_name(name: str) -> str:
     """Refuse a property name that is not a plain JMS identifier."""
+    if not isinstance(name, str):
+        raise ConfigError(f"invalid message property name {name!r}: expected a JMS identifier")
+    return _checked_property_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_property_name(name: str) -> str:
+    # Asked for every property of every message sent, of the few names an application uses:
+    # a valid name is remembered (a refused one raises, and is checked again next time).
     if _IDENTIFIER_RE.fullmatch(name) is None or name.upper() in _RESERVED_WORDS:
         raise ConfigError(f"invalid message property name {name!r}: expected a JMS identifier")
     if name.startswith("JMS"):

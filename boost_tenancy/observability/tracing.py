@@ -4,8 +4,9 @@ and process: the context each message sent carries, and the one a delivery is ha
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Final
 
 from boost_tenancy.errors import ConfigError
@@ -111,14 +112,37 @@ class _Publishing:
             self._span.set_attribute("messaging.message.conversation_id", message.correlation_id)
 
 
-@contextmanager
-def publishing(operation: str, queue: str) -> Iterator[_Publishing]:
+class _NoSpan:
+    """What publishing gives while no span could record: nothing to open, end or record."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Publishing:
+        return _NOT_PUBLISHING
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOT_PUBLISHING: Final = _Publishing(None)
+_NO_SPAN: Final = _NoSpan()
+
+
+def publishing(operation: str, queue: str) -> AbstractContextManager[_Publishing]:
     """A PRODUCER span, current while the block builds and sends the message: `send` for one
     message sent on its own, `create` for one message of a batch. An exception leaving the
-    block (a refused publish, a broker error) is recorded on it with an error status."""
-    if _otel is None:
-        yield _Publishing(None)
-        return
+    block (a refused publish, a broker error) is recorded on it with an error status.
+
+    Until an application sets a tracer provider, OpenTelemetry's span would be a non-recording
+    one carrying the caller's own context, which stamp() reads the same without it: none is
+    made, which halves what a batch costs per message."""
+    if _otel is None or not _provider_set():
+        return _NO_SPAN
+    return _producer_span(operation, queue)
+
+
+@contextmanager
+def _producer_span(operation: str, queue: str) -> Iterator[_Publishing]:
     tracer = _otel.get_tracer(_INSTRUMENTATION)
     with tracer.start_as_current_span(
         f"{operation} {queue}",
@@ -245,13 +269,30 @@ def _no_span_context() -> _otel_context.Context:
     return _invalid_span_context
 
 
+_provider_known = False
+"""A tracer provider was set: OpenTelemetry's is set once per process, and never unset."""
+_PROVIDER_FROM_ENV: Final = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+"""A provider named in the environment, which the API loads on first use."""
+_UNKNOWN: Final = object()
+
+
 def _provider_set() -> bool:
     """Whether an application set a tracer provider. Until one is set, OpenTelemetry's API
     hands out non-recording spans carrying the parent's context: the dispatcher builds that
-    span itself, at a fraction of the cost of asking the tracer for it on every message."""
-    return not isinstance(
+    span itself, and the producer makes none, at a fraction of the cost of asking the tracer
+    for it on every message."""
+    global _provider_known  # noqa: PLW0603  # one per process, like OpenTelemetry's provider
+    if _provider_known:
+        return True
+    # The API's global, read without its environment lookup (a provider named by
+    # OTEL_PYTHON_TRACER_PROVIDER is loaded below, on the first call); an API without that
+    # global is asked every time.
+    if getattr(_otel, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
+        return False
+    _provider_known = not isinstance(
         _otel.get_tracer_provider(), (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider)
     )
+    return _provider_known
 
 
 def _tracer() -> _otel.Tracer:

@@ -270,3 +270,28 @@ def test_a_place_names_one_side() -> None:
         place(Named("x"), before="retry", after="retry")
     with pytest.raises(ConfigError, match="not neither"):
         place(Named("x"))
+
+
+def test_a_draft_with_new_properties_keeps_every_other_field() -> None:
+    """Draft.with_properties spells its fields out (replace() costs more per message): a field
+    added later and left out of it would be lost by the trace step."""
+    from dataclasses import fields
+
+    from boost_tenancy import Draft, TenantId
+    from boost_tenancy.observability.trace_context import TraceContext
+
+    draft = Draft(
+        queue="cmd.a",
+        broker_queue="tenant.acme.cmd.a",
+        tenant=TenantId("acme"),
+        body={"n": 1},
+        message_id="m-1",
+        correlation_id="c-1",
+        properties={"a": "1"},
+        expires_at_ms=123,
+        trace=TraceContext.new(),
+        delay_ms=5,
+    )
+    defaults = Draft(queue="q", broker_queue="q", tenant=TenantId("x"), body=b"")
+    assert all(getattr(draft, f.name) != getattr(defaults, f.name) for f in fields(Draft))
+    assert draft.with_properties({"b": "2"}) == replace(draft, properties={"b": "2"})
