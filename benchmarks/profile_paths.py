@@ -79,8 +79,8 @@ def stomp_paths(args: argparse.Namespace) -> list[ProfiledPath]:
     _, parsed = bench_core.parse_args(["--messages", str(args.messages)])
     cfg = bench_core.stomp_config(parsed)
     cfg = replace(cfg, flavour=bench_core.broker_info(cfg).flavour)
-    bench_core.preload = paused(bench_core.preload)  # type: ignore[assignment]
-    bench_core.drain = paused(bench_core.drain)  # type: ignore[assignment]
+    bench_core.preload = paused(bench_core.preload)
+    bench_core.drain = paused(bench_core.drain)
     n, m = args.messages, args.confirmed
     return [
         ProfiledPath(
@@ -112,8 +112,8 @@ def amqp_paths(args: argparse.Namespace) -> list[ProfiledPath]:
         cfg = replace(cfg, flavour=transport.flavour)
     finally:
         transport.close()
-    bench_amqp.preload = paused(bench_amqp.preload)  # type: ignore[assignment]
-    bench_amqp.drain = paused(bench_amqp.drain)  # type: ignore[assignment]
+    bench_amqp.preload = paused(bench_amqp.preload)
+    bench_amqp.drain = paused(bench_amqp.drain)
     n, m = args.messages, args.confirmed
     return [
         ProfiledPath(
@@ -127,7 +127,7 @@ def amqp_paths(args: argparse.Namespace) -> list[ProfiledPath]:
             "batch publish", "raw", n, lambda: bench_amqp.publish_raw(cfg, n, "pipelined")
         ),
         ProfiledPath(
-            "confirmed send", "toolkit", lambda: bench_amqp.publish_toolkit(cfg, m, batch=False)
+            "confirmed send", "toolkit", m, lambda: bench_amqp.publish_toolkit(cfg, m, batch=False)
         ),
         ProfiledPath(
             "confirmed send", "raw", m, lambda: bench_amqp.publish_raw(cfg, m, "blocking")
