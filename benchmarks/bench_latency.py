@@ -13,9 +13,12 @@ queue; p50/p99/p99.9 are taken over every message of a run, and the ratio toolki
 within each round, then its median.
 
     .venv/bin/python benchmarks/bench_latency.py [--duration 10] [--loads 0.5,0.8] [--rounds 3]
+    .venv/bin/python benchmarks/bench_latency.py --transport amqp [--url amqp://user:pw@host:5672]
 
 The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613) with
-BOOST_BROKER_USER and BOOST_BROKER_PASSWORD, as bench_core.py reads it.
+BOOST_BROKER_USER and BOOST_BROKER_PASSWORD, as bench_core.py reads it. Over AMQP 1.0
+(latency_amqp.py) the raw client is python-qpid-proton: a paced sender, and a receiver with the
+runner's credit that accepts each message; queues are per tenant, as RabbitMQ needs.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import bench_amqp
 import bench_core
+import latency_amqp
 from bench_common import BenchmarkError, unique_queue
 
 from boost_tenancy import (
@@ -157,17 +162,29 @@ def toolkit_side(
     return stop
 
 
-def measure(cfg: bench_core.Config, side: str, rate: float, count: int, tmp: Path) -> Run:
+def measure(
+    cfg: bench_core.Config | bench_amqp.AmqpConfig, side: str, rate: float, count: int, tmp: Path
+) -> Run:
     queue = unique_queue(f"latency-{side}")
     latencies: list[float] = []  # list.append is atomic: the consumer's threads share it
-    stop = (
-        raw_side(cfg, queue, latencies.append)
-        if side == "raw"
-        else toolkit_side(cfg, queue, latencies.append, tmp)
-    )
+    if isinstance(cfg, bench_amqp.AmqpConfig):
+        stop = (
+            latency_amqp.raw_side(cfg, queue, TENANT, latencies.append)
+            if side == "raw"
+            else latency_amqp.toolkit_side(cfg, queue, TENANT, cfg.workers, latencies.append)
+        )
+    else:
+        stop = (
+            raw_side(cfg, queue, latencies.append)
+            if side == "raw"
+            else toolkit_side(cfg, queue, latencies.append, tmp)
+        )
     try:
         began = time.monotonic()
-        sent, offered = paced_send(cfg, queue, rate, count)
+        if isinstance(cfg, bench_amqp.AmqpConfig):
+            sent, offered = count, latency_amqp.paced_send(cfg, queue, TENANT, rate, count)
+        else:
+            sent, offered = paced_send(cfg, queue, rate, count)
         deadline = time.monotonic() + cfg.timeout_s
         while len(latencies) < sent:
             if time.monotonic() > deadline:
@@ -193,22 +210,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-messages", type=int, default=5000, help="for the raw maximum")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--transport",
+        choices=("stomp", "amqp"),
+        default="stomp",
+        help="stomp (BOOST_BROKER_URL), or amqp: AMQP 1.0 against raw python-qpid-proton",
+    )
+    parser.add_argument(
+        "--url", help="the AMQP broker (--transport amqp): as bench_core.py --url reads it"
+    )
     args = parser.parse_args(argv)
     loads = [float(x) for x in args.loads.split(",")]
-    core_args = bench_core.parse_args(
-        ["--messages", str(args.max_messages), "--timeout", str(args.timeout)]
-    )[1]
-    cfg = bench_core.stomp_config(core_args)
+    common = ["--messages", str(args.max_messages), "--timeout", str(args.timeout)]
     configure_logging("console", "WARNING")
-    broker = bench_core.broker_info(cfg)
-    cfg = replace(cfg, flavour=broker.flavour)
+    cfg: bench_core.Config | bench_amqp.AmqpConfig
+    if args.transport == "amqp":
+        core_parser, core_args = bench_core.parse_args(
+            ["--transport", "amqp", *(["--url", args.url] if args.url else []), *common]
+        )
+        cfg = bench_core.amqp_config(core_parser, core_args)
+        transport = bench_amqp.connected_transport(cfg)
+        try:
+            cfg = replace(cfg, flavour=transport.flavour)
+            described = f"{transport.server!r} at {cfg.redacted_url} over AMQP 1.0"
+        finally:
+            transport.close()
+    else:
+        cfg = bench_core.stomp_config(bench_core.parse_args(common)[1])
+        broker = bench_core.broker_info(cfg)
+        cfg = replace(cfg, flavour=broker.flavour)
+        described = broker.describe()
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         # The raw client's maximum: sent as fast as one producer can while it consumes.
         measure(cfg, "raw", float("inf"), min(1000, args.max_messages), Path(tmp))  # warm-up
         maxima = [measure(cfg, "raw", float("inf"), args.max_messages, Path(tmp)) for _ in range(2)]
     top = statistics.median(m.through_per_s for m in maxima)
     print(
-        f"end-to-end latency, send -> handler start, on {broker.describe()}\n"
+        f"end-to-end latency, send -> handler start, on {described}\n"
         f"raw maximum rate {top:,.0f} msg/s ({args.max_messages} sent as fast as one producer "
         f"can while the raw client consumes them, prefetch {cfg.prefetch}); "
         f"{args.duration:g} s of sending per run; latencies in ms"

@@ -28,6 +28,11 @@ class ConfigError(BoostTenancyError, ValueError):
     """Configuration is missing or invalid; raised at start-up, naming the setting."""
 
 
+class DependencyNotOpenError(ConfigError, AttributeError):
+    """A processor's Dependency read while no runner has it open (before the start, after the
+    stop); an AttributeError too, so hasattr() and introspection answer instead of raising."""
+
+
 class TransportError(BoostTenancyError):
     """The broker connection failed or the broker refused an operation."""
 

@@ -101,18 +101,16 @@ they are."""
 
 def check_queue_name(name: str) -> str:
     """Refuse a queue name that could address a topic, a wildcard or another broker path."""
-    if not isinstance(name, str):
+    if not isinstance(name, str) or not _valid_queue_name(name):
         _refuse_queue_name(name)
-    return _checked_queue_name(name)
+    return name
 
 
 @functools.lru_cache(maxsize=8192)
-def _checked_queue_name(name: str) -> str:
-    # Asked for every message sent, of the few queues a process sends to: a valid name is
-    # remembered (a refused one raises, and is checked again next time).
-    if _QUEUE_RE.fullmatch(name) is None:
-        _refuse_queue_name(name)
-    return name
+def _valid_queue_name(name: str) -> bool:
+    # Asked for every message sent, of the few queues a process sends to: the answer is
+    # remembered (only the answer: the caller gets its own argument back).
+    return _QUEUE_RE.fullmatch(name) is not None
 
 
 def _refuse_queue_name(name: object) -> NoReturn:

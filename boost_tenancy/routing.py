@@ -84,13 +84,16 @@ def check_logical_queue(queue: str) -> str:
     A shared queue named tenant.<t>.x would fall under tenant t's broker permissions, and the
     dispatcher would read it as t's per-tenant queue x; parked.<t>.x belongs to the sweeper.
     """
-    return _checked_logical_queue(check_queue_name(queue))
+    check_queue_name(queue)
+    _checked_logical_queue(queue)
+    return queue
 
 
 @functools.lru_cache(maxsize=4096)
-def _checked_logical_queue(queue: str) -> str:
+def _checked_logical_queue(queue: str) -> None:
     # Asked for every message sent and every route resolved, of the few queues a process
-    # uses: a valid name is remembered (a refused one raises, and is checked again next time).
+    # uses: a valid name is remembered (a refused one raises, and is checked again next time);
+    # the caller gets its own argument back, never an equal one cached before.
     for prefix, owner in BROKER_RESERVED:
         if queue.startswith(prefix):
             raise ConfigError(
@@ -120,7 +123,6 @@ def _checked_logical_queue(queue: str) -> str:
                 f"invalid queue name {queue!r}: {prefix}<tenant>.<queue> names are reserved "
                 "for per-tenant and parked queues"
             )
-    return queue
 
 
 def parse_overrides(raw: str, what: str) -> dict[str, Topology]:

@@ -47,18 +47,19 @@ def check_property_name(name: str) -> str:
     """Refuse a property name that is not a plain JMS identifier."""
     if not isinstance(name, str):
         raise ConfigError(f"invalid message property name {name!r}: expected a JMS identifier")
-    return _checked_property_name(name)
+    _checked_property_name(name)
+    return name
 
 
 @functools.lru_cache(maxsize=4096)
-def _checked_property_name(name: str) -> str:
+def _checked_property_name(name: str) -> None:
     # Asked for every property of every message sent, of the few names an application uses:
-    # a valid name is remembered (a refused one raises, and is checked again next time).
+    # a valid name is remembered (a refused one raises, and is checked again next time); the
+    # caller gets its own argument back, never an equal one cached before.
     if _IDENTIFIER_RE.fullmatch(name) is None or name.upper() in _RESERVED_WORDS:
         raise ConfigError(f"invalid message property name {name!r}: expected a JMS identifier")
     if name.startswith("JMS"):
         raise ConfigError(f"invalid message property name {name!r}: the JMS prefix is reserved")
-    return name
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,8 +271,8 @@ def _no_span_context() -> _otel_context.Context:
 
 _provider_known = False
 """A tracer provider was set: OpenTelemetry's is set once per process, and never unset."""
-_PROVIDER_FROM_ENV: Final = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
-"""A provider named in the environment, which the API loads on first use."""
+_PROVIDER_VARIABLE: Final = "OTEL_PYTHON_TRACER_PROVIDER"
+"""Names a provider in the environment, which the API loads on first use."""
 _UNKNOWN: Final = object()
 
 
@@ -287,7 +287,8 @@ def _provider_set() -> bool:
     # The API's global, read without its environment lookup (a provider named by
     # OTEL_PYTHON_TRACER_PROVIDER is loaded below, on the first call); an API without that
     # global is asked every time.
-    if getattr(_otel, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENV:
+    unset = getattr(_otel, "_TRACER_PROVIDER", _UNKNOWN) is None
+    if unset and _PROVIDER_VARIABLE not in os.environ:
         return False
     _provider_known = not isinstance(
         _otel.get_tracer_provider(), (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider)

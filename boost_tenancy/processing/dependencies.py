@@ -33,11 +33,11 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar, overload
 
 import structlog
 
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, DependencyNotOpenError
 from boost_tenancy.processing.event_loop import EventLoop
 from boost_tenancy.processing.processor import TenantProcessor
 
@@ -92,7 +92,7 @@ class Dependency(Generic[T]):
             return self
         # Reached only while the instance holds no value under the name: the opened value is
         # an instance attribute, read without this descriptor.
-        raise ConfigError(
+        raise DependencyNotOpenError(
             f"{type(instance).__name__}.{self.name} is opened when a runner of the processor "
             "starts and closed when it stops; it is not open now (a test can assign its own "
             f"value first: processor.{self.name} = ...)"
@@ -129,8 +129,15 @@ class OpenDependencies:
     def open(self) -> None:
         """Open every dependency the processor has no value for, in the order declared; when
         one fails, those opened are closed and the failure raised, as a ConfigError naming it
-        when the factory itself is wrong."""
+        when the factory itself is wrong. A processor whose dependencies another runner has
+        open is refused: that runner's stop would close them under this one's handlers."""
         given = vars(self._processor)
+        owner = given.get(_OWNER)
+        if owner is not None and owner is not self:
+            raise ConfigError(
+                f"{type(self._processor).__name__}: another runner has its dependencies open; "
+                "give each runner a processor of its own"
+            )
         try:
             for dependency in declared(self._processor):
                 if dependency.name in given:
@@ -148,6 +155,7 @@ class OpenDependencies:
                     raise
                 self._opened.append((dependency.name, closer))
                 setattr(self._processor, dependency.name, value)
+                given[_OWNER] = self
         except BaseException:
             self.close()
             raise
@@ -155,6 +163,8 @@ class OpenDependencies:
     def close(self) -> None:
         """Close what open() opened, the last first; a failure is logged and the rest closed
         anyway (a stop always goes on). The attributes are gone afterwards."""
+        if vars(self._processor).get(_OWNER) is self:
+            del vars(self._processor)[_OWNER]
         while self._opened:
             name, closer = self._opened.pop()
             vars(self._processor).pop(name, None)
@@ -185,7 +195,10 @@ class OpenDependencies:
         name = dependency.name
         if inspect.isawaitable(made) and not _is_async_context(made):
             made = self._await(made, name)
-        if _is_async_context(made) and (self._event_loop is not None or not _is_context(made)):
+        # What is both kinds of context manager is entered as its factory is declared: async
+        # from an async factory, else sync (whether the runner has an event loop for other
+        # reasons changes nothing).
+        if _is_async_context(made) and (dependency.is_async or not _is_context(made)):
             return self._await(made.__aenter__(), name), lambda: made.__aexit__(None, None, None)
         if _is_context(made):
             return made.__enter__(), lambda: made.__exit__(None, None, None)
@@ -201,6 +214,10 @@ class OpenDependencies:
                 "an async generator, so that the runner starts the event loop it runs on"
             )
         return self._event_loop.complete(awaitable)
+
+
+_OWNER: Final = "_boost_dependencies_owner"
+"""The instance attribute naming the OpenDependencies that has a processor's dependencies open."""
 
 
 def _is_context(value: object) -> bool:

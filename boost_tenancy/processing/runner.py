@@ -317,13 +317,19 @@ class TenantWorkers:
         if self._event_loop is not None and (cancelled := self._event_loop.cancel_running()):
             log.warning("async_handlers_cancelled", count=cancelled)
             self._join_workers(time.monotonic() + CANCELLED_SETTLE_S)
+        finished = not any(worker.is_alive() for worker in self._workers)
+        if not finished:
+            # A handler still runs: the connection closes before what it uses does, so its
+            # message goes back to the broker uncounted instead of failing on a closed pool and
+            # being settled as a retry or a dead letter.
+            self._transport.close()
         if self._opened:
             self._opened = False
             self._lifespan.stop()  # on the loop, before it stops
         if self._event_loop is not None:
             self._event_loop.stop()
-        finished = not any(worker.is_alive() for worker in self._workers)
-        self._transport.close()
+        if finished:
+            self._transport.close()
         log.info("runner_stopped", clean=finished)
         return finished
 

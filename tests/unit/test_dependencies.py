@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import ClassVar
 
 import pytest
+import structlog
 
 from boost_tenancy import (
     ConfigError,
@@ -18,16 +20,18 @@ from boost_tenancy import (
     HandlerContext,
     IncomingMessage,
     ProcessorRunner,
+    TenantId,
     TenantProcessor,
     TenantProducer,
 )
-from boost_tenancy.errors import TransportError
+from boost_tenancy.errors import DependencyNotOpenError, TransportError
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import wait_until
 
 QUEUE = "cmd.dependencies"
 EVENTS: list[str] = []
+RELEASE = threading.Event()
 
 
 class Pool:
@@ -201,8 +205,140 @@ def test_a_failing_close_is_logged_and_the_others_still_close(
     runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
     runner.start()
     first = processor.first
-    assert runner.stop(grace_s=5)
+    with structlog.testing.capture_logs() as logs:
+        assert runner.stop(grace_s=5)
     assert first.closed
+    (failed,) = [e for e in logs if e["event"] == "dependency_close_failed"]
+    assert failed["dependency"] == "second"
+    assert failed["error"] == "cannot close"
+
+
+def test_hasattr_answers_before_the_start(broker: InMemoryBroker, store: ErrorStore) -> None:
+    """Read while not open, a dependency is a ConfigError and an AttributeError: introspection
+    (hasattr, mocks) answers instead of raising."""
+    processor = Plain()
+    assert not hasattr(processor, "db")
+    with pytest.raises(DependencyNotOpenError):
+        _ = processor.cache
+
+
+def test_two_runners_of_one_processor_are_refused(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    """The first runner's stop would close what the second's handlers use."""
+    processor = Plain()
+    first = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    first.start()
+    second = ProcessorRunner(processor, InMemoryTransport(broker), ["org-b"], error_store=store)
+    with pytest.raises(ConfigError, match="another runner has its dependencies open"):
+        second.start()
+    assert not processor.db.closed  # the refused start closed nothing of the first's
+    assert first.stop(grace_s=5)
+    again = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    again.start()  # once the first stopped, another runner may open them
+    assert again.stop(grace_s=5)
+
+
+class LatePool(Pool):
+    """Closing it lets the late handler go on, and gives it time to settle before the stop goes
+    on: what a handler finishing just then would do."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__("late")
+        self.release = release
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.release.set()
+        time.sleep(0.3)
+
+
+class Late(TenantProcessor):
+    """A handler that outlives the grace period, then uses its dependency."""
+
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    db: Dependency[Pool] = Dependency(lambda: LatePool(RELEASE))
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = RELEASE
+        self.outcome: list[str] = []
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        self.entered.set()
+        self.release.wait(10)
+        try:
+            self.db.used += 1
+        except DependencyNotOpenError:
+            self.outcome.append("closed")
+            raise
+
+
+def test_a_handler_past_the_grace_period_leaves_its_message_to_the_broker(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    """The connection closes before the dependencies do: the late handler's failure cannot be
+    settled as a retry or a dead letter, and the broker redelivers the message uncounted."""
+    RELEASE.clear()
+    processor = Late()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    send(broker, 1)
+    assert processor.entered.wait(5)
+    assert not runner.stop(grace_s=0.2)  # the pool's close released the handler meanwhile
+    assert wait_until(lambda: processor.outcome == ["closed"])
+    (back,) = broker.messages(f"tenant.org-a.{QUEUE}")
+    assert back.properties["boostAttempt"] == "1"
+    assert broker.messages(f"DLQ.tenant.org-a.{QUEUE}") == []
+    assert store.failures(tenant=TenantId("org-a")) == []
+
+
+class BothKinds:
+    """A context manager of both kinds, as some clients are."""
+
+    def __init__(self) -> None:
+        self.entered = ""
+
+    def __enter__(self) -> BothKinds:
+        self.entered = "sync"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    async def __aenter__(self) -> BothKinds:
+        self.entered = "async"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+
+async def both_kinds_async() -> BothKinds:
+    return BothKinds()
+
+
+class Both(TenantProcessor):
+    queues: ClassVar[tuple[str, ...]] = (QUEUE,)
+    plain: Dependency[BothKinds] = Dependency(BothKinds)
+    from_async: Dependency[BothKinds] = Dependency(both_kinds_async)
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        pass
+
+
+def test_what_is_both_kinds_is_entered_as_its_factory_is_declared(
+    broker: InMemoryBroker, store: ErrorStore
+) -> None:
+    """The async factory gives the runner an event loop; the plain one is entered sync anyway."""
+    processor = Both()
+    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner.start()
+    try:
+        assert processor.plain.entered == "sync"
+        assert processor.from_async.entered == "async"
+    finally:
+        assert runner.stop(grace_s=5)
 
 
 class AsyncClient:

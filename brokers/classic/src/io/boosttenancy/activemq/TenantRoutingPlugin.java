@@ -39,7 +39,9 @@ package io.boosttenancy.activemq;
 
 import java.util.Collections;
 import java.util.LinkedHashSet;
+import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 
 import org.apache.activemq.broker.Broker;
@@ -76,6 +78,8 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     private boolean everyQueue;
     private Set<String> shared = Collections.emptySet();
     private Set<String> sharedPrefixes = Collections.emptySet();
+    private final Map<String, Boolean> decided = new ConcurrentHashMap<>();
+    static final int DECIDED_MAX = 10_000;
 
     /** The routed shared queues: exact names, separated by commas, or "*" for every queue with
      * a shared queue name but those of shared; none by default. A name that is not a toolkit
@@ -83,6 +87,7 @@ public class TenantRoutingPlugin implements BrokerPlugin {
     public void setQueues(String names) {
         String value = names == null ? "" : names.trim();
         everyQueue = EVERY_QUEUE.equals(value);
+        decided.clear();
         this.queues = everyQueue ? Collections.emptySet() : parseNames(value, "queues", false);
     }
 
@@ -104,6 +109,7 @@ public class TenantRoutingPlugin implements BrokerPlugin {
         }
         this.shared = Collections.unmodifiableSet(exact);
         this.sharedPrefixes = Collections.unmodifiableSet(prefixes);
+        decided.clear();
     }
 
     public String getShared() {
@@ -141,6 +147,20 @@ public class TenantRoutingPlugin implements BrokerPlugin {
         if (!everyQueue) {
             return queues.contains(queue);
         }
+        // Every send asks: the answer per queue name is remembered, a bounded number of names.
+        Boolean known = decided.get(queue);
+        if (known != null) {
+            return known;
+        }
+        boolean answer = decide(queue);
+        if (decided.size() >= DECIDED_MAX) {
+            decided.clear();
+        }
+        decided.put(queue, answer);
+        return answer;
+    }
+
+    private boolean decide(String queue) {
         if (shared.contains(queue)
                 || queue.length() > MAX_QUEUE
                 || !QUEUE.matcher(queue).matches()
