@@ -41,7 +41,7 @@ def queues_command(args: argparse.Namespace, settings: AppSettings) -> int:
         command = args.queues_command
         if command == "list":
             rows = admin.list(tenant)
-            if args.json:
+            if args.json or args.output == "json":
                 for row in rows:
                     print(json.dumps(row.as_json()))
             else:
@@ -91,7 +91,15 @@ def register(sub: Subparsers) -> None:
         "quarantined and state",
     )
     listing.add_argument("--tenant", required=True, help=TENANT_HELP)
-    listing.add_argument("--json", action="store_true", help="one JSON object per queue")
+    listing.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (the default) or json (one object per line)",
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="the same as --output json (kept for scripts)"
+    )
 
     drain = queues_sub.add_parser(
         "drain",

@@ -70,7 +70,7 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
         at_broker = broker_counts_of(transport, tenant)
     finally:
         transport.close()
-    if args.json:
+    if args.json or args.output == "json":
         for row in rows:
             print(json.dumps(row.as_json()))
         if at_broker is not None:
@@ -231,5 +231,13 @@ def register(sub: Subparsers) -> None:
     cmd = sub.add_parser("stats", help=help_of("stats"))
     cmd.add_argument("--tenant", required=True, help=TENANT_HELP)
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
-    cmd.add_argument("--json", action="store_true", help="one JSON object per queue")
+    cmd.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (the default) or json (one object per line)",
+    )
+    cmd.add_argument(
+        "--json", action="store_true", help="the same as --output json (kept for scripts)"
+    )
     cmd.set_defaults(handler=stats)

@@ -356,6 +356,8 @@ def test_stats_command_prints_a_table_and_json_lines(
         "parked": 0,
         "unavailable": {"scheduled": NOT_REPORTED},
     }
+    assert main(["stats", "--tenant", "org-a", "--queue", queue, "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(line)
 
 
 def test_stats_command_exits_2_with_one_line_where_the_broker_gives_no_statistics(
