@@ -41,11 +41,8 @@ import latency_amqp
 from bench_common import BenchmarkError, unique_queue
 
 from boost_tenancy import (
-    HandlerContext,
-    IncomingMessage,
     ProcessorRunner,
     RunnerSettings,
-    TenantProcessor,
 )
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
@@ -136,18 +133,9 @@ def toolkit_side(
     cfg: bench_core.Config, queue: str, record: Callable[[float], None], tmp: Path
 ) -> Callable[[], None]:
     """A ProcessorRunner on the queue, recording each latency as its handler starts."""
-
-    class Timed(TenantProcessor):
-        queues = (queue,)
-
-        def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-            sent_at = message.data.get("sentAt") if isinstance(message.data, dict) else None
-            if sent_at is not None:
-                record(time.time() - float(sent_at))
-
     store = SQLiteErrorStore(tmp / f"errors-{queue}.sqlite3")
     runner = ProcessorRunner(
-        Timed(),
+        latency_amqp.timed_processor(queue, record),
         bench_core.connected_transport(cfg),
         [TENANT],
         error_store=store,

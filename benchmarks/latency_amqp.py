@@ -175,11 +175,9 @@ def raw_side(
     return stop
 
 
-def toolkit_side(
-    cfg: AmqpConfig, queue: str, tenant: str, workers: int, record: Callable[[float], None]
-) -> Callable[[], None]:
-    """A ProcessorRunner for the tenant on AmqpTransport, recording each latency as its handler
-    starts."""
+def timed_processor(queue: str, record: Callable[[float], None]) -> TenantProcessor:
+    """A processor of queue that records, as its handler starts, how long ago the message's
+    body says it was sent (both protocols' toolkit side)."""
 
     class Timed(TenantProcessor):
         queues = (queue,)
@@ -189,10 +187,18 @@ def toolkit_side(
             if sent_at is not None:
                 record(time.time() - float(sent_at))
 
+    return Timed()
+
+
+def toolkit_side(
+    cfg: AmqpConfig, queue: str, tenant: str, workers: int, record: Callable[[float], None]
+) -> Callable[[], None]:
+    """A ProcessorRunner for the tenant on AmqpTransport, recording each latency as its handler
+    starts."""
     tmp = tempfile.TemporaryDirectory(prefix="bench-latency-amqp-")
     store = SQLiteErrorStore(Path(tmp.name) / "errors.sqlite3")
     runner = ProcessorRunner(
-        Timed(),
+        timed_processor(queue, record),
         connected_transport(cfg),
         [tenant],
         error_store=store,

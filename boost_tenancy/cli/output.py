@@ -68,6 +68,23 @@ def add_output_option(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--output", choices=("table", "json"), help=OUTPUT_HELP)
 
 
+def add_table_output_option(cmd: argparse.ArgumentParser) -> None:
+    """--output for a listing whose default is a table wherever it goes (scripts parse it), and
+    its older spelling --json."""
+    cmd.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (the default) or json (one object per line)",
+    )
+    cmd.add_argument("--json", action="store_true", help="the same as --output json")
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    """--output json, or --json (add_table_output_option)."""
+    return bool(args.json) or args.output == "json"
+
+
 def wants_table(args: argparse.Namespace) -> bool:
     """--output table, or no --output on a terminal."""
     chosen = getattr(args, "output", None)

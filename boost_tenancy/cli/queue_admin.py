@@ -9,6 +9,7 @@ import sys
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import ACTOR_HELP, TENANT_HELP, Subparsers, acting, connected
+from boost_tenancy.cli.output import add_table_output_option, wants_json
 from boost_tenancy.ops.queue_admin import QueueAdmin
 from boost_tenancy.ops.queue_reports import rows_table
 from boost_tenancy.ops.queue_states import SqlQueueStateStore, open_queue_state_store
@@ -41,7 +42,7 @@ def queues_command(args: argparse.Namespace, settings: AppSettings) -> int:
         command = args.queues_command
         if command == "list":
             rows = admin.list(tenant)
-            if args.json or args.output == "json":
+            if wants_json(args):
                 for row in rows:
                     print(json.dumps(row.as_json()))
             else:
@@ -91,15 +92,7 @@ def register(sub: Subparsers) -> None:
         "quarantined and state",
     )
     listing.add_argument("--tenant", required=True, help=TENANT_HELP)
-    listing.add_argument(
-        "--output",
-        choices=("table", "json"),
-        default="table",
-        help="table (the default) or json (one object per line)",
-    )
-    listing.add_argument(
-        "--json", action="store_true", help="the same as --output json (kept for scripts)"
-    )
+    add_table_output_option(listing)
 
     drain = queues_sub.add_parser(
         "drain",

@@ -12,6 +12,7 @@ from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
 from boost_tenancy.cli.common import LIST_HELP, TENANT_HELP, Subparsers, connected, tenants, values
+from boost_tenancy.cli.output import add_table_output_option, wants_json
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.ops.broker_routes import (
     EVERY_QUEUE,
@@ -70,7 +71,7 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
         at_broker = broker_counts_of(transport, tenant)
     finally:
         transport.close()
-    if args.json or args.output == "json":
+    if wants_json(args):
         for row in rows:
             print(json.dumps(row.as_json()))
         if at_broker is not None:
@@ -231,13 +232,5 @@ def register(sub: Subparsers) -> None:
     cmd = sub.add_parser("stats", help=help_of("stats"))
     cmd.add_argument("--tenant", required=True, help=TENANT_HELP)
     cmd.add_argument("--queue", action="append", required=True, help=LIST_HELP)
-    cmd.add_argument(
-        "--output",
-        choices=("table", "json"),
-        default="table",
-        help="table (the default) or json (one object per line)",
-    )
-    cmd.add_argument(
-        "--json", action="store_true", help="the same as --output json (kept for scripts)"
-    )
+    add_table_output_option(cmd)
     cmd.set_defaults(handler=stats)
