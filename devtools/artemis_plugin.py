@@ -63,11 +63,16 @@ def install_jars(jars: Sequence[Path], lib_dir: Path) -> None:
         shutil.copy2(jar, lib_dir / jar.name)
 
 
-def plugin_xml(queues: Sequence[str], properties: Mapping[str, str] | None = None) -> str:
-    """The <broker-plugins> element of broker.xml that runs the plugin for queues, with its
-    other properties, indented for <core> (what `boost-tenancy broker-routes --broker artemis`
-    prints)."""
-    element = artemis_tenant_plugin(queues, properties, indent="  ")
+def plugin_xml(
+    queues: Sequence[str],
+    properties: Mapping[str, str] | None = None,
+    *,
+    shared: Sequence[str] = (),
+) -> str:
+    """The <broker-plugins> element of broker.xml that runs the plugin for queues (["*"]: every
+    queue but shared), with its other properties, indented for <core> (what `boost-tenancy
+    broker-routes --broker artemis` prints)."""
+    element = artemis_tenant_plugin(queues, properties, shared=shared, indent="  ")
     return "\n".join(f"    {line}" for line in element.splitlines() if not line.startswith("<!--"))
 
 

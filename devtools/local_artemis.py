@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from boost_tenancy.application.environment import routing_from_env
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.ops.broker_routes import EVERY_QUEUE
+from boost_tenancy.ops.broker_routes import EVERY_QUEUE, shared_queues
 from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
@@ -118,16 +119,13 @@ class ArtemisSettings:
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
         routed = routed_queues_from_env(env, ENV_ROUTED)
-        if routed == (EVERY_QUEUE,):
-            raise LocalBrokerError(
-                f"{ENV_ROUTED}='*': the Artemis plugin routes the queues it lists (a divert "
-                "each); '*' is the Classic plugin's (BOOST_BROKER_ROUTED_QUEUES)"
-            )
+        # '*': every queue but those the routing makes shared (BOOST_ROUTING_OVERRIDES).
+        shared = shared_queues(routing_from_env(env)) if routed == (EVERY_QUEUE,) else ()
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
             port_offset=int(offset_text),
-            extra_xml=plugin_xml(routed) if routed else "",
+            extra_xml=plugin_xml(routed, shared=shared) if routed else "",
             lib_jars=build_plugin() if routed else (),
         )
 

@@ -85,13 +85,14 @@ def stats(args: argparse.Namespace, settings: AppSettings) -> int:
 
 def broker_routes(args: argparse.Namespace, settings: AppSettings) -> int:
     if args.queue == [EVERY_QUEUE]:
-        if args.broker == "artemis" or args.tenant:
+        if args.tenant:
             raise ConfigError(
-                "broker-routes --queue '*' (every queue but the shared ones) is the Classic "
-                "plugin's; the Artemis plugin and --tenant routes list their queues"
+                "broker-routes --queue '*' (every queue but the shared ones) is the plugins'; "
+                "--tenant routes list their queues"
             )
         shared = shared_queues(settings.routing)
-        sys.stdout.write(classic_routing_plugin([EVERY_QUEUE], shared=shared))
+        plugin = artemis_tenant_plugin if args.broker == "artemis" else classic_routing_plugin
+        sys.stdout.write(plugin([EVERY_QUEUE], shared=shared))
         return 0
     queues = [check_routed_at_send(settings.routing, queue) for queue in values(args.queue)]
     if args.broker == "artemis":
@@ -193,7 +194,7 @@ def register(sub: Subparsers) -> None:
         action="append",
         required=True,
         help=LIST_HELP + "; '*' alone: every queue but those BOOST_ROUTING_OVERRIDES makes "
-        "shared (Classic's plugin, the recommended configuration)",
+        "shared (the plugins' recommended configuration)",
     )
     cmd.add_argument(
         "--tenant",

@@ -37,7 +37,7 @@ ROUTING_PLUGIN_CLASS: Final = "io.boosttenancy.activemq.TenantRoutingPlugin"
 """The Classic broker plugin of brokers/classic: routes every tenant of the queues it lists."""
 
 EVERY_QUEUE: Final = "*"
-"""The Classic plugin's queues="*": every queue with a shared queue name outside the toolkit's
+"""The plugins' queues="*": every queue with a shared queue name outside the toolkit's
 namespaces, except those declared shared, as the toolkit's default routing (routed) says."""
 
 
@@ -79,13 +79,8 @@ def check_shared_name(name: str) -> str:
     return check_logical_queue(name)
 
 
-def classic_routing_plugin(
-    queues: Iterable[str], *, shared: Iterable[str] = (), indent: str = "    "
-) -> str:
-    """The Spring <bean> element, for the <plugins> element of a Classic <broker>, that makes
-    the project's TenantRoutingPlugin route every tenant's messages of queues to
-    tenant.<tenant>.<queue> at send time; queues [EVERY_QUEUE] routes every queue but shared.
-    Queue names are checked as logical queues; none is a ConfigError."""
+def _plugin_queues(queues: Iterable[str], shared: Iterable[str]) -> tuple[list[str], list[str]]:
+    """A plugin's queues (logical queues, or [EVERY_QUEUE]) and shared names, checked."""
     listed = list(queues)
     every = listed == [EVERY_QUEUE]
     queue_names = [EVERY_QUEUE] if every else sorted({check_logical_queue(q) for q in listed})
@@ -94,7 +89,18 @@ def classic_routing_plugin(
     shared_names = sorted({check_shared_name(q) for q in shared})
     if shared_names and not every:
         raise ConfigError("broker routes: shared queues are for routing every queue (*) only")
-    which = "every queue but the shared ones" if every else "these queues"
+    return queue_names, shared_names
+
+
+def classic_routing_plugin(
+    queues: Iterable[str], *, shared: Iterable[str] = (), indent: str = "    "
+) -> str:
+    """The Spring <bean> element, for the <plugins> element of a Classic <broker>, that makes
+    the project's TenantRoutingPlugin route every tenant's messages of queues to
+    tenant.<tenant>.<queue> at send time; queues [EVERY_QUEUE] routes every queue but shared.
+    Queue names are checked as logical queues; none is a ConfigError."""
+    queue_names, shared_names = _plugin_queues(queues, shared)
+    which = "every queue but the shared ones" if queue_names == [EVERY_QUEUE] else "these queues"
     shared_line = (
         f'{indent}<property name="shared" value={quoteattr(",".join(shared_names))}/>\n'
         if shared_names
@@ -113,17 +119,22 @@ def classic_routing_plugin(
 
 
 def artemis_tenant_plugin(
-    queues: Iterable[str], properties: Mapping[str, str] | None = None, *, indent: str = "    "
+    queues: Iterable[str],
+    properties: Mapping[str, str] | None = None,
+    *,
+    shared: Iterable[str] = (),
+    indent: str = "    ",
 ) -> str:
     """The <broker-plugins> element, for broker.xml's <core>, that makes the project's Artemis
     TenantPlugin route every tenant's messages of queues to tenant.<tenant>.<queue> at send
-    time, with its other properties (max-message-bytes, messages-per-second, bytes-per-second,
-    burst-seconds, max-queued-messages, policy-store-url, ...). Queue names are checked as
-    logical queues; none is a ConfigError."""
-    queue_names = sorted({check_logical_queue(q) for q in queues})
-    if not queue_names:
-        raise ConfigError("broker routes: no queue given")
+    time (queues [EVERY_QUEUE]: every queue but shared), with its other properties
+    (max-message-bytes, messages-per-second, bytes-per-second, burst-seconds,
+    max-queued-messages, policy-store-url, ...). Queue names are checked as logical queues; none
+    is a ConfigError."""
+    queue_names, shared_names = _plugin_queues(queues, shared)
     values = {"queues": ",".join(queue_names), **(properties or {})}
+    if shared_names:
+        values["shared"] = ",".join(shared_names)
     lines = "".join(
         f"{indent * 2}<property key={quoteattr(key)} value={quoteattr(value)}/>\n"
         for key, value in values.items()

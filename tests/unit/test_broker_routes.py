@@ -134,8 +134,12 @@ def test_every_queue_prints_the_plugin_with_the_queues_the_routing_makes_shared(
     bean = ET.fromstring(capsys.readouterr().out.split("-->", 1)[1])
     values = {p.get("name"): p.get("value") for p in bean.iter(f"{{{BEANS_NS}}}property")}
     assert values == {"queues": "*", "shared": "evt.a,evt.b"}
-    assert main(["broker-routes", "--queue", "*", "--broker", "artemis"]) == 2
-    assert "the Classic plugin's" in capsys.readouterr().err
+    assert main(["broker-routes", "--queue", "*", "--broker", "artemis"]) == 0
+    element = ET.fromstring(capsys.readouterr().out.split("-->", 1)[1])
+    properties = {p.get("key"): p.get("value") for p in element.iter("property")}
+    assert properties == {"queues": "*", "shared": "evt.a,evt.b"}
+    assert main(["broker-routes", "--queue", "*", "--tenant", "acme"]) == 2
+    assert "--tenant routes list their queues" in capsys.readouterr().err
     monkeypatch.setenv("BOOST_ROUTING", "shared")
     assert main(["broker-routes", "--queue", "*"]) == 2
     assert "every queue is shared" in capsys.readouterr().err

@@ -28,6 +28,12 @@
  *     </broker-plugin>
  *   </broker-plugins>
  *
+ * queues="*" routes every queue with a toolkit queue name instead, as its address is created,
+ * except the toolkit's and the broker's own and those named in shared (exact names, or a prefix
+ * ending in ".*"): what the toolkit's default routing says. There a message without a tenantUUID
+ * at all is stored as sent (for the runners' routers), and the runners' own diverts on a routed
+ * queue are removed (they would store their tenant's messages a second time).
+ *
  * 0 means no limit. With a policy store (the toolkit's boost_tenant_policies table, which
  * `boost-tenancy policy set` writes), a tenant's policy overrides the defaults within
  * policy-refresh-seconds, without a restart. docs/fairness.md ("The Artemis plugin") has the rest.
@@ -44,6 +50,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.activemq.artemis.api.core.ActiveMQAddressFullException;
 import org.apache.activemq.artemis.api.core.ActiveMQException;
 import org.apache.activemq.artemis.api.core.Message;
+import org.apache.activemq.artemis.api.core.RoutingType;
 import org.apache.activemq.artemis.api.core.SimpleString;
 import org.apache.activemq.artemis.core.config.DivertConfiguration;
 import org.apache.activemq.artemis.core.config.TransformerConfiguration;
@@ -53,6 +60,7 @@ import org.apache.activemq.artemis.core.server.ActivateCallback;
 import org.apache.activemq.artemis.core.server.ActiveMQServer;
 import org.apache.activemq.artemis.core.server.ComponentConfigurationRoutingType;
 import org.apache.activemq.artemis.core.server.ServerSession;
+import org.apache.activemq.artemis.core.server.impl.AddressInfo;
 import org.apache.activemq.artemis.core.server.plugin.ActiveMQServerPlugin;
 import org.apache.activemq.artemis.core.settings.impl.AddressFullMessagePolicy;
 import org.apache.activemq.artemis.core.settings.impl.AddressSettings;
@@ -66,6 +74,8 @@ public class TenantPlugin implements ActiveMQServerPlugin {
     private static final Logger LOG = LoggerFactory.getLogger(TenantPlugin.class);
     /** The divert of a routed queue is named this, then the queue. */
     public static final String DIVERT_PREFIX = "boost.tenant-routing.";
+    /** The runners' own diverts, one per tenant of a queue (the toolkit's send routes). */
+    static final String RUNNER_DIVERT_PREFIX = "boost.divert.";
     /** The management resource of the plugin: its operation counters() answers with what it
      * routed, quarantined and refused, as JSON (a request to activemq.management naming this
      * resource, as the broker's own controls are asked). */
@@ -78,7 +88,8 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         }
     }
 
-    private Set<String> queues = Set.of();
+    private RoutedQueues routed = RoutedQueues.parse("", "");
+    private volatile boolean active;
     private TenantLimits limits = new TenantLimits(new TenantLimits.Limits(0, 0, 0, 1, 0));
     private TenantLimits.Limits defaults = new TenantLimits.Limits(0, 0, 0, 1, 0);
     private PolicyReader policies;
@@ -89,7 +100,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
 
     @Override
     public void init(Map<String, String> properties) {
-        queues = TenantNames.parseQueues(properties.get("queues"));
+        routed = RoutedQueues.parse(properties.get("queues"), properties.get("shared"));
         defaults = new TenantLimits.Limits(
             number(properties, "max-message-bytes", 0).longValue(),
             number(properties, "messages-per-second", 0).doubleValue(),
@@ -132,7 +143,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         BrokerQueues.attach(server);
         // Persisted diverts of this plugin are loaded at activation; whatever instance the broker
         // builds for them finds the counters, and the queue in the transformer's properties.
-        for (String queue : queues) {
+        for (String queue : routed.listed()) {
             server.getServiceRegistry().addDivertTransformer(DIVERT_PREFIX + queue, new TenantRouter(queue));
         }
         server.registerActivateCallback(new ActivateCallback() {
@@ -141,6 +152,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
                 try {
                     server.getManagementService().registerInRegistry(RESOURCE, new Control());
                     deployDiverts();
+                    active = true;
                     applyBacklogQuotas();
                     startPolicyRefresh();
                 } catch (Exception e) {
@@ -149,7 +161,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
             }
         });
         LOG.info("boost-tenancy tenant plugin: routing {} to tenant.<tenantUUID>.<queue>",
-            queues.isEmpty() ? "no queue" : String.join(",", queues));
+            routed.describe());
     }
 
     @Override
@@ -159,33 +171,86 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         }
     }
 
-    private void deployDiverts() throws Exception {
+    private synchronized void deployDiverts() throws Exception {
         Map<String, String> wanted = new HashMap<>();
-        for (String queue : queues) {
+        for (String queue : routed.listed()) {
             wanted.put(DIVERT_PREFIX + queue, queue);
         }
-        // Diverts of queues no longer listed go: a queue taken off the list is not routed.
+        if (routed.every()) {
+            for (SimpleString address : server.getPostOffice().getAddresses()) {
+                if (everyQueueAddress(server.getPostOffice().getAddressInfo(address))) {
+                    wanted.put(DIVERT_PREFIX + address, address.toString());
+                }
+            }
+        }
         for (Binding binding : server.getPostOffice().getAllBindings().toList()) {
             String name = binding.getUniqueName().toString();
             if (name.startsWith(DIVERT_PREFIX) && !wanted.containsKey(name)) {
+                // Diverts of queues no longer routed go: such a queue is stored as sent.
                 server.destroyDivert(SimpleString.of(name));
-                LOG.info("boost-tenancy tenant plugin: removed {} (its queue is no longer listed)", name);
+                LOG.info("boost-tenancy tenant plugin: removed {} (its queue is no longer routed)", name);
+            } else if (name.startsWith(RUNNER_DIVERT_PREFIX)
+                    && wanted.containsValue(binding.getAddress().toString())) {
+                // A runner's divert for one tenant of a queue the plugin now routes for every
+                // tenant: both would store that tenant's messages, each once.
+                server.destroyDivert(SimpleString.of(name));
+                LOG.info("boost-tenancy tenant plugin: removed {} (the plugin routes {} itself)",
+                    name, binding.getAddress());
             }
         }
         for (Map.Entry<String, String> entry : wanted.entrySet()) {
-            if (server.getPostOffice().getBinding(SimpleString.of(entry.getKey())) != null) {
-                continue;
-            }
-            String queue = entry.getValue();
-            TransformerConfiguration transformer = new TransformerConfiguration(TenantRouter.class.getName())
-                .setProperties(Map.of(TenantRouter.QUEUE_PROPERTY, queue));
-            server.deployDivert(new DivertConfiguration()
-                .setName(entry.getKey())
-                .setAddress(queue)
-                .setForwardingAddress(TenantNames.quarantine(queue))
-                .setExclusive(true)
-                .setRoutingType(ComponentConfigurationRoutingType.ANYCAST)
-                .setTransformerConfiguration(transformer));
+            deployDivert(entry.getValue());
+        }
+    }
+
+    /** The plugin's divert of a routed queue, made unless it exists. */
+    private synchronized void deployDivert(String queue) throws Exception {
+        String name = DIVERT_PREFIX + queue;
+        if (server.getPostOffice().getBinding(SimpleString.of(name)) != null) {
+            return;
+        }
+        TransformerConfiguration transformer = new TransformerConfiguration(TenantRouter.class.getName())
+            .setProperties(Map.of(TenantRouter.QUEUE_PROPERTY, queue));
+        DivertConfiguration divert = new DivertConfiguration()
+            .setName(name)
+            .setAddress(queue)
+            .setForwardingAddress(TenantNames.quarantine(queue))
+            .setExclusive(true)
+            .setRoutingType(ComponentConfigurationRoutingType.ANYCAST)
+            .setTransformerConfiguration(transformer);
+        if (routed.every()) {
+            // Every queue: a message without a tenantUUID at all is stored as sent (another
+            // application's, or for the runners' routers to quarantine and count); one that
+            // names an invalid tenant is quarantined here, as on a listed queue.
+            divert.setFilterString(TenantNames.TENANT_PROPERTY + " IS NOT NULL");
+        }
+        server.deployDivert(divert);
+    }
+
+    /** Whether an address is one "every queue" routes: a durable queue address (not a
+     * temporary or internal one, not a topic) with a shared queue name that is not shared. */
+    private boolean everyQueueAddress(AddressInfo info) {
+        return info != null
+            && !info.isTemporary()
+            && !info.isInternal()
+            && info.getRoutingTypes().contains(RoutingType.ANYCAST)
+            && !info.getRoutingTypes().contains(RoutingType.MULTICAST)
+            && routed.routes(info.getName().toString());
+    }
+
+    @Override
+    public void afterAddAddress(AddressInfo addressInfo, boolean reload) throws ActiveMQException {
+        // Every queue: a queue's divert is made as its address is, before the first message
+        // sent to it is routed (the broker adds the address, then routes). At activation the
+        // addresses loaded are deployDiverts()'s.
+        if (!active || !routed.every() || !everyQueueAddress(addressInfo)) {
+            return;
+        }
+        try {
+            deployDivert(addressInfo.getName().toString());
+        } catch (Exception e) {
+            LOG.error("boost-tenancy tenant plugin: no divert for {}: its messages are stored as sent",
+                addressInfo.getName(), e);
         }
     }
 
@@ -249,10 +314,13 @@ public class TenantPlugin implements ActiveMQServerPlugin {
                           boolean noAutoCreateQueue, RoutingStatus result) {
         // Counted once stored: a copy a full tenant queue refused is counted as refused instead.
         String address = message.getAddress();
-        if (address == null || !queues.contains(address)) {
+        if (address == null || !routed.routes(address)) {
             return;
         }
         Object raw = message.getObjectProperty(TenantNames.TENANT_PROPERTY);
+        if (raw == null && routed.every()) {
+            return; // stored as sent (the divert's filter), neither routed nor quarantined
+        }
         String tenant = TenantRouter.text(raw);
         Runnable count = TenantNames.isTenant(tenant)
                 ? () -> PluginCounters.instance().routed(tenant, address)
@@ -278,7 +346,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         }
         String address = message.getAddress();
         String tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
-        if (address != null && queues.contains(address) && TenantNames.isTenant(tenant)) {
+        if (address != null && routed.routes(address) && TenantNames.isTenant(tenant)) {
             PluginCounters.instance().refused(tenant, address, "backlog");
         }
     }
@@ -294,7 +362,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
             return;
         }
         String tenant;
-        if (queues.contains(address)) {
+        if (routed.routes(address)) {
             tenant = TenantRouter.text(message.getObjectProperty(TenantNames.TENANT_PROPERTY));
             if (tenant == null || !TenantNames.isTenant(tenant)) {
                 return; // quarantined by the divert, never limited as a tenant's
@@ -302,7 +370,7 @@ public class TenantPlugin implements ActiveMQServerPlugin {
         } else {
             // Sent straight to a tenant's queue of a listed queue (the toolkit's own producers
             // do, and so may anyone): the tenant the queue belongs to, whatever the property.
-            tenant = TenantNames.tenantOfQueue(address, queues);
+            tenant = routed.tenantOfQueue(address);
             if (tenant == null) {
                 return;
             }
