@@ -124,6 +124,9 @@ KNOWN_VARIABLES: Final = frozenset(
         "BOOST_ARTEMIS_CLUSTER_QUEUES",
         # scripts/test: the short benchmark runs
         "BOOST_BENCH_SMOKE",
+        # scripts/rabbitmq and scripts/services: how long each waits for what it starts
+        "BOOST_RABBITMQ_WAIT_S",
+        "BOOST_SERVICES_WAIT_S",
     }
 )
 """Every BOOST_* variable something of the project reads. One that is set and not here is a
