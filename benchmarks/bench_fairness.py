@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import (
-    CONSUME_TARGET,
+    FAIRNESS_TARGET,
     BenchmarkError,
     Completion,
     Sample,
@@ -554,7 +554,7 @@ def bench_tenants(tenant_count: int, per_tenant: int, rounds: int) -> list[Serie
         state.during_start["off"],
     ]
     notes = [
-        f"target: on >= {CONSUME_TARGET} x off: " + verdict(target.median, CONSUME_TARGET),
+        f"target: on >= {FAIRNESS_TARGET} x off: " + verdict(target.median, FAIRNESS_TARGET),
         "rate: messages / (first subscribe call -> last message processed); subscribing "
         f"{tenant_count} tenant queues is included, since messages flow while it goes on; "
         f"start(): the {tenant_count} tenant queues and the router's shared queue",
