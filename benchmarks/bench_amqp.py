@@ -576,8 +576,7 @@ def bench_publish(cfg: AmqpConfig) -> tuple[list[Series], list[str]]:
     notes = [
         f"target: batch(atomic=False) >= {BATCH_TARGET} x raw pipelined: "
         + verdict(target.median, BATCH_TARGET),
-        f"target: send >= {SEND_TARGET} x raw one at a time: "
-        + verdict(each.median, SEND_TARGET),
+        f"target: send >= {SEND_TARGET} x raw one at a time: " + verdict(each.median, SEND_TARGET),
         "rate: messages / (first send -> the broker's accepted outcome of the last message)",
     ]
     return rows, [*notes, *failures]
