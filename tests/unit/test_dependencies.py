@@ -82,6 +82,13 @@ def _events() -> Iterator[None]:
     EVENTS.clear()
 
 
+def runner_of(
+    processor: TenantProcessor, broker: InMemoryBroker, store: ErrorStore
+) -> ProcessorRunner:
+    """A runner of processor for org-a on the in-memory broker."""
+    return ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+
+
 def send(broker: InMemoryBroker, count: int) -> None:
     transport = InMemoryTransport(broker)
     transport.connect()
@@ -95,7 +102,7 @@ def test_opened_once_before_on_startup_and_closed_after_on_shutdown_in_reverse_o
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
     processor = Plain()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     db = processor.db
     send(broker, 3)
@@ -120,7 +127,7 @@ def test_read_before_the_start_or_after_the_stop_names_the_attribute(
     processor = Plain()
     with pytest.raises(ConfigError, match=r"Plain\.db is opened when a runner"):
         _ = processor.db
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     assert runner.stop(grace_s=5)
     with pytest.raises(ConfigError, match=r"Plain\.cache is opened when a runner"):
@@ -134,7 +141,7 @@ def test_a_value_assigned_before_the_start_is_used_and_never_closed(
     processor = Plain()
     fake = Pool("fake")
     processor.db = fake  # what a test does with a fake: used as it is, never closed
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     send(broker, 2)
     assert wait_until(lambda: fake.used == 2)
@@ -202,7 +209,7 @@ def test_a_failing_close_is_logged_and_the_others_still_close(
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
     processor = ClosingFails()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     first = processor.first
     with structlog.testing.capture_logs() as logs:
@@ -227,14 +234,14 @@ def test_two_runners_of_one_processor_are_refused(
 ) -> None:
     """The first runner's stop would close what the second's handlers use."""
     processor = Plain()
-    first = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    first = runner_of(processor, broker, store)
     first.start()
     second = ProcessorRunner(processor, InMemoryTransport(broker), ["org-b"], error_store=store)
     with pytest.raises(ConfigError, match="another runner has its dependencies open"):
         second.start()
     assert not processor.db.closed  # the refused start closed nothing of the first's
     assert first.stop(grace_s=5)
-    again = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    again = runner_of(processor, broker, store)
     again.start()  # once the first stopped, another runner may open them
     assert again.stop(grace_s=5)
 
@@ -281,7 +288,7 @@ def test_a_handler_past_the_grace_period_leaves_its_message_to_the_broker(
     settled as a retry or a dead letter, and the broker redelivers the message uncounted."""
     RELEASE.clear()
     processor = Late()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     send(broker, 1)
     assert processor.entered.wait(5)
@@ -332,7 +339,7 @@ def test_what_is_both_kinds_is_entered_as_its_factory_is_declared(
 ) -> None:
     """The async factory gives the runner an event loop; the plain one is entered sync anyway."""
     processor = Both()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     try:
         assert processor.plain.entered == "sync"
@@ -394,7 +401,7 @@ def test_async_factories_open_and_close_on_the_runners_event_loop(
     broker: InMemoryBroker, store: ErrorStore, kind: type[Async]
 ) -> None:
     processor = kind()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     client = processor.client
     assert client.loop is not None
@@ -417,9 +424,7 @@ class AsyncFromPlainDef(TenantProcessor):
 def test_an_async_context_from_a_plain_factory_without_an_event_loop_is_refused(
     broker: InMemoryBroker, store: ErrorStore
 ) -> None:
-    runner = ProcessorRunner(
-        AsyncFromPlainDef(), InMemoryTransport(broker), ["org-a"], error_store=store
-    )
+    runner = runner_of(AsyncFromPlainDef(), broker, store)
     with pytest.raises(ConfigError, match=r"AsyncFromPlainDef\.client: .*declare the factory"):
         runner.start()
 
@@ -441,7 +446,7 @@ class Replaced(Plain):
 
 def test_a_subclass_may_replace_a_dependency(broker: InMemoryBroker, store: ErrorStore) -> None:
     processor = Replaced()
-    runner = ProcessorRunner(processor, InMemoryTransport(broker), ["org-a"], error_store=store)
+    runner = runner_of(processor, broker, store)
     runner.start()
     assert runner.stop(grace_s=5)
     assert "open db" not in EVENTS
