@@ -139,3 +139,54 @@ def test_a_runner_makes_no_divert_per_tenant_and_handles_each_message_once(
     finally:
         runner.stop(grace_s=5)
         store.close()
+
+
+def test_a_runners_divert_on_a_queue_now_routed_is_removed_at_start(tmp_path: Path) -> None:
+    """A runner made a divert for its tenant while the plugin listed other queues; the broker
+    restarted routing every queue removes it, or each of that tenant's messages would be stored
+    twice (once by each divert)."""
+    home = tmp_path / "broker"
+    queue = f"cmd.every-{uuid.uuid4().hex[:8]}"
+    tenant = fresh("org-old")
+
+    def broker_with(queues: list[str]) -> LocalArtemis:
+        return LocalArtemis(
+            ArtemisSettings(
+                home=home,
+                port_offset=OFFSET + 10,
+                extra_xml=plugin_xml(queues),
+                lib_jars=build_plugin(),
+            )
+        )
+
+    listed = broker_with(["cmd.other"])
+    listed.start()
+    try:
+        store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+        runner = ProcessorRunner(
+            Recorder(queue), StompTransport(stomp_settings(listed)), [tenant], error_store=store
+        )
+        runner.start()
+        assert runner.send_routes_added == 1  # not routed by the plugin: the runner's own divert
+        runner.stop(grace_s=5)
+        store.close()
+    finally:
+        listed.stop()
+    every = broker_with(["*"])
+    every.start()
+    try:
+        check = StompTransport(stomp_settings(every))
+        check.connect()
+        try:
+            installer = send_route_installer(check)
+            assert installer is not None
+            assert [r for r in installer.send_routes() if r.source == queue] == []
+            assert queue in installer.routed_by_broker()
+        finally:
+            check.close()
+        port = port_of(every)
+        assert send_all(port, [(tenant, "once")], queue) == (1, [])
+        time.sleep(1.0)
+        assert [f.body for f in read_all(port, f"tenant.{tenant}.{queue}", 2, 3.0)] == ["once"]
+    finally:
+        every.stop()
