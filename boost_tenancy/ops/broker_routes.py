@@ -70,7 +70,7 @@ def shared_queues(routing: Routing) -> tuple[str, ...]:
 
 
 def check_shared_name(name: str) -> str:
-    """name, if the Classic plugin's shared property takes it: a logical queue, or a prefix
+    """name, if the plugins' shared property takes it: a logical queue, or a prefix
     ending in ".*" checked as a queue it would cover ("tenant.acme.*" covers tenant queues and
     is refused); else a ConfigError."""
     if name.endswith(".*"):

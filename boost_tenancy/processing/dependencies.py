@@ -53,7 +53,8 @@ class Dependency(Generic[T]):
     """A value the handlers of a processor share, made by factory when a runner starts.
 
     Read on the processor (`self.http`) it is the opened value; read before the runner opened
-    it, or after it closed it, it raises ConfigError naming the processor and the attribute."""
+    it, or after it closed it, it raises DependencyNotOpenError (a ConfigError and an
+    AttributeError) naming the processor and the attribute."""
 
     @overload
     def __init__(self, factory: Callable[[], AbstractContextManager[T]]) -> None: ...
