@@ -40,6 +40,8 @@ class Consumer:
     on_delivery: OnDelivery
     connection: InMemoryTransport
     generation: int
+    number: int = 0
+    """The broker's own number for it, new for each subscription (Artemis's consumer id)."""
     in_flight: dict[int, Stored] = field(default_factory=dict)
     in_flight_bytes: int = 0
 

@@ -97,6 +97,7 @@ class InMemoryBroker:
         self._max_deliveries = max_delivery_attempts if flavour is BrokerFlavour.ARTEMIS else None
         self._dead_letter_address = dead_letter_address
         self._ids = MessageIds(flavour)
+        self._consumer_numbers = itertools.count(87_000)
         self._cond = threading.Condition()
         self._queues: dict[str, list[Stored]] = {}
         self._consumers: list[Consumer] = []
@@ -240,6 +241,7 @@ class InMemoryBroker:
             on_delivery,
             connection,
             generation,
+            number=next(self._consumer_numbers),
         )
         with self._cond:
             # A consumer creates its queue, as on both brokers.
@@ -358,7 +360,7 @@ class InMemoryBroker:
             stored.sent,
             queue=stored.queue,
             subscription_id=consumer.id,
-            ids=self._ids.next(stored.seq),
+            ids=self._ids.next(stored.seq, consumer.number),
             redelivered=stored.redelivered,
         )
         token = (consumer, stored.seq, consumer.generation)
@@ -367,7 +369,7 @@ class InMemoryBroker:
             stored.sent.body,
             subscription_id=consumer.id,
             token=token,
-            length_on_every_message=self.flavour.length_on_every_message,
+            flavour=self.flavour,
         )
 
     def _dispatch_loop(self) -> None:

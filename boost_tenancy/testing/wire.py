@@ -114,12 +114,13 @@ class MessageIds:
         self._flavour = flavour
         self._deliveries = itertools.count(87_061)
 
-    def next(self, seq: int) -> tuple[str, str]:
-        """(message-id, ack) of the next delivery of message seq."""
+    def next(self, seq: int, consumer: int) -> tuple[str, str]:
+        """(message-id, ack) of the next delivery of message seq to the consumer numbered so."""
         delivery = next(self._deliveries)
         if self._flavour is BrokerFlavour.ARTEMIS:
-            # Artemis 2.44 sends '87061,87067' as both; 2.19 sent plain numbers.
-            pair = f"{seq},{delivery}"
+            # Artemis 2.44 sends '<consumer id>,<message id>' as both (87061,87067); 2.19 sent
+            # plain numbers. The consumer id is new for each subscription.
+            pair = f"{consumer},{seq}"
             return pair, pair
         # Classic's ack names the delivery, not the message.
         return f"ID:memory-broker-1:1:1:1:{seq}", f"ID:memory-broker-2:{delivery}"

@@ -132,6 +132,28 @@ def test_acked_delivery_is_gone_and_unacked_comes_back_redelivered(
         assert again.items[0].redelivered is True
 
 
+def test_a_message_is_named_alike_on_each_of_its_deliveries(
+    transport_factory: TransportFactory,
+) -> None:
+    """A message without the toolkit's id gets one derived from the broker's name for it, so
+    that name must outlive the subscription: Artemis's STOMP message-id starts with the
+    consumer's id, which once gave a quarantined message a new id at every listing."""
+    queue = unique_queue()
+    sender, first = transport_factory(), transport_factory()
+    inbox = Inbox()
+    first.subscribe(queue, selector=None, prefetch=10, on_delivery=inbox)
+    sender.send(queue, wire("t1", "foreign"))
+    assert wait_until(lambda: len(inbox) == 1)
+    first.close()
+    second = transport_factory()
+    again = Inbox()
+    second.subscribe(queue, selector=None, prefetch=10, on_delivery=again)
+    assert wait_until(lambda: len(again) == 1)
+    (before,), (after,) = inbox.items, again.items
+    assert before.broker_message_id is not None
+    assert after.broker_message_id == before.broker_message_id
+
+
 def test_a_delivery_left_unsettled_by_a_lost_connection_comes_back_counted(
     transport_factory: TransportFactory,
 ) -> None:

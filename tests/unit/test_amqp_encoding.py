@@ -11,7 +11,7 @@ from proton import Message
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.expiry import LATEST_EXPIRY_MS
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.amqp.codec import body_of, properties_of, to_amqp
+from boost_tenancy.transports.amqp.codec import amqp_message_id, body_of, properties_of, to_amqp
 from boost_tenancy.transports.amqp.encoding import encode_message
 
 texts = st.one_of(
@@ -43,8 +43,9 @@ sending_times = st.integers(min_value=1, max_value=LATEST_EXPIRY_MS)
 def test_the_encoder_writes_the_bytes_proton_writes(
     message: WireMessage, delay_ms: int, now: int
 ) -> None:
-    encoded = encode_message(message, delay_ms, now).data
-    assert encoded == bytes(to_amqp(message, delay_ms, now).encode())
+    message_id = amqp_message_id(message)
+    encoded = encode_message(message, delay_ms, now, message_id).data
+    assert encoded == bytes(to_amqp(message, delay_ms, now, message_id).encode())
 
 
 def test_a_large_message_keeps_its_body_and_properties() -> None:

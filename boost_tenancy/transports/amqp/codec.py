@@ -15,8 +15,10 @@ from typing import Any, Final
 from proton import Message, symbol
 
 from boost_tenancy.expiry import now_ms, read_expiry
+from boost_tenancy.message_ids import new_id
 from boost_tenancy.messages import (
     FRAME_LEVEL_HEADERS,
+    MESSAGE_ID_PROPERTY,
     Body,
     WireMessage,
     has_surrogates,
@@ -87,9 +89,20 @@ def wire_parts(message: WireMessage) -> tuple[dict[str, str], Body]:
     return properties, body
 
 
-def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> Message:
+def amqp_message_id(message: WireMessage) -> str:
+    """The AMQP message-id a message goes out with: its toolkit id (boostMessageId), or a fresh
+    one. A message without the toolkit's id gets one derived from the message-id it arrives with,
+    and an AMQP 1.0 broker gives a message no name of its own (unlike STOMP's message-id), so
+    without it each delivery would get another id. A JMS producer sets one too (JMSMessageID)."""
+    own = message.properties.get(MESSAGE_ID_PROPERTY)
+    return header_value(own) if own else new_id()
+
+
+def to_amqp(
+    message: WireMessage, delay_ms: int = 0, now: int | None = None, message_id: str | None = None
+) -> Message:
     """The proton Message a WireMessage goes out as; MessageEncodeError for a body the wire
-    cannot carry.
+    cannot carry. message_id: the message-id, by default amqp_message_id(message).
 
     An expiry goes out twice: as properties.absolute-expiry-time, and as what is left of it in
     header.ttl (header_ttl; now: the wall clock in epoch ms, by default read here).
@@ -101,6 +114,7 @@ def to_amqp(message: WireMessage, delay_ms: int = 0, now: int | None = None) -> 
     """
     properties, body = wire_parts(message)
     out = Message(
+        id=amqp_message_id(message) if message_id is None else message_id,
         body=body,
         properties=properties,
         durable=message.persistent,

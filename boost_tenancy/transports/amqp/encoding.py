@@ -6,8 +6,9 @@ sent, on the loop thread: a third of the loop thread's time when publishing (pro
 us per message of the benchmark's shape against 5 us here (measured on the same machine).
 The sections are the ones to_amqp's Message encodes to, in the same encodings as proton's
 (tests/unit/test_amqp_encoding.py compares the two): header (durable, ttl), message annotations
-(a delivery delay), properties (correlation-id, absolute-expiry-time), application-properties
-(strings) and the body (text: an amqp-value string; bytes: a data section).
+(a delivery delay), properties (message-id, correlation-id, absolute-expiry-time),
+application-properties (strings) and the body (text: an amqp-value string; bytes: a data
+section).
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from proton import Delivery, Sender
 
 from boost_tenancy.errors import MessageEncodeError, TransportError
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.amqp.codec import DELIVERY_DELAY, header_ttl, wire_parts
+from boost_tenancy.transports.amqp.codec import (
+    DELIVERY_DELAY,
+    amqp_message_id,
+    header_ttl,
+    wire_parts,
+)
 from boost_tenancy.transports.stomp.frames import (
     header_value,
 )
@@ -35,12 +41,11 @@ _HEADER_EMPTY: Final = b"\x00\x53\x70\x45"
 _HEADER: Final = b"\x00\x53\x70"
 _MESSAGE_ANNOTATIONS: Final = b"\x00\x53\x72"
 _PROPERTIES: Final = b"\x00\x53\x73"
-_PROPERTIES_EMPTY: Final = _PROPERTIES + b"\x45"
 _APPLICATION_PROPERTIES: Final = b"\x00\x53\x74"
 _DATA: Final = b"\x00\x53\x75"
 _AMQP_VALUE: Final = b"\x00\x53\x77"
-_NULLS_BEFORE_CORRELATION: Final = b"\x40" * 5
-"""message-id, user-id, to, subject, reply-to: unset."""
+_NULLS_BEFORE_CORRELATION: Final = b"\x40" * 4
+"""user-id, to, subject, reply-to: unset."""
 _NULLS_BEFORE_EXPIRY: Final = b"\x40" * 2
 """content-type, content-encoding: unset."""
 
@@ -70,16 +75,17 @@ class EncodedMessage:
 
 
 def encode_message(
-    message: WireMessage, delay_ms: int = 0, now: int | None = None
+    message: WireMessage, delay_ms: int = 0, now: int | None = None, message_id: str | None = None
 ) -> EncodedMessage:
-    """The bytes of to_amqp(message, delay_ms, now); MessageEncodeError for a body the wire
-    cannot carry (see to_amqp), raised before anything is sent."""
+    """The bytes of to_amqp(message, delay_ms, now, message_id); MessageEncodeError for a body
+    the wire cannot carry (see to_amqp), raised before anything is sent."""
     properties, body = wire_parts(message)
     expires = message.expires_at_ms
     parts = [_header(message.persistent, header_ttl(expires, now))]
     if delay_ms > 0:
         parts.append(_delay(delay_ms))
-    parts.append(_properties(message.correlation_id, expires))
+    identity = amqp_message_id(message) if message_id is None else message_id
+    parts.append(_properties(identity, message.correlation_id, expires))
     parts.append(_APPLICATION_PROPERTIES)
     parts.append(_string_map(properties))
     if isinstance(body, str):
@@ -100,10 +106,11 @@ def _header(durable: bool, ttl: int | None) -> bytes:
     return _HEADER + _list((b"\x41" if durable else b"\x40") + b"\x40" + value, 3)
 
 
-def _properties(correlation: str | None, expires: int | None) -> bytes:
+def _properties(message_id: str, correlation: str | None, expires: int | None) -> bytes:
+    fields = _string(message_id)
     if correlation is None and expires is None:
-        return _PROPERTIES_EMPTY
-    fields = _NULLS_BEFORE_CORRELATION
+        return _PROPERTIES + _list(fields, 1)
+    fields += _NULLS_BEFORE_CORRELATION
     fields += b"\x40" if correlation is None else _string(header_value(correlation))
     if expires is None:
         return _PROPERTIES + _list(fields, 6)

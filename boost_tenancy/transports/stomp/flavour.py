@@ -47,6 +47,21 @@ class BrokerFlavour(enum.Enum):
         its presence does not mean bytes."""
         return self is BrokerFlavour.ARTEMIS
 
+    def message_identity(self, message_id: str | None) -> str | None:
+        """What names the message itself in a MESSAGE frame's message-id, the same on each of its
+        deliveries: a message without a toolkit id gets its id derived from it.
+
+        Artemis sends '<consumer id>,<message id>' (VersionedStompFrameHandler), whose first part
+        changes with every subscription: read whole, one quarantined message had a new id at each
+        `quarantine list`, and `quarantine redrive` could not find any. Classic's whole value
+        names the message.
+        """
+        if self is BrokerFlavour.ARTEMIS and message_id is not None:
+            _, comma, own = message_id.partition(",")
+            if comma and own:
+                return own
+        return message_id
+
     def scheduled_send_headers(self, delay_ms: int, expires_at_ms: int | None) -> dict[str, str]:
         """What a delayed SEND of an expiring message needs to keep its absolute expiry.
 

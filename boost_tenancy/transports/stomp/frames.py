@@ -19,6 +19,7 @@ from boost_tenancy.messages import (
     has_surrogates,
 )
 from boost_tenancy.transports.base import Delivery, Outgoing
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 
 FRAME_HEADERS: Final = FRAME_LEVEL_HEADERS | frozenset(
     {
@@ -275,18 +276,19 @@ def delivery_of(
     *,
     subscription_id: str,
     token: object,
-    length_on_every_message: bool = False,
+    flavour: BrokerFlavour = BrokerFlavour.OTHER,
 ) -> Delivery:
-    """The Delivery a MESSAGE frame becomes. The message-id and ack values are opaque
-    (Artemis 2.44 sends '87061,87067'): kept as received, never parsed."""
+    """The Delivery a MESSAGE frame of flavour's broker becomes. The ack value is the token's,
+    echoed as received (Artemis 2.44 sends '87061,87067'); broker_message_id is the part of the
+    message-id that names the message on each of its deliveries (BrokerFlavour.message_identity)."""
     return Delivery(
         queue=headers.get("destination", "").removeprefix(QUEUE_PREFIX),
-        body=delivered_body(headers, body, length_on_every_message=length_on_every_message),
+        body=delivered_body(headers, body, length_on_every_message=flavour.length_on_every_message),
         properties=properties_of(headers),
         correlation_id=headers.get("correlation-id"),
         redelivered=headers.get("redelivered") == "true",
         subscription_id=subscription_id,
-        broker_message_id=headers.get("message-id"),
+        broker_message_id=flavour.message_identity(headers.get("message-id")),
         # expires:0 on every MESSAGE without one (Classic 5.17 and Artemis alike).
         expires_at_ms=read_expiry(headers.get("expires")),
         token=token,

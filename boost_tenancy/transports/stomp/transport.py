@@ -293,7 +293,7 @@ class StompTransport(ManagedRoutes):
                 body,
                 subscription_id=sub.id,
                 token=(generation, ack_id),
-                length_on_every_message=self._connection.flavour.length_on_every_message,
+                flavour=self._connection.flavour,
             )
         )
 
