@@ -32,9 +32,10 @@ SKIPPED_COMMANDS = (
     "INVOICES_",
     "/path/to/boost-tenancy/scripts/artemis ",
     'eval "$(/path/to/boost-tenancy/scripts/artemis env)"',
+    "python send_invoice.py",
 )
-"""What the test does itself (the virtual environment) or cannot do without a broker; starting
-the project's broker is what scripts/test does before every run of the suite."""
+"""What the test does itself (the virtual environment), or what needs a broker: the page's
+commands against the broker run in tests/integration/test_docs_shell.py."""
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
