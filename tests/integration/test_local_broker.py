@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +177,36 @@ def test_purge_is_refused_while_running_and_empties_the_store(broker: LocalBroke
     broker.start()
 
     assert _receive(broker.settings.stomp_port, "/queue/local-broker-purge", 2) is None
+
+
+def _broker_side_receive_buffer(broker_port: int, client_port: int) -> int:
+    """The receive buffer (bytes, `ss -m`'s rb) of the broker's end of one connection."""
+    listed = subprocess.run(
+        ["ss", "-tnmH", "state", "established", f"( sport = :{broker_port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for entry in re.split(r"\n(?=\S)", listed):
+        if re.search(rf":{client_port}\s", entry):
+            found = re.search(r"\brb(\d+)", entry)
+            assert found is not None, entry
+            return int(found.group(1))
+    raise AssertionError(f"no connection from port {client_port} in:\n{listed}")
+
+
+def test_the_stomp_connector_reads_with_a_receive_buffer_larger_than_a_loopback_segment(
+    broker: LocalBroker,
+) -> None:
+    """Classic fixes its sockets' buffers at 64 KiB (TcpTransport's socketBufferSize), no more
+    than one segment of a 64 KiB-MTU loopback: when the broker fell behind reading a burst (1,000
+    SUBSCRIBEs of a runner while it dispatched), the kernel dropped segments instead
+    (TCPRcvQDrop), and retransmission backoff silenced the connection for over 15 s: the
+    client's heartbeat timeout, in 7 of 11 attempts on the 2-core machine (docs/operations.md).
+    The connector asks for 1 MiB (devtools/resources/activemq.xml; the kernel doubles it)."""
+    broker.start()
+    with socket.create_connection(("127.0.0.1", broker.settings.stomp_port), timeout=5) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert sock.recv(4096).lstrip(b"\n").startswith(b"CONNECTED")
+        rb = _broker_side_receive_buffer(broker.settings.stomp_port, sock.getsockname()[1])
+    assert rb >= 1024 * 1024, f"the broker reads this connection into {rb} bytes"

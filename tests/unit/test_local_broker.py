@@ -155,7 +155,10 @@ def test_a_tls_url_needs_a_keystore_and_renders_a_tls_connector(tmp_path: Path) 
     broker = ET.fromstring(render_config(settings)).find(f"{CORE_NS}broker")
     assert broker is not None
     uris = [c.get("uri") for c in broker.iter(f"{CORE_NS}transportConnector")]
-    assert "stomp+ssl://127.0.0.1:62612?transport.tcpNoDelay=true" in uris
+    assert (
+        "stomp+ssl://127.0.0.1:62612?transport.tcpNoDelay=true&transport.socketBufferSize=1048576"
+        in uris
+    )
     context = broker.find(f"{CORE_NS}sslContext/{CORE_NS}sslContext")
     assert context is not None
     assert context.get("keyStore") == keystore.resolve().as_uri()
@@ -195,7 +198,10 @@ def test_config_has_the_configured_connectors_and_scheduler(tmp_path: Path) -> N
 
     # Nagle off on STOMP: with Classic's default a MESSAGE written after a RECEIPT waited for
     # the client's delayed TCP acknowledgement (docs/operations.md).
-    assert 'uri="stomp://127.0.0.1:62613?transport.tcpNoDelay=true"' in rendered
+    assert (
+        'uri="stomp://127.0.0.1:62613?transport.tcpNoDelay=true&amp;transport.socketBufferSize=1048576"'
+        in rendered
+    )
     assert 'uri="tcp://127.0.0.1:62616"' in rendered
     assert 'schedulerSupport="true"' in rendered
     assert "@" not in rendered.replace("${activemq.data}", "")
@@ -223,7 +229,10 @@ def test_memory_limit_stays_within_half_the_heap(tmp_path: Path) -> None:
 
 def test_ipv6_host_is_bracketed_in_uris(tmp_path: Path) -> None:
     rendered = render_config(LocalBrokerSettings(home=tmp_path, host="::1"))
-    assert 'uri="stomp://[::1]:61613?transport.tcpNoDelay=true"' in rendered
+    assert (
+        'uri="stomp://[::1]:61613?transport.tcpNoDelay=true&amp;transport.socketBufferSize=1048576"'
+        in rendered
+    )
 
 
 def test_command_points_the_broker_at_its_home(tmp_path: Path) -> None:
