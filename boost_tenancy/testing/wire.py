@@ -108,7 +108,8 @@ def _int(headers: Mapping[str, str], name: str, default: int) -> int:
 
 
 class MessageIds:
-    """message-id and ack values in each broker's style; opaque to every client."""
+    """message-id and ack values in each broker's style: Artemis's pair of consumer and message
+    numbers, Classic's message id and a separate ack per delivery."""
 
     def __init__(self, flavour: BrokerFlavour) -> None:
         self._flavour = flavour

@@ -39,14 +39,16 @@ CLAIMED = "org-someone-else"
 """The tenant a message on another tenant's queue claims."""
 
 
-class _Untouched(TenantProcessor):
-    """A runner's processor that never gets a message: the runner quarantines it first."""
+def _untouched(queue: str) -> TenantProcessor:
+    """A runner's processor of queue that never gets a message: the runner quarantines it first."""
 
-    def __init__(self, queue: str) -> None:
-        self.queues = (queue,)
+    class Untouched(TenantProcessor):
+        queues = (queue,)
 
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        raise AssertionError(f"{message.message_id} reached the handler")
+        def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+            raise AssertionError(f"{message.message_id} reached the handler")
+
+    return Untouched()
 
 
 def _broker() -> Transport:
@@ -88,7 +90,7 @@ def quarantine_one(queue: str, tenant: str | None) -> str:
                     own_queue, WireMessage(body=body, properties={TENANT_PROPERTY: CLAIMED})
                 )
                 runner = ProcessorRunner(
-                    _Untouched(queue),
+                    _untouched(queue),
                     _broker(),
                     [TenantId(tenant)],
                     error_store=store,

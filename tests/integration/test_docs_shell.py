@@ -3,11 +3,11 @@ in one bash session (`set -euo pipefail`), as a reader pastes them into one term
 checkout, against the suite's broker.
 
 What a page needs beyond its text is said on the page, in a comment above the block
-(`<!-- docs-shell: ... -->`, not shown in the rendered page):
+(`<!-- docs-shell: ... -->`, not shown in the rendered page; tests/docs_pages.py reads them):
 
 - `run by PATH`: the block runs in PATH instead (a fresh virtual environment, a broker pair, the
-  suite itself, the benchmarks' short runs). PATH must exist and name every script, benchmark
-  and test runner of the block.
+  suite itself, the benchmarks' short runs); tests/unit/test_docs_commands.py checks that PATH
+  runs every script and benchmark the block names.
 - `artemis`: the block needs Artemis; it runs where the suite's broker is Artemis (CI's second
   pass).
 - `ID quarantined from QUEUE` (or `... of TENANT`, from the tenant's own queue): a message of
@@ -22,50 +22,56 @@ the settings and the transport the URL names, not connected.
 
 A command that serves until SIGTERM (`boost-tenancy run`, `boost-tenancy park`, `uvicorn`) is
 started in the background; it must still be running when the page ends (at least SERVE_S after
-its start), and exit 0 on SIGTERM.
-The page's `# file:` blocks are written to a directory of their own, the session's working
-directory (the getting-started project). Changed from the text: `/path/to/boost-tenancy` is this
-checkout; `org-*` tenants get a suffix of the run, so two runs share no queue; the checkout's
-`.venv/bin` comes first on PATH. Files a page writes into the checkout are removed after it.
+its start), and exit 0 on SIGTERM. The page's `# file:` blocks are written to a directory of
+their own, the session's working directory (the getting-started project). Changed from the
+text: `/path/to/boost-tenancy` is this checkout; `org-*` tenants get a suffix of the run, so two
+runs share no queue; the checkout's `.venv/bin` comes first on PATH. Untracked files a page
+writes into the checkout are removed after it (var/, git-ignored, keeps its SQLite stores); an
+Artemis the page started is stopped, and every process of the session is killed if it outlives
+its timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from devtools.broker_settings import ENV_HOME, ENV_OPENWIRE_PORT
-from tests.integration.test_getting_started import write_project
+from tests.docs_pages import (
+    PAGES,
+    PLACEHOLDER,
+    ShellBlock,
+    shell_blocks,
+    words_of,
+    write_project,
+)
 from tests.packaging_support import REPO_ROOT
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
-PAGES = sorted([REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")])
-PLACEHOLDER = "/path/to/boost-tenancy"
-DIRECTIVE = re.compile(r"^<!-- docs-shell: (.*?) -->$")
-OWN_BROKERS = "own brokers"
-PAGE_TIMEOUT_S = 600
-SERVE_S = 5
+OWN_BROKERS: Final = "own brokers"
+PAGE_TIMEOUT_S: Final = 600
+SERVE_S: Final = 5
 """The least a serving command runs before the page stops it."""
-SERVED = re.compile(r"(?:^|/)(?:boost-tenancy (?:run|park)|uvicorn) ")
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")
-RUNS_A_SCRIPT = re.compile(r"(?:^|/)(scripts/[\w-]+|benchmarks/\w+\.py|pytest)\b")
-OWN_CLASSIC_OFFSET = 2100
+SERVING: Final = (("boost-tenancy", "run"), ("boost-tenancy", "park"), ("uvicorn",))
+OWN_CLASSIC_OFFSET: Final = 2100
 """Ports of the page's own Classic, past every offset of the suite's own brokers."""
-OWN_ARTEMIS_OFFSET = 1750
+OWN_ARTEMIS_OFFSET: Final = 1750
 """Ports of the page's own Artemis (at most 2000), beside none of the suite's."""
-
-SUPPORT = "tests.integration.docs_shell_support"
-NOT_OWN = ("BOOST_BROKER_USER", "BOOST_BROKER_PASSWORD", "BOOST_BROKER_AMQP_URL")
+SUPPORT: Final = "tests.integration.docs_shell_support"
+NOT_OWN: Final = ("BOOST_BROKER_USER", "BOOST_BROKER_PASSWORD", "BOOST_BROKER_AMQP_URL")
 """The suite's broker's variables a block on brokers of its own goes without."""
+_ASSIGNMENTS_ONLY: Final = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s*)+")
 
 SERVE_FUNCTIONS = r"""
 _served=()
@@ -126,73 +132,20 @@ trap 'echo "== failed: $BASH_COMMAND (line $LINENO of the session)" >&2' ERR
 """
 
 
-@dataclass
-class Block:
-    page: Path
-    line: int
-    text: str
-    directives: list[str] = field(default_factory=list)
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(REPO_ROOT)}:{self.line}"
-
-    def directive(self, name: str) -> str | None:
-        """The rest of the directive starting with name, if the block has one."""
-        for given in self.directives:
-            if given == name or given.startswith(name + " "):
-                return given[len(name) :].strip()
-        return None
+def runs_here(block: ShellBlock) -> bool:
+    return block.directive("run by") is None
 
 
-def shell_blocks(page: Path) -> list[Block]:
-    text = page.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    blocks = []
-    for match in re.finditer(
-        r"^ *```(?:sh|bash|shell)\n(.*?)^ *```$", text, re.MULTILINE | re.DOTALL
-    ):
-        fence = text[: match.start()].count("\n")  # 0-based line of the opening fence
-        directives: list[str] = []
-        above = fence - 1
-        while above >= 0 and (given := DIRECTIVE.match(lines[above].strip())):
-            directives = [part.strip() for part in given.group(1).split(";")] + directives
-            above -= 1
-        blocks.append(Block(page, fence + 1, match.group(1), directives))
-    return blocks
+RUN_HERE = [page for page in PAGES if any(runs_here(b) for b in shell_blocks(page))]
 
 
-def commands(block: Block) -> list[str]:
-    """The block's lines, continuations joined, blank lines dropped."""
-    return [line for line in block.text.replace("\\\n", " ").splitlines() if line.strip()]
-
-
-def program(line: str) -> str:
-    """What the line runs: its first word after the assignments in front of it."""
-    words = shlex.split(line, comments=True)
-    while words and ASSIGNMENT.fullmatch(words[0]):
-        words.pop(0)
-    return " ".join(words[:2])
-
-
-RUN_HERE = [page for page in PAGES if shell_blocks(page)]
-
-
-def test_every_block_named_as_run_elsewhere_is_run_there() -> None:
-    """`run by PATH` is a promise: PATH exists and names what the block runs."""
-    for page in RUN_HERE:
-        for block in shell_blocks(page):
-            where = block.directive("run by")
-            if where is None:
-                continue
-            target = REPO_ROOT / where
-            assert target.is_file(), f"{block.where}: run by {where}, which does not exist"
-            named = target.read_text(encoding="utf-8")
-            for line in commands(block):
-                for script in RUNS_A_SCRIPT.findall(program(line) + " "):
-                    assert script.split("/")[-1] in named, (
-                        f"{block.where}: {where} does not run {script}"
-                    )
+def serves(line: str) -> bool:
+    """Whether the line's command serves until SIGTERM."""
+    words = words_of(line)
+    if not words:
+        return False
+    named = (os.path.basename(words[0]), *words[1:2])
+    return any(named[: len(kind)] == kind for kind in SERVING)
 
 
 def session(page: Path, *, artemis: bool, run: str, own: Mapping[str, str]) -> str:
@@ -204,21 +157,19 @@ def session(page: Path, *, artemis: bool, run: str, own: Mapping[str, str]) -> s
 
     parts = ["set -euo pipefail", SERVE_FUNCTIONS]
     for block in shell_blocks(page):
-        if block.directive("run by") is not None:
-            continue
-        if block.directive("artemis") is not None and not artemis:
+        if not runs_here(block) or (block.directive("artemis") is not None and not artemis):
             continue
         parts.append(f"echo '== {block.where}'")
-        lines = [tenants(line.replace(PLACEHOLDER, str(REPO_ROOT))) for line in commands(block)]
-        if all(ASSIGNMENT.fullmatch(line.strip()) for line in lines):
+        lines = [tenants(line.replace(PLACEHOLDER, str(REPO_ROOT))) for line in block.commands()]
+        if all(_ASSIGNMENTS_ONLY.fullmatch(line.strip()) for line in lines):
             parts.append(f'env {" ".join(lines)} "$DOCS_SHELL_PYTHON" -m {SUPPORT} settings')
             continue
         quarantined = block.directive("ID quarantined from")
         if quarantined:
             queue, _, tenant = tenants(quarantined).partition(" of ")
-            tenant_option = f" --tenant {tenant}" if tenant else ""
+            option = f" --tenant {shlex.quote(tenant)}" if tenant else ""
             parts.append(
-                f'ID=$("$DOCS_SHELL_PYTHON" -m {SUPPORT} quarantine {queue}{tenant_option}'
+                f'ID=$("$DOCS_SHELL_PYTHON" -m {SUPPORT} quarantine {shlex.quote(queue)}{option}'
                 " | tail -n 1)"
             )
             lines = [re.sub(r"(?<![\w$-])ID(?![\w-])", '"$ID"', line) for line in lines]
@@ -227,9 +178,8 @@ def session(page: Path, *, artemis: bool, run: str, own: Mapping[str, str]) -> s
             assigned = " ".join(f"{name}={shlex.quote(value)}" for name, value in own.items())
             parts.append(f"( export {assigned}; unset {' '.join(NOT_OWN)}")
         for line in lines:
-            served = SERVED.search(program(line) + " ")
-            assert not (on_own and served), f"{block.where}: serves on brokers of its own"
-            parts.append(f"serve {line}" if served else line)
+            assert not (on_own and serves(line)), f"{block.where}: serves on brokers of its own"
+            parts.append(f"serve {line}" if serves(line) else line)
         if on_own:
             parts.append(")")
         expected = block.directive("expect")
@@ -251,6 +201,7 @@ def own_brokers(scratch: Path) -> dict[str, str]:
 
 
 def untracked() -> set[str]:
+    """The checkout's untracked files outside git-ignored paths."""
     listed = subprocess.run(
         ["git", "ls-files", "--others", "--exclude-standard"],
         cwd=REPO_ROOT,
@@ -261,6 +212,18 @@ def untracked() -> set[str]:
     return set(listed.stdout.splitlines())
 
 
+def artemis_running(env: Mapping[str, str]) -> bool:
+    status = subprocess.run(
+        ["scripts/artemis", "status"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return '"running": true' in status.stdout
+
+
 @pytest.fixture
 def clean_checkout() -> Iterator[None]:
     before = untracked()
@@ -269,13 +232,33 @@ def clean_checkout() -> Iterator[None]:
         (REPO_ROOT / name).unlink(missing_ok=True)
 
 
+def run_session(script: str, cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """script in bash, in a process group of its own: killed whole if it outlives
+    PAGE_TIMEOUT_S, so no runner it started keeps consuming from the suite's broker."""
+    with subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=PAGE_TIMEOUT_S)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 @pytest.mark.parametrize("page", RUN_HERE, ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
 def test_the_pages_shell_blocks_run(page: Path, tmp_path: Path, clean_checkout: None) -> None:
     artemis = os.environ.get("BOOST_TEST_BROKER_FLAVOUR") == "artemis"
-    script = session(page, artemis=artemis, run=uuid.uuid4().hex[:6], own=own_brokers(tmp_path))
-    text = page.read_text(encoding="utf-8")
+    own = own_brokers(tmp_path)
+    script = session(page, artemis=artemis, run=uuid.uuid4().hex[:6], own=own)
     cwd = REPO_ROOT
-    if write_project(text, tmp_path / "project"):
+    if write_project(page.read_text(encoding="utf-8"), tmp_path / "project"):
         cwd = tmp_path / "project"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -286,22 +269,22 @@ def test_the_pages_shell_blocks_run(page: Path, tmp_path: Path, clean_checkout: 
     env["DOCS_SHELL_LOGS"] = str(logs)
     env["DOCS_SHELL_PYTHON"] = str(REPO_ROOT / ".venv" / "bin" / "python")
     env["DOCS_SHELL_SERVE_S"] = str(SERVE_S)
-    own = f"<!-- docs-shell: {OWN_BROKERS} -->" in text
+    had_artemis = artemis_running(env)
+    on_own = any(b.directive(OWN_BROKERS) is not None for b in shell_blocks(page))
     try:
-        done = subprocess.run(
-            ["bash", "-c", script],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=PAGE_TIMEOUT_S,
-            check=False,
-        )
+        done = run_session(script, cwd, env)
     finally:
-        if own:
-            stop_env = {**env, **own_brokers(tmp_path)}
-            for stop in (["scripts/broker", "stop"], ["scripts/artemis", "stop"]):
-                subprocess.run(stop, cwd=REPO_ROOT, env=stop_env, capture_output=True, check=False)
+        stops = []
+        if on_own:
+            own_env = {k: v for k, v in {**env, **own}.items() if k not in NOT_OWN}
+            stops += [(["scripts/broker", "stop"], own_env), (["scripts/artemis", "stop"], own_env)]
+        if not had_artemis and artemis_running(env):
+            stops.append((["scripts/artemis", "stop"], env))  # the page started it
+        for command, stop_env in stops:
+            stopped = subprocess.run(
+                command, cwd=REPO_ROOT, env=stop_env, capture_output=True, text=True, check=False
+            )
+            assert stopped.returncode == 0, f"{command}: {stopped.stdout}{stopped.stderr}"
     assert done.returncode == 0, (
         f"{page.name}'s shell blocks failed (exit {done.returncode}):\n"
         f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_pages import write_project
 from tests.packaging_support import REPO_ROOT, copy_source
 
 pytestmark = pytest.mark.slow
 
 PAGE = REPO_ROOT / "docs" / "getting-started.md"
 PLACEHOLDER = "/path/to/boost-tenancy"
-FILE_MARK = "# file: "
 SKIPPED_COMMANDS = (
     "python -m venv",
     ". .venv/bin/activate",
@@ -41,19 +41,6 @@ commands against the broker run in tests/integration/test_docs_shell.py."""
 def code_blocks(text: str) -> list[tuple[str, str]]:
     """(language, content) of every fenced block of a Markdown page."""
     return re.findall(r"^```(\w*)\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
-
-
-def write_project(text: str, root: Path) -> list[Path]:
-    """The page's `# file:` blocks written under root; the paths written."""
-    written = []
-    for _, content in code_blocks(text):
-        first, _, rest = content.partition("\n")
-        if first.startswith(FILE_MARK):
-            path = root / first[len(FILE_MARK) :].strip()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(rest)
-            written.append(path)
-    return written
 
 
 def shell_commands(text: str) -> list[str]:

@@ -209,4 +209,7 @@ def test_the_stomp_connector_reads_with_a_receive_buffer_larger_than_a_loopback_
         sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
         assert sock.recv(4096).lstrip(b"\n").startswith(b"CONNECTED")
         rb = _broker_side_receive_buffer(broker.settings.stomp_port, sock.getsockname()[1])
-    assert rb >= 1024 * 1024, f"the broker reads this connection into {rb} bytes"
+    # The kernel doubles what a socket asks for, up to net.core.rmem_max (208 KiB by default on
+    # many kernels; 4 MiB on the project's machines); Classic's own 64 KiB gives 131072.
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    assert rb >= 2 * min(1024 * 1024, rmem_max) > 131072, f"the broker reads into {rb} bytes"

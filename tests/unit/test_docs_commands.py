@@ -18,12 +18,16 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.cli import build_parser
+from tests.docs_pages import (
+    PAGES,
+    PLACEHOLDER,
+    ShellBlock,
+    named_paths,
+    project_files,
+    shell_blocks,
+    words_of,
+)
 from tests.packaging_support import REPO_ROOT
-
-PAGES = sorted([REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")])
-PLACEHOLDER = "/path/to/boost-tenancy/"
-"""The getting-started page's name for the checkout."""
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True)
@@ -40,28 +44,23 @@ class Command:
 def commands(page: Path) -> Iterator[Command]:
     """Every command of the page's sh blocks: continuation lines joined, comments and the
     environment assignments in front of it dropped."""
-    text = page.read_text(encoding="utf-8")
-    for match in re.finditer(
-        r"^ *```(?:sh|bash|shell)\n(.*?)^ *```$", text, re.MULTILINE | re.DOTALL
-    ):
-        first_line = text[: match.start()].count("\n") + 2
-        joined = match.group(1).replace("\\\n", " ")
-        for offset, raw in enumerate(joined.splitlines()):
+    for block in shell_blocks(page):
+        for offset, raw in enumerate(block.text.replace("\\\n", " ").splitlines()):
             try:
-                words = shlex.split(raw, comments=True)
+                words = words_of(raw)
             except ValueError as exc:
-                pytest.fail(f"{page.name}:{first_line + offset}: not a shell line ({exc}): {raw}")
-            while words and _ASSIGNMENT.match(words[0]):
-                words.pop(0)
+                pytest.fail(
+                    f"{page.name}:{block.line + 1 + offset}: not a shell line ({exc}): {raw}"
+                )
             if words:
-                yield Command(page, first_line + offset, words)
+                yield Command(page, block.line + 1 + offset, words)
 
 
 ALL = [command for page in PAGES for command in commands(page)]
 
 
 def program(command: Command) -> str:
-    return command.words[0].replace(PLACEHOLDER, "")
+    return command.words[0].replace(PLACEHOLDER + "/", "")
 
 
 CLI = [c for c in ALL if program(c) in ("boost-tenancy", ".venv/bin/boost-tenancy")]
@@ -106,8 +105,8 @@ def test_every_cli_line_parses(command: Command) -> None:
 @pytest.mark.parametrize("command", FILES, ids=lambda c: c.where)
 def test_every_script_and_file_named_exists(command: Command) -> None:
     target = program(command) if "scripts/" in program(command) else command.words[1]
-    path = REPO_ROOT / target.removeprefix("./").replace(PLACEHOLDER, "")
-    written = re.findall(r"^```python\n# file: (\S+)$", command.page.read_text(), re.MULTILINE)
+    path = REPO_ROOT / target.removeprefix("./").replace(PLACEHOLDER + "/", "")
+    written = project_files(command.page.read_text(encoding="utf-8"))
     assert path.is_file() or target in written, f"{command.where}: {target} is not in the checkout"
 
 
@@ -116,3 +115,39 @@ def test_the_commands_are_found() -> None:
     assert len(CHECKED_CLI) >= 30
     assert len(FILES) >= 20
     assert len(CHECKED_CLI) + len(FILES) >= 0.6 * len(ALL)
+
+
+RUN_ELSEWHERE = [
+    block for page in PAGES for block in shell_blocks(page) if block.directive("run by")
+]
+
+
+@pytest.mark.parametrize("block", RUN_ELSEWHERE, ids=lambda b: b.where)
+def test_a_block_run_elsewhere_is_run_there(block: ShellBlock) -> None:
+    """`<!-- docs-shell: run by PATH -->` is a promise: PATH exists, and runs every script and
+    benchmark the block names, or drives the devtools module a script runs (scripts/artemis-pair
+    is `python -m devtools.artemis_pair`). tests/integration/test_docs_shell.py runs the others."""
+    where = str(block.directive("run by"))
+    target = REPO_ROOT / where
+    assert target.is_file(), f"{block.where}: run by {where}, which does not exist"
+    text = target.read_text(encoding="utf-8")
+    for line in block.commands():
+        for path in named_paths(line.replace(PLACEHOLDER + "/", "")):
+            runs = re.search(rf"(?<![\w/.-]){re.escape(path)}(?![\w-])", text)
+            module = script_module(path)
+            drives = module is not None and re.search(
+                rf"^(from {re.escape(module)} import|import {re.escape(module)}\b)", text, re.M
+            )
+            assert runs or drives, f"{block.where}: {where} runs neither {path} nor its module"
+
+
+def script_module(path: str) -> str | None:
+    """The devtools module a script of the checkout runs (`python -m devtools.x`), if any."""
+    if not path.startswith("scripts/"):
+        return None
+    found = re.search(r"-m (devtools\.\w+)", (REPO_ROOT / path).read_text(encoding="utf-8"))
+    return found.group(1) if found else None
+
+
+def test_blocks_run_elsewhere_are_found() -> None:
+    assert len(RUN_ELSEWHERE) >= 15

@@ -15,7 +15,7 @@ from typing import Any, Final
 from proton import Message, symbol
 
 from boost_tenancy.expiry import now_ms, read_expiry
-from boost_tenancy.message_ids import new_id
+from boost_tenancy.message_ids import new_id, sanitized_id
 from boost_tenancy.messages import (
     FRAME_LEVEL_HEADERS,
     MESSAGE_ID_PROPERTY,
@@ -90,12 +90,13 @@ def wire_parts(message: WireMessage) -> tuple[dict[str, str], Body]:
 
 
 def amqp_message_id(message: WireMessage) -> str:
-    """The AMQP message-id a message goes out with: its toolkit id (boostMessageId), or a fresh
-    one. A message without the toolkit's id gets one derived from the message-id it arrives with,
-    and an AMQP 1.0 broker gives a message no name of its own (unlike STOMP's message-id), so
-    without it each delivery would get another id. A JMS producer sets one too (JMSMessageID)."""
+    """The AMQP message-id a message goes out with: its toolkit id (boostMessageId, made valid
+    if a foreign one was carried over), or a fresh one. A message without the toolkit's id gets
+    one derived from the message-id it arrives with, and an AMQP 1.0 broker gives a message no
+    name of its own (unlike STOMP's message-id), so without it each delivery would get another
+    id. A JMS producer sets one too (JMSMessageID)."""
     own = message.properties.get(MESSAGE_ID_PROPERTY)
-    return header_value(own) if own else new_id()
+    return sanitized_id(own) if own else new_id()
 
 
 def to_amqp(
