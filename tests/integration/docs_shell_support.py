@@ -22,14 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boost_tenancy import HandlerContext, IncomingMessage, ProcessorRunner, TenantProcessor
-from boost_tenancy.application import AppSettings
-from boost_tenancy.application.brokers import open_transport
+from boost_tenancy.application import AppSettings, open_broker
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.ops.quarantine import QuarantineAdmin
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
-from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import Transport
@@ -51,10 +49,8 @@ def _untouched(queue: str) -> TenantProcessor:
     return Untouched()
 
 
-def _broker() -> Transport:
-    transport = open_transport(
-        os.environ.get("BOOST_BROKER_URL", "stomp://127.0.0.1:61613"), os.environ
-    )
+def _connected(settings: AppSettings) -> Transport:
+    transport = open_broker(settings, os.environ)
     transport.connect()
     return transport
 
@@ -74,26 +70,30 @@ def quarantine_one(queue: str, tenant: str | None) -> str:
     """The id of a message of queue quarantined as the module's docstring says."""
     marker = uuid.uuid4().hex
     body = f'{{"marker": "{marker}"}}'
+    settings = AppSettings.from_env(os.environ)
     with tempfile.TemporaryDirectory() as scratch:
         store = SQLiteErrorStore(Path(scratch) / "errors.sqlite3")
-        transport = _broker()
+        transport = _connected(settings)
         stop: Callable[[], object]
         try:
             if tenant is None:
                 transport.send(queue, WireMessage(body=body, properties={}))
-                router = TenantRouter(transport, [queue], error_store=store)
+                router = TenantRouter(
+                    transport, [queue], error_store=store, routing=settings.routing
+                )
                 router.start()
                 stop = router.stop
             else:
-                own_queue = DEFAULT_ROUTING.physical(queue, TenantId(tenant))
+                own_queue = settings.routing.physical(queue, TenantId(tenant))
                 transport.send(
                     own_queue, WireMessage(body=body, properties={TENANT_PROPERTY: CLAIMED})
                 )
                 runner = ProcessorRunner(
                     _untouched(queue),
-                    _broker(),
+                    open_broker(settings, os.environ),
                     [TenantId(tenant)],
                     error_store=store,
+                    routing=settings.routing,
                     route_shared=False,
                 )
                 runner.start()
@@ -110,8 +110,7 @@ def quarantine_one(queue: str, tenant: str | None) -> str:
 def check_settings() -> None:
     """The environment's settings and broker URL, refused as a runner would refuse them."""
     try:
-        AppSettings.from_env(os.environ)
-        open_transport(os.environ["BOOST_BROKER_URL"], os.environ)
+        open_broker(AppSettings.from_env(os.environ), os.environ)
     except ConfigError as exc:
         raise SystemExit(f"refused: {exc}") from exc
 

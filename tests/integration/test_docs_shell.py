@@ -178,8 +178,9 @@ def session(page: Path, *, artemis: bool, run: str, own: Mapping[str, str]) -> s
             assigned = " ".join(f"{name}={shlex.quote(value)}" for name, value in own.items())
             parts.append(f"( export {assigned}; unset {' '.join(NOT_OWN)}")
         for line in lines:
-            assert not (on_own and serves(line)), f"{block.where}: serves on brokers of its own"
-            parts.append(f"serve {line}" if serves(line) else line)
+            served = serves(line)
+            assert not (on_own and served), f"{block.where}: serves on brokers of its own"
+            parts.append(f"serve {line}" if served else line)
         if on_own:
             parts.append(")")
         expected = block.directive("expect")

@@ -1,7 +1,9 @@
 """docs/getting-started.md cannot rot: a user's project is built from its code blocks alone, in a
 fresh virtual environment where the toolkit is installed as the page says, and its tests pass.
 
-The only change to what the page says: /path/to/boost-tenancy becomes a copy of this checkout.
+It runs the page's shell blocks that name it (`<!-- docs-shell: run by ... -->`); the others,
+against a broker, run in tests/integration/test_docs_shell.py. The only change to what the page
+says: /path/to/boost-tenancy becomes a copy of this checkout.
 The same install shows what `pip install` puts in site-packages: boost_tenancy and its metadata,
 nothing else (no services/, no devtools/).
 """
@@ -18,38 +20,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_pages import write_project
+from tests.docs_pages import PLACEHOLDER, shell_blocks, write_project
 from tests.packaging_support import REPO_ROOT, copy_source
 
 pytestmark = pytest.mark.slow
 
 PAGE = REPO_ROOT / "docs" / "getting-started.md"
-PLACEHOLDER = "/path/to/boost-tenancy"
-SKIPPED_COMMANDS = (
-    "python -m venv",
-    ". .venv/bin/activate",
-    "boost-tenancy run",
-    "INVOICES_",
-    "/path/to/boost-tenancy/scripts/artemis ",
-    'eval "$(/path/to/boost-tenancy/scripts/artemis env)"',
-    "python send_invoice.py",
-)
-"""What the test does itself (the virtual environment), or what needs a broker: the page's
-commands against the broker run in tests/integration/test_docs_shell.py."""
+THIS_TEST = "tests/integration/test_getting_started.py"
+DONE_HERE = ("python -m venv", ". .venv/bin/activate")
+"""What the test does itself: the virtual environment, used by absolute path."""
 
 
-def code_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, content) of every fenced block of a Markdown page."""
-    return re.findall(r"^```(\w*)\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
-
-
-def shell_commands(text: str) -> list[str]:
+def shell_commands() -> list[str]:
+    """The commands of the page's blocks that name this test as where they run."""
     return [
         line.strip()
-        for language, content in code_blocks(text)
-        if language == "sh"
-        for line in content.splitlines()
-        if line.strip()
+        for block in shell_blocks(PAGE)
+        if block.directive("run by") == THIS_TEST
+        for line in block.commands()
     ]
 
 
@@ -83,8 +71,8 @@ def test_the_getting_started_project_installs_and_passes_its_own_tests(tmp_path:
     python = str(venv / "bin" / "python")
 
     ran: list[str] = []
-    for command in shell_commands(text):
-        if command.startswith(SKIPPED_COMMANDS):
+    for command in shell_commands():
+        if command.startswith(DONE_HERE):
             continue
         args = shlex.split(command.replace(PLACEHOLDER, str(checkout)))
         if args[:2] == ["pip", "install"]:

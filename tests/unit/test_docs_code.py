@@ -35,10 +35,9 @@ from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from tests.conftest import wait_until
+from tests.docs_pages import FILE_MARK, PAGES
 from tests.packaging_support import REPO_ROOT
 
-PAGES = sorted([REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")])
-FILE_MARK = "# file: "
 EXAMPLE_QUEUE = "docs.example"
 REWRITES = (("port=9100", "port=0"),)
 """What a block says that the test must change: a fixed port may be taken on a test machine."""
