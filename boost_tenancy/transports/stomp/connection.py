@@ -20,6 +20,7 @@ from boost_tenancy.transports.reachability import tcp_failure
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.listener import Listener
+from boost_tenancy.transports.stomp.parsing import read_frames_with
 from boost_tenancy.transports.stomp.receipts import Receipts
 from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.tls import tls_context_warnings, use_tls
@@ -258,6 +259,7 @@ class StompConnection:
         )
         if settings.tls is not None:
             use_tls(conn, address, settings.tls)
+        read_frames_with(conn.transport)
         listener = Listener(self, generation)
         conn.set_listener("boost", listener)
         server = self._await_connected(conn, listener)

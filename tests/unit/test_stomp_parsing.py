@@ -1,0 +1,114 @@
+"""Received frames: the toolkit's parser gives stomp.py's Frame for any bytes, and a stomp.py
+connection whose reader it replaced hands its listeners what stomp.py would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import stomp
+from hypothesis import given
+from hypothesis import strategies as st
+from stomp.utils import parse_frame as stomp_parse_frame
+
+from boost_tenancy.transports.stomp.frames import encode_frame
+from boost_tenancy.transports.stomp.parsing import parse_frame, read_frames_with
+
+# Frames as a broker or a broken peer may send them: commands, header lines, escapes known and
+# unknown, LF and CRLF line ends, blank lines, invalid UTF-8, colons in names and values.
+PIECES = st.sampled_from(
+    [
+        b"MESSAGE",
+        b"RECEIPT",
+        b"\n",
+        b"\r\n",
+        b"\n\n",
+        b"\r",
+        b":",
+        b"\\",
+        b"\\c",
+        b"\\n",
+        b"\\r",
+        b"\\\\",
+        b"\\x",
+        b"destination",
+        b"/queue/a",
+        b"tenantUUID",
+        b" ",
+        b"\xff",
+        b"\xc3\xa9",
+        b"{}",
+    ]
+)
+
+
+def as_tuple(frame: Any) -> tuple[str, dict[str, str], bytes] | None:
+    return None if frame is None else (frame.cmd, frame.headers, frame.body)
+
+
+@given(st.lists(PIECES, max_size=30).map(b"".join))
+def test_any_bytes_parse_as_stomp_py_parses_them(data: bytes) -> None:
+    assert as_tuple(parse_frame(data)) == as_tuple(stomp_parse_frame(data))
+
+
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=6),
+    st.binary(max_size=16),
+)
+def test_a_frame_the_toolkit_encodes_parses_back(headers: dict[str, str], body: bytes) -> None:
+    data = encode_frame("MESSAGE", headers, body)[:-1]  # the reader splits at the NUL
+    assert as_tuple(parse_frame(data)) == as_tuple(stomp_parse_frame(data))
+
+
+def test_a_message_frame() -> None:
+    frame = parse_frame(
+        b"MESSAGE\ndestination:/queue/a\nmessage-id:ID\\cbox-1\ntenantUUID:t1\n"
+        b"tenantUUID:t2\nno colon here\n:no name\n\n{}"
+    )
+    assert frame.cmd == "MESSAGE"
+    assert frame.headers == {
+        "destination": "/queue/a",
+        "message-id": "ID:box-1",
+        "tenantUUID": "t1",
+    }
+    assert frame.body == b"{}"
+
+
+class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.messages: list[tuple[dict[str, str], bytes]] = []
+        self.receipts: list[str] = []
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.append((frame.headers, frame.body))
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.append(frame.headers["receipt-id"])
+
+
+def test_a_stomp_py_connection_reads_through_the_parser() -> None:
+    """The reader is put on the installed stomp.py's transport and used by it: if stomp.py
+    renames what it replaces, read_frames_with says False and this fails."""
+    conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
+    recorder = Recorder()
+    conn.set_listener("recorder", recorder)
+    transport = conn.transport
+    assert read_frames_with(transport)
+    chunks = [
+        b"MESSAGE\ndestination:/queue/a\nsubscription:1\nk:a\\cb\n\nbody\x00\n",
+        b"RECEIPT\nreceipt-id:r-1\n\n\x00MESSAGE\ndestination:/queue/b\n",
+        b"content-length:3\n\na\x00b\x00",
+    ]
+    transport.receive = lambda: chunks.pop(0)
+    transport.running = True
+    while chunks:
+        transport._BaseTransport__read_frames()
+    assert recorder.messages == [
+        ({"destination": "/queue/a", "subscription": "1", "k": "a:b"}, b"body"),
+        ({"destination": "/queue/b", "content-length": "3"}, b"a\x00b"),
+    ]
+    assert recorder.receipts == ["r-1"]
+
+
+def test_a_decoding_transport_keeps_stomp_py_s_reader() -> None:
+    conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=True)
+    assert not read_frames_with(conn.transport)
