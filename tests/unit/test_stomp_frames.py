@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boost_tenancy.transports.stomp.frames import _escape, encode_frame
+from boost_tenancy.transports.stomp.frames import _escape, ack_frame, encode_frame
 
 # Header text as a frame may meet it: plain names and values, and the characters STOMP escapes
 # or the toolkit replaces (colon, backslash, CR, LF, NUL, non-ASCII, a lone surrogate).
@@ -33,3 +33,12 @@ def test_plain_headers_and_none_at_all() -> None:
     assert encode_frame("ACK", {"id": "a-1"}) == b"ACK\nid:a-1\n\n\x00"
     assert encode_frame("COMMIT", {}) == b"COMMIT\n\n\x00"
     assert encode_frame("SEND", {"k": "a:b"}, b"x") == b"SEND\nk:a\\cb\n\nx\x00"
+
+
+@given(TEXT)
+def test_an_ack_frame_is_the_frame_of_its_id(ack_id: str) -> None:
+    assert ack_frame(ack_id) == encode_frame("ACK", {"id": ack_id})
+
+
+def test_a_classic_ack_id_is_escaped() -> None:
+    assert ack_frame("ID:box-1-2:1:1") == b"ACK\nid:ID\\cbox-1-2\\c1\\c1\n\n\x00"

@@ -11,7 +11,7 @@ from typing import Final
 import structlog
 
 from boost_tenancy.transports.stomp.connection import StompConnection
-from boost_tenancy.transports.stomp.frames import encode_frame
+from boost_tenancy.transports.stomp.frames import ack_frame
 from boost_tenancy.transports.stomp.link import FrameWriter
 
 log = structlog.get_logger("boost_tenancy.transports.stomp")
@@ -93,9 +93,7 @@ class AckWriter:
             return
         link = self._connection.live()
         generation = link.generation if link is not None else None
-        frames = [
-            encode_frame("ACK", {"id": ack_id}) for gen, ack_id in tokens if gen == generation
-        ]
+        frames = [ack_frame(ack_id) for gen, ack_id in tokens if gen == generation]
         if len(frames) < len(tokens):
             # Their connection is gone: the broker has taken them back and redelivers them.
             log.info("stomp_ack_skipped_stale", count=len(tokens) - len(frames))

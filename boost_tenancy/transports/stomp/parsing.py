@@ -31,7 +31,19 @@ def _unescape_one(match: re.Match[str]) -> str:
 
 
 def _unescaped(text: str) -> str:
-    return _ESCAPE.sub(_unescape_one, text) if "\\" in text else text
+    """STOMP 1.2's header escapes undone, left to right, as stomp.py undoes them."""
+    if "\\" not in text:
+        return text
+    if "\x00" in text:  # (never in a header the reader splits off; kept exact anyway)
+        return _ESCAPE.sub(_unescape_one, text)
+    # An escaped backslash first, held as NUL, so that its second half starts no escape.
+    return (
+        text.replace("\\\\", "\x00")
+        .replace("\\c", ":")
+        .replace("\\n", "\n")
+        .replace("\\r", "\r")
+        .replace("\x00", "\\")
+    )
 
 
 class ReceivedFrame(Frame):  # type: ignore[misc]  # stomp.py has no type hints
