@@ -1,8 +1,10 @@
 """Received frames: the toolkit's parser gives stomp.py's Frame for any bytes, and a stomp.py
-connection whose reader it replaced hands its listeners what stomp.py would."""
+connection whose reader it replaced hands its listeners (its own heartbeat listener among them)
+what stomp.py would."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import stomp
@@ -100,6 +102,10 @@ def test_a_stomp_py_connection_reads_through_the_parser() -> None:
     ]
     transport.receive = lambda: chunks.pop(0)
     transport.running = True
+    # stomp.py's heartbeat listener counts a MESSAGE as a sign of life (the first chunk is one).
+    conn.received_heartbeat = time.monotonic() - 1.0
+    transport._BaseTransport__read_frames()
+    assert conn.received_heartbeat > time.monotonic() - 0.5
     while chunks:
         transport._BaseTransport__read_frames()
     assert recorder.messages == [

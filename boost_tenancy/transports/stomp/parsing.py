@@ -77,7 +77,7 @@ def parse_frame(frame: bytes) -> Any:
         if "\\" in name:
             name = _unescaped(name)
         if name not in headers:  # STOMP 1.2: the first of a repeated header counts
-            headers[name] = _unescaped(value)
+            headers[name] = _unescaped(value) if "\\" in value else value
     return ReceivedFrame(lines[first], headers, frame[end + 2 :])
 
 
@@ -85,10 +85,14 @@ def read_frames_with(transport: Any) -> bool:
     """Have stomp.py's transport object parse what it receives with parse_frame.
 
     It replaces that one object's frame reader (stomp.py's private `__read_frames`, which reads,
-    splits and parses) with one that keeps stomp.py's reading and splitting and parses with
-    parse_frame. False, leaving stomp.py's reader, when the stomp.py installed has no such reader
-    (a version this was not written for). The transport must not decode bodies (auto_decode=False,
-    as the toolkit creates it).
+    splits and parses) with one that keeps stomp.py's reading and splitting, parses with
+    parse_frame, and hands a MESSAGE to the listeners itself, in stomp.py's order (each
+    listener's on_before_message, then each one's on_message); other frames go through
+    stomp.py's process_frame.
+
+    False, leaving stomp.py's reader, when the stomp.py installed has no such reader (a version
+    this was not written for), or when the transport decodes bodies (the toolkit creates its
+    transports with auto_decode=False).
     """
     read = getattr(transport, "_BaseTransport__read", None)
     is_eol = getattr(transport, "_BaseTransport__is_eol", None)
@@ -100,12 +104,23 @@ def read_frames_with(transport: Any) -> bool:
     ):
         return False
     process_frame = transport.process_frame
+    listeners: dict[str, Any] = transport.listeners
 
     def read_frames() -> None:
         for data in read():
             frame = HEARTBEAT_FRAME if is_eol(data) else parse_frame(data)
-            if frame is not None:
+            if frame is None:
+                continue
+            if frame.cmd != "MESSAGE":
                 process_frame(frame, data)
+                continue
+            # What stomp.py's process_frame does with a MESSAGE, without its debug check and
+            # its lock and sort for each of the two calls.
+            ordered = sorted(listeners.items())
+            for _, listener in ordered:
+                listener.on_before_message(frame)
+            for _, listener in ordered:
+                listener.on_message(frame)
 
     transport._BaseTransport__read_frames = read_frames
     return True
