@@ -19,7 +19,6 @@ import socket
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +33,8 @@ from boost_tenancy.transports.stomp.parsing import read_frames_with
 
 FRAMES_PER_READ = 40
 TENANT = "org-bench"
+QUEUE = "bench.receive"
+"""One queue for every run (its one message is read back at once), so runs leave no new queues."""
 
 
 def _frame(command: str, headers: dict[str, str]) -> bytes:
@@ -115,7 +116,7 @@ def main() -> int:
     url = os.environ.get("BOOST_BROKER_URL", "stomp://127.0.0.1:61613")
     user = os.environ.get("BOOST_BROKER_USER")
     password = os.environ.get("BOOST_BROKER_PASSWORD")
-    queue = f"bench.receive.{uuid.uuid4().hex[:12]}"
+    queue = QUEUE
     frame = delivered_frame(url, queue, user, password)
     headers = frame.split(b"\n\n", 1)[0].count(b"\n")
     print(f"broker {url}: a MESSAGE of {headers} headers, {len(frame)} bytes; queue {queue}")

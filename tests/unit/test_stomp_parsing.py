@@ -56,7 +56,9 @@ def test_any_bytes_parse_as_stomp_py_parses_them(data: bytes) -> None:
     st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=6),
     st.binary(max_size=16),
 )
-def test_a_frame_the_toolkit_encodes_parses_back(headers: dict[str, str], body: bytes) -> None:
+def test_a_frame_the_toolkit_encodes_parses_as_stomp_py_parses_it(
+    headers: dict[str, str], body: bytes
+) -> None:
     data = encode_frame("MESSAGE", headers, body)[:-1]  # the reader splits at the NUL
     assert as_tuple(parse_frame(data)) == as_tuple(stomp_parse_frame(data))
 
@@ -118,3 +120,39 @@ def test_a_stomp_py_connection_reads_through_the_parser() -> None:
 def test_a_decoding_transport_keeps_stomp_py_s_reader() -> None:
     conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=True)
     assert not read_frames_with(conn.transport)
+
+
+class Ordered(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def on_before_message(self, frame: Any) -> None:
+        self.calls.append(f"{self.name}.before")
+
+    def on_message(self, frame: Any) -> None:
+        self.calls.append(f"{self.name}.message")
+
+
+class Bare:
+    """A listener with no before_message and no on_message: stomp.py skips it."""
+
+
+def test_a_message_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
+    """Every listener's on_before_message, then every one's on_message, in the order of their
+    names; a listener without either method is skipped, as stomp.py's notify skips it."""
+    calls: list[str] = []
+    for toolkit in (False, True):
+        conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
+        conn.set_listener("b", Ordered("b", calls))
+        conn.set_listener("a", Ordered("a", calls))
+        conn.set_listener("c", Bare())
+        transport = conn.transport
+        if toolkit:
+            assert read_frames_with(transport)
+        transport.receive = lambda: b"MESSAGE\ndestination:/queue/a\n\nx\x00"
+        transport.running = True
+        transport._BaseTransport__read_frames()
+    stomp_py, toolkit_calls = calls[:4], calls[4:]
+    assert stomp_py == ["a.before", "b.before", "a.message", "b.message"]
+    assert toolkit_calls == stomp_py
