@@ -2,11 +2,11 @@
 one run, on the very bytes a broker delivers.
 
 It sends one message with TenantProducer to the broker of BOOST_BROKER_URL, reads its MESSAGE
-frame back over a plain socket (CONNECT, SUBSCRIBE, the bytes up to the NUL), and then feeds that
-frame, 40 to a read, through two stomp.py connections that never open a socket: one with
-stomp.py's own reader, one with the reader `read_frames_with` puts on it (parse, then the
-listeners). Each round times both over the same frames (process CPU time); the figure is the
-ratio stomp.py / toolkit per round, and its median.
+frame's bytes back with a plain stomp.py connection, and then feeds that frame, 40 to a read,
+through two stomp.py connections that never open a socket: one with stomp.py's own reader, one
+with the reader `read_frames_with` puts on it (parse, then the listeners). Each round times both
+over the same frames (process CPU time); the figure is the ratio stomp.py / toolkit per round,
+and its median.
 
     .venv/bin/python benchmarks/bench_stomp_receive.py [--rounds R] [--frames N]
 """
@@ -15,21 +15,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
+import queue as queue_mod
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import stomp
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from boost_tenancy import TenantProducer, open_transport
+from boost_tenancy.application import stomp_settings_from_env
 from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.stomp.parsing import read_frames_with
+from boost_tenancy.transports.stomp.settings import StompSettings
 
 FRAMES_PER_READ = 40
 TENANT = "org-bench"
@@ -37,46 +38,37 @@ QUEUE = "bench.receive"
 """One queue for every run (its one message is read back at once), so runs leave no new queues."""
 
 
-def _frame(command: str, headers: dict[str, str]) -> bytes:
-    head = "".join(f"{name}:{value}\n" for name, value in headers.items())
-    return f"{command}\n{head}\n".encode() + b"\x00"
-
-
-def delivered_frame(url: str, queue: str, user: str | None, password: str | None) -> bytes:
-    """The MESSAGE frame (without its NUL) the broker delivers for one message the toolkit sent
-    to queue (routed by default: the tenant's own broker queue), read over a plain socket."""
+def delivered_frame(url: str, settings: StompSettings, queue: str) -> bytes:
+    """The MESSAGE frame (its bytes before the NUL) the broker delivers for one message the
+    toolkit sent to queue (routed by default: the tenant's own broker queue), as a plain stomp.py
+    connection to the first address of settings reads it off the socket."""
     transport = open_transport(url, os.environ)
     transport.connect()
     try:
         TenantProducer(transport).send(queue, TENANT, {"n": 1, "text": "x" * 64})
     finally:
         transport.close()
-    first = urlsplit(url.split(",", maxsplit=1)[0])  # the first address of a failover list
-    host, port = first.hostname or "127.0.0.1", first.port or 61613
-    connect = {"accept-version": "1.2", "host": "localhost"}
-    if user is not None:
-        connect |= {"login": user, "passcode": password or ""}
-    with socket.create_connection((host, port), timeout=10) as sock:
-        sock.sendall(_frame("CONNECT", connect))
-        sock.sendall(
-            _frame(
-                "SUBSCRIBE",
-                {
-                    "id": "1",
-                    "destination": f"/queue/{DEFAULT_ROUTING.physical(queue, TENANT)}",
-                    "ack": "auto",
-                },
-            )
-        )
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise SystemExit("the broker closed the connection before the message came")
-            data += chunk
-            start = data.find(b"MESSAGE\n")
-            if start >= 0 and data.find(b"\x00", start) >= 0:
-                return data[start : data.find(b"\x00", start)]
+    conn = stomp.Connection12([settings.addresses[0]], auto_decode=False)
+    received: queue_mod.SimpleQueue[bytes] = queue_mod.SimpleQueue()
+    process_frame = conn.transport.process_frame
+
+    def keep_message_bytes(frame: Any, data: bytes) -> None:
+        if frame.cmd == "MESSAGE":
+            received.put(data)
+        process_frame(frame, data)
+
+    conn.transport.process_frame = keep_message_bytes
+    # Without stomp.py's wait (it has no working timeout): the SUBSCRIBE follows the CONNECT on
+    # the socket, and the wait for the message below has one.
+    conn.connect(settings.username, settings.password, wait=False)
+    try:
+        conn.subscribe(f"/queue/{DEFAULT_ROUTING.physical(queue, TENANT)}", "1", ack="auto")
+        try:
+            return received.get(timeout=10)
+        except queue_mod.Empty:
+            raise SystemExit("no message came back from the broker within 10 s") from None
+    finally:
+        conn.disconnect()
 
 
 class Counter(stomp.ConnectionListener):  # type: ignore[misc]
@@ -113,13 +105,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--frames", type=int, default=20_000, help="frames per reader per round")
     args = parser.parse_args()
+    settings = stomp_settings_from_env(os.environ)
     url = os.environ.get("BOOST_BROKER_URL", "stomp://127.0.0.1:61613")
-    user = os.environ.get("BOOST_BROKER_USER")
-    password = os.environ.get("BOOST_BROKER_PASSWORD")
-    queue = QUEUE
-    frame = delivered_frame(url, queue, user, password)
+    frame = delivered_frame(url, settings, QUEUE)
     headers = frame.split(b"\n\n", 1)[0].count(b"\n")
-    print(f"broker {url}: a MESSAGE of {headers} headers, {len(frame)} bytes; queue {queue}")
+    print(f"broker {url}: a MESSAGE of {headers} headers, {len(frame)} bytes; queue {QUEUE}")
     rows: dict[str, list[float]] = {"stomp.py reader": [], "toolkit reader": [], "ratio": []}
     for _ in range(args.rounds):
         raw = cpu_per_frame(frame, args.frames, toolkit=False)

@@ -33,9 +33,8 @@ def _unescape_one(match: re.Match[str]) -> str:
 
 
 def _unescaped(text: str) -> str:
-    """STOMP 1.2's header escapes undone, left to right, as stomp.py undoes them."""
-    if "\\" not in text:
-        return text
+    """STOMP 1.2's header escapes undone, left to right, as stomp.py undoes them, in text that
+    holds a backslash (parse_frame calls it for those names and values only)."""
     if "\x00" in text:  # (never in a header the reader splits off; kept exact anyway)
         return _ESCAPE.sub(_unescape_one, text)
     # An escaped backslash first, held as NUL, so that its second half starts no escape.
