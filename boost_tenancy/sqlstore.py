@@ -18,53 +18,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from boost_tenancy.errors import BoostTenancyError, ConfigError
+from boost_tenancy.sql_timeouts import SqlTimeouts
 
 if TYPE_CHECKING:
     import psycopg
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SqlTimeouts:
-    """How long a backend lets the database keep a caller waiting; None means without limit.
-
-    The defaults are the historic behaviour (no limits, SQLite's 30 s busy wait); a store that
-    must never hang its callers sets every field.
-    """
-
-    connect_s: float | None = None
-    """PostgreSQL: bound on opening a connection, TCP and start-up handshake included.
-
-    Passed as libpq's connect_timeout, which counts whole seconds (rounded up, at least 2) and
-    applies to each address a host name resolves to.
-    """
-    statement_s: float | None = None
-    """PostgreSQL: the server-side statement_timeout of every connection, lock waits included."""
-    dead_peer_s: float | None = None
-    """PostgreSQL: drop a connection whose sent data stays unacknowledged this long.
-
-    libpq's tcp_user_timeout (Linux): a network partition otherwise holds a statement for the
-    kernel's retransmission limit, about 15 minutes.
-    """
-    busy_s: float = 30.0
-    """SQLite: how long a statement waits for another connection's write lock."""
-    lock_wait_s: float | None = None
-    """How long a caller waits for the connection while another caller's statement runs."""
-    close_wait_s: float | None = None
-    """How long close() waits for a running statement before breaking the connection under it,
-    and then again for that statement to give the connection back."""
-
-    def __post_init__(self) -> None:
-        names = ("connect_s", "statement_s", "dead_peer_s", "busy_s", "lock_wait_s", "close_wait_s")
-        for name in names:
-            value = getattr(self, name)
-            # "not value > 0" also refuses NaN, which would otherwise mean "no limit" to a wait.
-            if value is not None and not value > 0:
-                raise ConfigError(f"SqlTimeouts.{name} must be positive or None, got {value!r}")
 
 
 class SqlBackend(Protocol):
@@ -209,7 +170,7 @@ class SQLiteBackend(_Backend):
         schema_step: str | None = "create schema",
         synchronous_full: bool = True,
         strict: bool = True,
-        timeouts: SqlTimeouts = SqlTimeouts(),  # frozen: one shared default is safe
+        timeouts: SqlTimeouts = SqlTimeouts(),
     ) -> None:
         super().__init__(error=error, what=what, strict=strict, timeouts=timeouts)
         self._driver_error = sqlite3.Error
@@ -297,7 +258,7 @@ class PostgresBackend(_Backend):
         schema: Sequence[str] = (),
         schema_step: str | None = "create schema",
         strict: bool = True,
-        timeouts: SqlTimeouts = SqlTimeouts(),  # frozen: one shared default is safe
+        timeouts: SqlTimeouts = SqlTimeouts(),
     ) -> None:
         super().__init__(error=error, what=what, strict=strict, timeouts=timeouts)
         try:

@@ -9,7 +9,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import stomp
@@ -388,24 +388,3 @@ class StompConnection:
         self.receipts.fail(generation, "connection lost before the broker confirmed")
         if was_connected and not closing:  # a failed attempt is logged by whoever made it
             log.warning("stomp_connection_lost", broker=self.where)
-
-
-@contextlib.contextmanager
-def side_connection(
-    settings: StompSettings,
-    on_message: OnMessage,
-    flavour: BrokerFlavour,
-    refused: Callable[[str | None], Exception],
-) -> Iterator[tuple[StompConnection, Link]]:
-    """A connection of its own, for a request and its replies (statistics, management) that
-    must not share the transport's connection and subscriptions, to a broker of flavour (else
-    refused(server) is raised); closed when the block ends."""
-    connection = StompConnection(settings, on_open=lambda link: None, on_message=on_message)
-    connection.connect()
-    try:
-        link = connection.current()
-        if link.flavour is not flavour:
-            raise refused(connection.server)
-        yield connection, link
-    finally:
-        connection.close()

@@ -24,12 +24,13 @@ from boost_tenancy.transports.artemis_management import (
     Replies,
     Runs,
 )
-from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
+from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
 from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
+from boost_tenancy.transports.stomp.side import side_connection
 
 T = TypeVar("T")
 

@@ -25,12 +25,13 @@ from typing import Final
 from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.transports.base import ListedQueue, QueueStats, check_queue_prefix
-from boost_tenancy.transports.stomp.connection import StompConnection, side_connection
+from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, encode_frame
 from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
+from boost_tenancy.transports.stomp.side import side_connection
 
 DESTINATION_PREFIX: Final = "ActiveMQ.Statistics.Destination."
 """The plugin answers a message sent to this prefix + a queue name with that queue's counters."""
