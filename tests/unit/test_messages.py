@@ -15,7 +15,7 @@ from boost_tenancy.errors import (
     TenantMismatchError,
 )
 from boost_tenancy.json_bodies import decode_json_body, encode_json_body
-from boost_tenancy.message_ids import check_id, derived_id
+from boost_tenancy.message_ids import check_id, derived_id, new_id
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     MESSAGE_ID_PROPERTY,
@@ -299,3 +299,17 @@ def test_incoming_text_decodes_utf8_and_refuses_other_bytes() -> None:
     assert incoming("Zürich".encode()).text == "Zürich"
     with pytest.raises(MessageDecodeError, match="body is not UTF-8 text"):
         _ = incoming(b"\xff\xfe").text
+
+
+def test_new_id_is_a_random_version_4_uuid_in_its_usual_text_form() -> None:
+    ids = [new_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert str(parsed) == value
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        check_id("message id", value)
+    # Every digit that is not fixed takes every value: the bits come from the random bytes.
+    assert {value[19] for value in ids} == set("89ab")
+    assert {value[0] for value in ids} == set("0123456789abcdef")
