@@ -38,7 +38,9 @@ producers sending to node 1, the modest tenant's runner on node 2 and the heavy 
 nodes; artemis_cluster_far the same with the heavy tenant's runner on node 2 only, so its whole
 backlog crosses the cluster bridge, which every tenant's crossing messages share in order.
 
-The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613).
+The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613), its login from
+BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when set (`eval "$(scripts/artemis env)"` runs the
+default rows on the project's Artemis).
 """
 
 from __future__ import annotations
@@ -124,9 +126,16 @@ before any starts, or "alongside" the modest tenant's, `ratio` of them before ea
 
 # -- configuration --------------------------------------------------------------------------------
 def broker_env(**extra: str) -> dict[str, str]:
-    """The variables a deployment sets for the broker's address, and nothing else (plus extra)."""
+    """The variables a deployment sets for the broker's address and login, and nothing else
+    (plus extra)."""
+    login = {
+        name: os.environ[name]
+        for name in ("BOOST_BROKER_USER", "BOOST_BROKER_PASSWORD")
+        if os.environ.get(name)
+    }
     return {
         "BOOST_BROKER_URL": os.environ.get("BOOST_BROKER_URL", "").strip() or DEFAULT_URL,
+        **login,
         **extra,
     }
 

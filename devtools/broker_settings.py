@@ -49,6 +49,10 @@ ENV_ROUTES: Final = "BOOST_BROKER_ROUTES"
 ENV_ROUTED_QUEUES: Final = "BOOST_BROKER_ROUTED_QUEUES"
 NO_ROUTED_QUEUES: Final = "none"
 """BOOST_BROKER_ROUTED_QUEUES=none: the broker's tenant routing plugin is left out."""
+PIPELINE_QUEUES: Final = "pipeline"
+"""BOOST_BROKER_ROUTED_QUEUES=pipeline: the plugin routes the sample pipeline's queues alone, and
+leaves every other queue on its shared name (what the test suite runs: its tests of the shared
+topology send to shared queue names no broker declares shared)."""
 
 # The Debian package runs the broker with log4j 1.2 (liblog4j1.2-java behind slf4j-log4j12), not
 # the log4j 2 of the upstream tarball, so a log4j2.properties would be ignored and the broker
@@ -150,8 +154,8 @@ class LocalBrokerSettings:
     """Given, the STOMP connector is stomp+ssl:// (TLS) with this certificate; else plain."""
     routed_queues: tuple[str, ...] = ROUTED_QUEUES
     """Shared queues whose messages the project's broker plugin stores per tenant at send time,
-    every tenant (brokers/classic); by default the sample pipeline's; ("*",) for every queue but
-    shared_queues. Empty: no plugin."""
+    every tenant (brokers/classic): ("*",) for every queue but shared_queues, what from_env
+    gives by default; made without it, the sample pipeline's. Empty: no plugin."""
     shared_queues: tuple[str, ...] = ()
     """With routed_queues ("*",): the queues the plugin leaves alone (BOOST_ROUTING_OVERRIDES's
     shared ones), read by their shared name."""
@@ -269,14 +273,20 @@ def routed_queues_from_env(
     env: Mapping[str, str], variable: str = ENV_ROUTED_QUEUES
 ) -> tuple[str, ...]:
     """The shared queues a broker's tenant plugin routes, from variable (BOOST_BROKER_ROUTED_QUEUES
-    for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis): by default the sample pipeline's,
-    "none" for no plugin, "*" for every queue but those BOOST_ROUTING_OVERRIDES makes shared
-    (Classic). Never a queue BOOST_ROUTING makes shared: its runners (a Java service's selector
-    consumer) read the shared queue, which the plugin would leave empty. The default list leaves
-    such a queue out; a list naming one is refused."""
+    for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis).
+
+    Unset: "*", every queue but those BOOST_ROUTING_OVERRIDES makes shared, which is what the
+    toolkit's own routing says, so a backlog sent to any queue by any client is stored per tenant
+    and no tenant waits behind another's (docs/fairness.md); where BOOST_ROUTING makes every
+    queue shared, the sample pipeline's queues that stay routed (none). "pipeline": the sample
+    pipeline's queues alone; "none": no plugin; else a comma-separated list. Never a queue
+    BOOST_ROUTING makes shared: its runners (a Java service's selector consumer) read the shared
+    queue, which the plugin would leave empty; a list naming one is refused."""
     routing = routing_from_env(env)
     raw = env.get(variable, "").strip()
-    if not raw:
+    if not raw and routing.default is not Topology.SHARED:
+        return (EVERY_QUEUE,)
+    if not raw or raw == PIPELINE_QUEUES:
         return tuple(q for q in ROUTED_QUEUES if routing.topology(q) is not Topology.SHARED)
     if raw == NO_ROUTED_QUEUES:
         return ()
@@ -290,9 +300,24 @@ def routed_queues_from_env(
         except ConfigError as exc:
             raise ConfigError(
                 f"{variable}={raw!r}: {exc} (a comma-separated list of shared queues, "
-                f"or {NO_ROUTED_QUEUES})"
+                f"{EVERY_QUEUE}, {PIPELINE_QUEUES} or {NO_ROUTED_QUEUES})"
             ) from None
     return queues
+
+
+_PLUGIN_QUEUES_RE: Final = re.compile(r'(?:name|key)="queues" value="([^"]*)"')
+
+
+def plugin_queues_in(config: Path) -> str | None:
+    """The queues property of the tenant plugin a broker's configuration file runs ("*", or a
+    comma-separated list), "none" without a plugin, None without a file: what `status` reports
+    of a running broker, whatever the environment of the one asking says."""
+    try:
+        text = config.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    found = _PLUGIN_QUEUES_RE.search(text)
+    return found.group(1) if found else NO_ROUTED_QUEUES
 
 
 def _routing_plugin(queues: tuple[str, ...], shared: tuple[str, ...]) -> str:

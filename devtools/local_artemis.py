@@ -48,7 +48,12 @@ from devtools.broker_process import (
     parse_command,
     print_exports,
 )
-from devtools.broker_settings import LocalBrokerError, find_repo_root, routed_queues_from_env
+from devtools.broker_settings import (
+    LocalBrokerError,
+    find_repo_root,
+    plugin_queues_in,
+    routed_queues_from_env,
+)
 from devtools.commands import run_checked
 
 ARTEMIS_VERSION: Final = "2.44.0"
@@ -74,8 +79,9 @@ ENV_HOME: Final = "BOOST_ARTEMIS_HOME"
 ENV_CACHE: Final = "BOOST_ARTEMIS_CACHE"
 ENV_OFFSET: Final = "BOOST_ARTEMIS_PORT_OFFSET"
 ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
-"""Shared queues the project's tenant plugin routes on this broker (comma-separated); unset: the
-sample pipeline's, as docker/artemis/etc-override/broker.xml lists them; "none": no plugin."""
+"""Shared queues the project's tenant plugin routes on this broker, as BOOST_BROKER_ROUTED_QUEUES
+names them: unset, every queue but the shared ones ("*", as docker/artemis/etc-override/broker.xml
+runs it); "pipeline": the sample pipeline's; a comma-separated list; "none": no plugin."""
 CLI_NAME: Final = "scripts/artemis"
 
 
@@ -362,6 +368,7 @@ class LocalArtemis(BrokerProcess):
             **{f"{name}_port": port for name, port in self.settings.ports().items()},
             "home": str(self.home),
             "log": str(self.log_file),
+            "routed_queues": plugin_queues_in(self.home / "etc" / "broker.xml") if pid else None,
         }
 
     def _create(self, distribution: Path) -> None:

@@ -62,6 +62,7 @@ from devtools.broker_settings import (
     LOG4J_PROPERTIES,
     LocalBrokerError,
     LocalBrokerSettings,
+    plugin_queues_in,
     render_config,
 )
 from devtools.classic_plugin import build_plugin
@@ -163,6 +164,7 @@ class LocalBroker(BrokerProcess):
             "openwire_port": self.settings.openwire_port,
             "home": str(self.home),
             "log": str(self.log_file),
+            "routed_queues": plugin_queues_in(self.conf_dir / "activemq.xml") if running else None,
         }
 
     def command(self) -> list[str]:

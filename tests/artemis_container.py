@@ -1,6 +1,8 @@
 """ActiveMQ Artemis in a container (testcontainers), configured by the project's own
 docker/artemis/etc-override, with the project's tenant plugin, as docker-compose.yml runs it in
-production.
+production, but for the queues its plugin routes: the sample pipeline's alone, as the suite runs
+its other brokers (BOOST_ARTEMIS_ROUTED_QUEUES=pipeline, scripts/test), since its tests of the
+shared topology send to shared queue names no broker declares shared.
 
 Used by `pytest --artemis-container` (the whole suite against it) and by
 tests/integration/test_artemis.py. Needs a Docker engine; none runs on the project's development
@@ -10,12 +12,15 @@ and CI machines.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
 
 from boost_tenancy.errors import BoostTenancyError
 from devtools.artemis_plugin import build_plugin
+from services.common.contract import ROUTED_QUEUES
 from tests.broker_target import BrokerTarget, connected_server
 
 IMAGE_ENV: Final = "BOOST_TEST_ARTEMIS_IMAGE"
@@ -27,6 +32,20 @@ USER: Final = "boost"
 PASSWORD: Final = "boost-test"
 STOMP, OPENWIRE, AMQP = 61613, 61616, 5672
 READY_TIMEOUT_S: Final = 120.0
+
+
+_EVERY_QUEUE_PROPERTY: Final = '<property key="queues" value="*"/>'
+
+
+def suite_broker_xml() -> str:
+    """The compose broker.xml with its plugin routing the sample pipeline's queues alone."""
+    text = (ETC_OVERRIDE / "broker.xml").read_text(encoding="utf-8")
+    if text.count(_EVERY_QUEUE_PROPERTY) != 1:
+        raise ArtemisStartError(
+            f"{ETC_OVERRIDE / 'broker.xml'} should have one {_EVERY_QUEUE_PROPERTY}"
+        )
+    listed = ",".join(sorted(ROUTED_QUEUES))
+    return text.replace(_EVERY_QUEUE_PROPERTY, f'<property key="queues" value="{listed}"/>')
 
 
 def docker_engine_missing() -> str | None:
@@ -50,19 +69,22 @@ class ArtemisContainer:
     def __init__(self, image: str | None = None) -> None:
         self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
         self._container: Any = None
+        self._etc: Path | None = None
 
     def start(self) -> BrokerTarget:
         """Start the broker and wait until STOMP answers with the suite's credentials."""
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
+        self._etc = Path(tempfile.mkdtemp(prefix="artemis-etc-"))
+        (self._etc / "broker.xml").write_text(suite_broker_xml(), encoding="utf-8")
         container = (
             DockerContainer(self.image)
             # The image's entry point creates an instance that requires a login with these,
             # then copies etc-override over its etc/ (our broker.xml replaces the generated one).
             .with_env("ARTEMIS_USER", USER)
             .with_env("ARTEMIS_PASSWORD", PASSWORD)
-            .with_volume_mapping(str(ETC_OVERRIDE), "/var/lib/artemis-instance/etc-override", "ro")
+            .with_volume_mapping(str(self._etc), "/var/lib/artemis-instance/etc-override", "ro")
             .with_exposed_ports(STOMP, OPENWIRE, AMQP)
         )
         # The tenant plugin its broker.xml lists, built here as docker/artemis/Dockerfile builds
@@ -125,3 +147,6 @@ class ArtemisContainer:
         container, self._container = self._container, None
         if container is not None:
             container.stop()
+        etc, self._etc = self._etc, None
+        if etc is not None:
+            shutil.rmtree(etc, ignore_errors=True)

@@ -123,14 +123,36 @@ def test_the_plugin_builds_once_and_goes_on_the_brokers_class_path(tmp_path: Pat
     assert str(jar) in classpath.split("=", 1)[1].split(os.pathsep)
 
 
-def test_a_queue_the_routing_makes_shared_is_left_out_of_the_default() -> None:
-    """A Java service reads it with its selector: the plugin would move its messages away."""
+def test_the_environment_by_default_routes_every_queue_but_the_shared_ones() -> None:
+    """What the toolkit's routing says (every queue routed unless declared shared), so a
+    backlog sent to any queue is stored per tenant as it is sent."""
+    assert LocalBrokerSettings.from_env({}).routed_queues == ("*",)
+    assert LocalBrokerSettings.from_env({}).shared_queues == ()
     settings = LocalBrokerSettings.from_env(
         {"BOOST_ROUTING_OVERRIDES": "evt.document.text.extracted=shared"}
     )
-    assert "evt.document.text.extracted" not in settings.routed_queues
-    assert set(settings.routed_queues) == set(ROUTED_QUEUES) - {"evt.document.text.extracted"}
+    assert (settings.routed_queues, settings.shared_queues) == (
+        ("*",),
+        ("evt.document.text.extracted",),
+    )
+    # Every queue shared: no queue to route, so no plugin.
     assert LocalBrokerSettings.from_env({"BOOST_ROUTING": "shared"}).routed_queues == ()
+
+
+def test_pipeline_routes_the_pipeline_queues_the_routing_does_not_make_shared() -> None:
+    """A Java service reads a shared queue with its selector: the plugin would move its
+    messages away."""
+    assert LocalBrokerSettings.from_env(
+        {"BOOST_BROKER_ROUTED_QUEUES": "pipeline"}
+    ).routed_queues == tuple(ROUTED_QUEUES)
+    settings = LocalBrokerSettings.from_env(
+        {
+            "BOOST_BROKER_ROUTED_QUEUES": "pipeline",
+            "BOOST_ROUTING_OVERRIDES": "evt.document.text.extracted=shared",
+        }
+    )
+    assert set(settings.routed_queues) == set(ROUTED_QUEUES) - {"evt.document.text.extracted"}
+    assert settings.shared_queues == ()
 
 
 def test_a_shared_queue_named_is_refused() -> None:

@@ -16,7 +16,7 @@ from devtools.artemis_pair import run_cli as run_pair_cli
 from devtools.artemis_plugin import plugin_xml
 from devtools.broker_settings import LocalBrokerError
 from services.common.contract import ROUTED_QUEUES
-from tests.artemis_container import DEFAULT_IMAGE
+from tests.artemis_container import DEFAULT_IMAGE, suite_broker_xml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,14 +43,24 @@ def test_an_unexpected_acceptor_port_is_refused() -> None:
         la.render_broker_xml(la.ArtemisSettings(home=Path("/x")), source)
 
 
-def test_the_compose_broker_runs_the_tenant_plugin_for_the_pipelines_queues() -> None:
+def test_the_compose_broker_runs_the_tenant_plugin_for_every_queue() -> None:
     """docker/artemis/etc-override/broker.xml carries what `boost-tenancy broker-routes --broker
-    artemis` prints for the sample pipeline's queues, and its image the plugin's jars."""
+    artemis --queue '*'` prints, and its image the plugin's jars."""
     compose_xml = la.BROKER_XML.read_text(encoding="utf-8")
-    assert plugin_xml(ROUTED_QUEUES) in compose_xml
+    assert plugin_xml(["*"]) in compose_xml
     dockerfile = (ROOT / "docker" / "artemis" / "Dockerfile").read_text(encoding="utf-8")
     assert "brokers/artemis" in dockerfile
     assert "/opt/activemq-artemis/lib/" in dockerfile
+
+
+def test_the_suites_container_routes_the_pipelines_queues_alone() -> None:
+    """As the suite's other brokers run (scripts/test): its shared-topology tests send to
+    shared queue names."""
+    rendered = suite_broker_xml()
+    assert plugin_xml(sorted(ROUTED_QUEUES)) in rendered
+    assert rendered.replace(plugin_xml(sorted(ROUTED_QUEUES)), plugin_xml(["*"])) == (
+        la.BROKER_XML.read_text(encoding="utf-8")
+    )
 
 
 def test_the_local_broker_runs_the_plugin_its_settings_name_or_none(
@@ -61,7 +71,9 @@ def test_the_local_broker_runs_the_plugin_its_settings_name_or_none(
     default = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path)})
     assert default.lib_jars == (jar,)
     assert la.render_broker_xml(default).count("<broker-plugins>") == 1
-    assert plugin_xml(ROUTED_QUEUES) in la.render_broker_xml(default)
+    assert plugin_xml(["*"]) in la.render_broker_xml(default)
+    pipeline = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "pipeline"})
+    assert plugin_xml(ROUTED_QUEUES) in la.render_broker_xml(pipeline)
     listed = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a"})
     assert la.render_broker_xml(listed).count("<broker-plugins>") == 1
     assert plugin_xml(["cmd.a"]) in la.render_broker_xml(listed)

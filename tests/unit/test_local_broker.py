@@ -17,7 +17,9 @@ from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import BoostTenancyError, ConfigError
 from boost_tenancy.ops.broker_routes import classic_destination_interceptors
 from devtools import local_broker as lb
+from devtools.artemis_plugin import plugin_xml
 from devtools.broker_probes import stomp_handshake
+from devtools.broker_settings import plugin_queues_in
 from devtools.local_broker import (
     JAVA_MISSING_MESSAGE,
     LocalBroker,
@@ -77,7 +79,12 @@ def test_from_env_reads_every_variable(tmp_path: Path) -> None:
         }
     )
     assert settings == LocalBrokerSettings(
-        home=tmp_path / "b", host="localhost", stomp_port=62613, openwire_port=62616, heap_mb=256
+        home=tmp_path / "b",
+        host="localhost",
+        stomp_port=62613,
+        openwire_port=62616,
+        heap_mb=256,
+        routed_queues=("*",),
     )
 
 
@@ -390,6 +397,7 @@ def test_status_when_nothing_runs(tmp_path: Path) -> None:
         "openwire_port": 2,
         "home": str((tmp_path / "home").resolve()),
         "log": str((tmp_path / "home").resolve() / "logs" / "broker.log"),
+        "routed_queues": None,
     }
     assert not broker.is_running()
     assert not (tmp_path / "home").exists()
@@ -512,3 +520,16 @@ def test_a_bad_routes_file_is_refused_naming_the_variable(
         routes.write_text(content)
     with pytest.raises(LocalBrokerError, match=rf"BOOST_BROKER_ROUTES=.*{problem}"):
         render_config(LocalBrokerSettings(home=tmp_path, routes=routes))
+
+
+def test_status_names_the_queues_the_configuration_of_a_broker_routes(tmp_path: Path) -> None:
+    """What `scripts/test` reads of a broker already running: the plugin of the configuration
+    it was started with, Classic's or Artemis's, whatever the environment says now."""
+    config = tmp_path / "activemq.xml"
+    assert plugin_queues_in(config) is None
+    for routed, expected in [(None, "*"), ("cmd.a,cmd.b", "cmd.a,cmd.b"), ("none", "none")]:
+        env = {} if routed is None else {"BOOST_BROKER_ROUTED_QUEUES": routed}
+        config.write_text(render_config(LocalBrokerSettings.from_env(env)), encoding="utf-8")
+        assert plugin_queues_in(config) == expected
+    config.write_text(plugin_xml(["cmd.a"]), encoding="utf-8")
+    assert plugin_queues_in(config) == "cmd.a"
