@@ -66,7 +66,8 @@ class TraceContext:
         The ids come from `random` (seeded from the system's entropy, and again in a forked
         child), as OpenTelemetry's SDK makes its own: they must be unique, not secret, and a
         system call for each (`secrets`) cost two per message sent outside a trace."""
-        return cls(f"{random.getrandbits(128) or 1:032x}", f"{random.getrandbits(64) or 1:016x}")
+        traceparent = new_traceparent()
+        return cls(traceparent[3:35], traceparent[36:52])
 
     @classmethod
     def parse(cls, traceparent: object, tracestate: object = None) -> TraceContext | None:
@@ -90,6 +91,12 @@ class TraceContext:
     def of(cls, properties: Mapping[str, str]) -> TraceContext | None:
         """The context a message's properties carry, or None (absent or invalid)."""
         return cls.parse(properties.get(TRACEPARENT), properties.get(TRACESTATE))
+
+
+def new_traceparent() -> str:
+    """The traceparent of a new trace (TraceContext.new), written without making the object:
+    what every message sent outside any trace carries, at half the cost."""
+    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-01"
 
 
 def parse_tracestate(value: object) -> str | None:

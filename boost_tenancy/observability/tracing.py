@@ -15,6 +15,7 @@ from boost_tenancy.observability.trace_context import (
     TRACEPARENT,
     TRACESTATE,
     TraceContext,
+    new_traceparent,
     parse_tracestate,
 )
 
@@ -85,7 +86,9 @@ def stamp(properties: Mapping[str, str] | None, trace: TraceContext | None) -> d
         return given
     if TRACESTATE in given:
         raise ConfigError(f"message property {TRACESTATE!r} given without {TRACEPARENT!r}")
-    context = trace or _active_context() or TraceContext.new()
+    context = trace or _active_context()
+    if context is None:
+        return {**given, TRACEPARENT: new_traceparent()}
     return {**given, **context.properties()}
 
 

@@ -20,7 +20,12 @@ from boost_tenancy import (
     TenantProducer,
 )
 from boost_tenancy.observability import tracing
-from boost_tenancy.observability.trace_context import TRACEPARENT, TRACESTATE, TraceContext
+from boost_tenancy.observability.trace_context import (
+    TRACEPARENT,
+    TRACESTATE,
+    TraceContext,
+    new_traceparent,
+)
 from boost_tenancy.observability.tracing import stamp
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
@@ -109,6 +114,18 @@ def test_a_message_outside_any_trace_starts_a_new_sampled_one(
     assert a.trace_id != b.trace_id
     assert a.sampled
     assert second["kind"] == "x"
+
+
+def test_a_new_trace_is_valid_sampled_and_its_own() -> None:
+    contexts = [TraceContext.new() for _ in range(500)]
+    parents = [new_traceparent() for _ in range(500)]
+    for context in contexts:
+        assert TraceContext.parse(context.traceparent) == context
+        assert context.sampled
+    parsed = [TraceContext.parse(parent) for parent in parents]
+    assert [p.traceparent if p else None for p in parsed] == parents
+    assert len({c.trace_id for c in contexts} | {p.trace_id for p in parsed if p}) == 1000
+    assert len({c.span_id for c in contexts}) == 500
 
 
 def test_a_custom_creation_context_is_kept_and_an_invalid_one_refused() -> None:
