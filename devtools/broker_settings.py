@@ -278,7 +278,8 @@ def routed_queues_from_env(
     Unset: "*", every queue but those BOOST_ROUTING_OVERRIDES makes shared, which is what the
     toolkit's own routing says, so a backlog sent to any queue by any client is stored per tenant
     and no tenant waits behind another's (docs/fairness.md); where BOOST_ROUTING makes every
-    queue shared, the sample pipeline's queues that stay routed (none). "pipeline": the sample
+    queue shared, the sample pipeline's queues BOOST_ROUTING_OVERRIDES routes (usually none).
+    "pipeline": the sample
     pipeline's queues alone; "none": no plugin; else a comma-separated list. Never a queue
     BOOST_ROUTING makes shared: its runners (a Java service's selector consumer) read the shared
     queue, which the plugin would leave empty; a list naming one is refused."""

@@ -2,7 +2,8 @@
 toolkit. ``scripts/artemis COMMAND`` runs it from any directory::
 
     python -m devtools.local_artemis start     # installs Artemis if missing, waits for STOMP
-    python -m devtools.local_artemis status    # JSON: running, ready, pid, ports, home
+    python -m devtools.local_artemis status    # JSON: running, ready, pid, ports, home, log,
+                                               # routed_queues (what its plugin routes)
     python -m devtools.local_artemis stop      # SIGTERM, then SIGKILL after --timeout seconds
     python -m devtools.local_artemis restart
     python -m devtools.local_artemis kill      # SIGKILL, as a crash would
@@ -167,8 +168,8 @@ class ArtemisSettings:
 _COMPOSE_PLUGIN: Final = re.compile(
     r"\n *<!-- The project's tenant plugin.*?</broker-plugins>\n", re.S
 )
-"""The plugin element of the compose broker.xml (with its comment), for the pipeline's queues:
-an instance runs the plugin its settings ask for instead (extra_xml), or none."""
+"""The plugin element of the compose broker.xml (with its comment), for every queue: an instance
+runs the plugin its settings ask for instead (extra_xml), or none."""
 
 
 def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> str:

@@ -3,7 +3,8 @@
 Run from a checkout; ``scripts/broker COMMAND`` does the same from any directory::
 
     python -m devtools.local_broker start    # installs ActiveMQ if missing, waits for STOMP
-    python -m devtools.local_broker status   # JSON: running, ready, pid, host, ports, home
+    python -m devtools.local_broker status   # JSON: running, ready, pid, host, ports, home,
+                                             # log, routed_queues (what its plugin routes)
     python -m devtools.local_broker stop     # SIGTERM, then SIGKILL after --timeout seconds
     python -m devtools.local_broker restart
     python -m devtools.local_broker purge    # deletes stored messages (broker stopped)
@@ -26,6 +27,9 @@ BOOST_BROKER_OPENWIRE_PORT     default 61616
 BOOST_BROKER_HEAP_MB           maximum JVM heap in MiB; default 512, at least 128
 BOOST_BROKER_ROUTES            a file holding the <destinationInterceptors> element printed by
                                ``boost-tenancy broker-routes``: tenants routed at send time
+BOOST_BROKER_ROUTED_QUEUES     the queues the tenant routing plugin routes: unset or ``*``
+                               every queue but BOOST_ROUTING_OVERRIDES's shared ones;
+                               ``pipeline`` the sample pipeline's; a list; ``none``
 =============================  =========================================================
 
 The broker runs from the Debian package ``activemq`` (``/usr/share/activemq``) with the project's

@@ -48,6 +48,21 @@ def suite_broker_xml() -> str:
     return text.replace(_EVERY_QUEUE_PROPERTY, f'<property key="queues" value="{listed}"/>')
 
 
+def suite_etc_override() -> Path:
+    """A copy of etc-override with suite_broker_xml, readable by the image's own user (the
+    entry point copies it as that user, and mkdtemp's folder is its creator's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="artemis-etc-"))
+    for source in ETC_OVERRIDE.iterdir():
+        target = folder / source.name
+        if source.name == "broker.xml":
+            target.write_text(suite_broker_xml(), encoding="utf-8")
+        else:
+            shutil.copy(source, target)
+        target.chmod(0o644)
+    folder.chmod(0o755)
+    return folder
+
+
 def docker_engine_missing() -> str | None:
     """Why no container can be started here, or None when a Docker engine answers."""
     try:
@@ -76,8 +91,7 @@ class ArtemisContainer:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.waiting_utils import wait_for_logs
 
-        self._etc = Path(tempfile.mkdtemp(prefix="artemis-etc-"))
-        (self._etc / "broker.xml").write_text(suite_broker_xml(), encoding="utf-8")
+        self._etc = suite_etc_override()
         container = (
             DockerContainer(self.image)
             # The image's entry point creates an instance that requires a login with these,
@@ -91,7 +105,11 @@ class ArtemisContainer:
         # it for docker-compose.yml, on the broker's classpath.
         for jar in build_plugin():
             container.with_volume_mapping(str(jar), f"/opt/activemq-artemis/lib/{jar.name}", "ro")
-        container.start()
+        try:
+            container.start()
+        except BaseException:
+            self.stop()  # the copied etc-override goes too
+            raise
         self._container = container
         try:
             # AMQ221007: the server is live (or "active" in newer wording); the code is stable.

@@ -134,7 +134,8 @@ def test_the_command_prints_the_brokers_counts(
     )
     assert done.returncode == 0, done.stderr
     # One object per queue, and one with the tenant plugin's counts where the broker runs it
-    # (the project's Artemis does, for the pipeline's queues: this one is not among them).
+    # (the project's Artemis does; under scripts/test for the pipeline's queues alone, and this
+    # one is not among them).
     shown, *plugin = (json.loads(line) for line in done.stdout.splitlines())
     assert plugin in ([], [{"tenant": tenant.value, "at_broker": []}])
     assert (shown["broker_queue"], shown["exists"]) == (f"tenant.{tenant.value}.{queue}", True)

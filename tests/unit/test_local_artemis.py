@@ -4,6 +4,7 @@ ports, its cache, and one Artemis version named everywhere."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from devtools.artemis_pair import run_cli as run_pair_cli
 from devtools.artemis_plugin import plugin_xml
 from devtools.broker_settings import LocalBrokerError
 from services.common.contract import ROUTED_QUEUES
-from tests.artemis_container import DEFAULT_IMAGE, suite_broker_xml
+from tests.artemis_container import DEFAULT_IMAGE, suite_broker_xml, suite_etc_override
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +148,16 @@ def test_the_pair_gives_clients_both_brokers_and_each_broker_its_peer(
     out = capsys.readouterr()
     assert "export BOOST_BROKER_URL=stomp://127.0.0.1:61813,127.0.0.1:61913" in out.out
     assert "invalid choice: 'no-such-command'" in out.err
+
+
+def test_the_suites_container_gets_a_readable_copy_of_etc_override() -> None:
+    folder = suite_etc_override()
+    try:
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            p.name for p in la.BROKER_XML.parent.iterdir()
+        )
+        assert (folder / "broker.xml").read_text(encoding="utf-8") == suite_broker_xml()
+        assert folder.stat().st_mode & 0o777 == 0o755
+        assert all(p.stat().st_mode & 0o777 == 0o644 for p in folder.iterdir())
+    finally:
+        shutil.rmtree(folder)
