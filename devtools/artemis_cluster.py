@@ -11,8 +11,9 @@ none (redistribution-delay 0): a producer on node 1 reaches a tenant's runner on
 tenant whose runners read on both nodes never puts its messages on the cluster bridge, which all
 tenants share in order (docs/operations.md). The nodes live in .artemis-cluster/ (node1/, node2/)
 unless BOOST_ARTEMIS_CLUSTER_HOME says otherwise; their ports are the project's Artemis ports +
-500 and + 600. BOOST_ARTEMIS_CLUSTER_QUEUES lists the shared queues the plugin routes (default:
-the sample pipeline's routed queues).
+500 and + 600. BOOST_ARTEMIS_CLUSTER_QUEUES names the shared queues the plugin routes as
+BOOST_ARTEMIS_ROUTED_QUEUES does for scripts/artemis: unset or "*", every queue but the shared ones
+(BOOST_ROUTING_OVERRIDES); "pipeline", the sample pipeline's; or a list.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from boost_tenancy.application.environment import routing_from_env
 from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.ops.broker_routes import EVERY_QUEUE, shared_queues
 from devtools.artemis_plugin import build_plugin, plugin_xml
 from devtools.broker_process import command_parser, failed, parse_command, print_exports
-from devtools.broker_settings import find_repo_root
+from devtools.broker_settings import LocalBrokerError, find_repo_root, routed_queues_from_env
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
-from services.common.contract import ROUTED_QUEUES
 
 CLI_NAME: Final = "scripts/artemis-cluster"
 ENV_HOME: Final = "BOOST_ARTEMIS_CLUSTER_HOME"
@@ -68,7 +70,10 @@ class ArtemisCluster:
         queues: Sequence[str],
         offsets: tuple[int, int] = OFFSETS,
         plugin_properties: Mapping[str, str] | None = None,
+        *,
+        shared: Sequence[str] = (),
     ) -> None:
+        """queues: the plugin's (["*"]: every queue but shared)."""
         self.home = home.expanduser().resolve()
         self.queues = tuple(queues)
         cores = [ArtemisSettings(port_offset=offset).core_port for offset in offsets]
@@ -80,7 +85,7 @@ class ArtemisCluster:
                     port_offset=offset,
                     extra_xml=cluster_xml(cores[index], cores[1 - index])
                     + "\n"
-                    + plugin_xml(self.queues, plugin_properties),
+                    + plugin_xml(self.queues, plugin_properties, shared=shared),
                     catch_all_xml=REDISTRIBUTION,
                     lib_jars=jars,
                 )
@@ -91,10 +96,17 @@ class ArtemisCluster:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ArtemisCluster:
         home = env.get(ENV_HOME, "").strip()
-        listed = [q.strip() for q in env.get(ENV_QUEUES, "").split(",") if q.strip()]
+        routed = routed_queues_from_env(env, ENV_QUEUES)
+        if not routed:
+            raise LocalBrokerError(
+                f"{ENV_QUEUES}: both nodes run the tenant plugin; name its queues, or leave it "
+                "unset for every queue"
+            )
+        every = routed == (EVERY_QUEUE,)
         return cls(
             Path(home) if home else find_repo_root() / ".artemis-cluster",
-            listed or sorted(ROUTED_QUEUES),
+            routed,
+            shared=shared_queues(routing_from_env(env)) if every else (),
         )
 
     def start(self) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.errors import ConfigError
+from devtools import artemis_cluster
 from devtools import local_artemis as la
 from devtools.artemis_pair import ENV_HOME as PAIR_HOME
 from devtools.artemis_pair import ArtemisPair
@@ -161,3 +162,29 @@ def test_the_suites_container_gets_a_readable_copy_of_etc_override() -> None:
         assert all(p.stat().st_mode & 0o777 == 0o644 for p in folder.iterdir())
     finally:
         shutil.rmtree(folder)
+
+
+def test_the_cluster_routes_every_queue_by_default_or_the_queues_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(artemis_cluster, "build_plugin", lambda: (tmp_path / "plugin.jar",))
+    home = {artemis_cluster.ENV_HOME: str(tmp_path)}
+
+    def plugins(env: dict[str, str]) -> set[str]:
+        cluster = artemis_cluster.ArtemisCluster.from_env({**home, **env})
+        return {node.settings.extra_xml.split("\n", 1)[1] for node in cluster.nodes}
+
+    every = plugins({})
+    assert every == plugins({"BOOST_ARTEMIS_CLUSTER_QUEUES": "*"})
+    assert all(plugin_xml(["*"]) in xml for xml in every)
+    shared = plugins({"BOOST_ROUTING_OVERRIDES": "evt.document.text.extracted=shared"})
+    assert all(plugin_xml(["*"], shared=["evt.document.text.extracted"]) in xml for xml in shared)
+    assert all(
+        plugin_xml(ROUTED_QUEUES) in xml
+        for xml in plugins({"BOOST_ARTEMIS_CLUSTER_QUEUES": "pipeline"})
+    )
+    assert all(
+        plugin_xml(["cmd.a"]) in xml for xml in plugins({"BOOST_ARTEMIS_CLUSTER_QUEUES": "cmd.a"})
+    )
+    with pytest.raises(LocalBrokerError, match="both nodes run the tenant plugin"):
+        artemis_cluster.ArtemisCluster.from_env({**home, "BOOST_ARTEMIS_CLUSTER_QUEUES": "none"})
