@@ -182,10 +182,14 @@ class Processing:
         elif _otel is not None:
             parent = _otel_context.Context()  # a worker thread's own context is never a parent
             remote = None
+            span: _otel.Span
             if incoming is not None:
                 remote = _span_context(incoming)
-                parent = _otel.set_span_in_context(_otel.NonRecordingSpan(remote), parent)
-            span: _otel.Span
+                span = _otel.NonRecordingSpan(remote)
+                parent = _otel.set_span_in_context(span, parent)
+            else:
+                span = _otel.NonRecordingSpan(_otel.INVALID_SPAN_CONTEXT)
+            current = parent
             if _provider_set():
                 span = _tracer().start_span(
                     f"process {queue}",
@@ -203,10 +207,11 @@ class Processing:
                         "boost.attempt": attempt,
                     },
                 )
-            else:  # what the API's no-op tracer gives back, built without asking it
-                span = _otel.NonRecordingSpan(remote or _otel.INVALID_SPAN_CONTEXT)
+                current = _otel.set_span_in_context(span, parent)
+            # else what the API's no-op tracer gives back, built without asking it: the parent's
+            # span (the message's context), current in parent already, or an invalid one
             self._span = span
-            self._otel_token = _otel_context.attach(_otel.set_span_in_context(span, parent))
+            self._otel_token = _otel_context.attach(current)
             # A no-op tracer (the API without an SDK) gives back the parent's context, or an
             # invalid one without a parent: then the message's own context, or a new trace.
             span_context = span.get_span_context()
