@@ -208,8 +208,8 @@ class Processing:
                     },
                 )
                 current = _otel.set_span_in_context(span, parent)
-            # else what the API's no-op tracer gives back, built without asking it: the parent's
-            # span (the message's context), current in parent already, or an invalid one
+            # else (no provider, so the message carries a context: see the branch above) what
+            # the API's no-op tracer gives back, built without asking it: the parent's span
             self._span = span
             self._otel_token = _otel_context.attach(current)
             # A no-op tracer (the API without an SDK) gives back the parent's context, or an
