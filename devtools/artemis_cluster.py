@@ -26,12 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from boost_tenancy.application.environment import routing_from_env
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.ops.broker_routes import EVERY_QUEUE, shared_queues
 from devtools.artemis_plugin import build_plugin, plugin_xml
 from devtools.broker_process import command_parser, failed, parse_command, print_exports
-from devtools.broker_settings import LocalBrokerError, find_repo_root, routed_queues_from_env
+from devtools.broker_settings import LocalBrokerError, find_repo_root, plugin_queues_from_env
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 
 CLI_NAME: Final = "scripts/artemis-cluster"
@@ -96,17 +94,16 @@ class ArtemisCluster:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ArtemisCluster:
         home = env.get(ENV_HOME, "").strip()
-        routed = routed_queues_from_env(env, ENV_QUEUES)
+        routed, shared = plugin_queues_from_env(env, ENV_QUEUES)
         if not routed:
             raise LocalBrokerError(
                 f"{ENV_QUEUES}: both nodes run the tenant plugin; name its queues, or leave it "
                 "unset for every queue"
             )
-        every = routed == (EVERY_QUEUE,)
         return cls(
             Path(home) if home else find_repo_root() / ".artemis-cluster",
             routed,
-            shared=shared_queues(routing_from_env(env)) if every else (),
+            shared=shared,
         )
 
     def start(self) -> None:

@@ -27,7 +27,7 @@ from boost_tenancy.ops.broker_routes import (
     classic_routing_plugin,
     shared_queues,
 )
-from boost_tenancy.routing import Topology, check_logical_queue
+from boost_tenancy.routing import Routing, Topology, check_logical_queue
 from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp.settings import SCHEMES, TLS_SCHEMES
 from services.common.contract import ROUTED_QUEUES
@@ -222,10 +222,10 @@ class LocalBrokerSettings:
         heap_mb = _env_int(env, ENV_HEAP_MB, DEFAULT_HEAP_MB)
         _check_heap(heap_mb, ENV_HEAP_MB)
         routes_raw = env.get(ENV_ROUTES, "")
-        routed = routed_queues_from_env(env)
+        routed, shared = plugin_queues_from_env(env)
         return cls(
             routed_queues=routed,
-            shared_queues=shared_queues(routing_from_env(env)) if routed == (EVERY_QUEUE,) else (),
+            shared_queues=shared,
             home=home,
             host=host,
             stomp_port=stomp_port,
@@ -269,22 +269,26 @@ def _keystore_from_env(env: Mapping[str, str], tls: bool) -> BrokerKeystore | No
         raise ConfigError(f"{ENV_KEYSTORE}: {exc}") from None
 
 
-def routed_queues_from_env(
+def plugin_queues_from_env(
     env: Mapping[str, str], variable: str = ENV_ROUTED_QUEUES
-) -> tuple[str, ...]:
-    """The shared queues a broker's tenant plugin routes, from variable (BOOST_BROKER_ROUTED_QUEUES
-    for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis).
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(routed, shared): the shared queues a broker's tenant plugin routes, from variable
+    (BOOST_BROKER_ROUTED_QUEUES for Classic, BOOST_ARTEMIS_ROUTED_QUEUES for Artemis), and with
+    "*" the queues it leaves alone, those BOOST_ROUTING_OVERRIDES makes shared (else none).
 
-    Unset: "*", every queue but those BOOST_ROUTING_OVERRIDES makes shared, which is what the
-    toolkit's own routing says, so a backlog sent to any queue by any client is stored per tenant
-    and no tenant waits behind another's (docs/fairness.md); where BOOST_ROUTING makes every
-    queue shared, the sample pipeline's queues BOOST_ROUTING_OVERRIDES routes (usually none).
-    "pipeline": the sample
+    Unset: "*", every queue but the shared ones, which is what the toolkit's own routing says, so
+    a backlog sent to any queue by any client is stored per tenant and no tenant waits behind
+    another's (docs/fairness.md); where BOOST_ROUTING makes every queue shared, the sample
+    pipeline's queues BOOST_ROUTING_OVERRIDES routes (usually none). "pipeline": the sample
     pipeline's queues alone; "none": no plugin; else a comma-separated list. Never a queue
     BOOST_ROUTING makes shared: its runners (a Java service's selector consumer) read the shared
     queue, which the plugin would leave empty; a list naming one is refused."""
     routing = routing_from_env(env)
-    raw = env.get(variable, "").strip()
+    routed = _routed_queues(routing, env.get(variable, "").strip(), variable)
+    return routed, shared_queues(routing) if routed == (EVERY_QUEUE,) else ()
+
+
+def _routed_queues(routing: Routing, raw: str, variable: str) -> tuple[str, ...]:
     if not raw and routing.default is not Topology.SHARED:
         return (EVERY_QUEUE,)
     if not raw or raw == PIPELINE_QUEUES:

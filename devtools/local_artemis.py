@@ -37,9 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from boost_tenancy.application.environment import routing_from_env
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.ops.broker_routes import EVERY_QUEUE, shared_queues
 from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
@@ -52,8 +50,8 @@ from devtools.broker_process import (
 from devtools.broker_settings import (
     LocalBrokerError,
     find_repo_root,
+    plugin_queues_from_env,
     plugin_queues_in,
-    routed_queues_from_env,
 )
 from devtools.commands import run_checked
 
@@ -125,9 +123,7 @@ class ArtemisSettings:
         offset_text = env.get(ENV_OFFSET, "").strip() or "0"
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
-        routed = routed_queues_from_env(env, ENV_ROUTED)
-        # '*': every queue but those the routing makes shared (BOOST_ROUTING_OVERRIDES).
-        shared = shared_queues(routing_from_env(env)) if routed == (EVERY_QUEUE,) else ()
+        routed, shared = plugin_queues_from_env(env, ENV_ROUTED)
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
