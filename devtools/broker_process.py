@@ -90,10 +90,11 @@ class BrokerProcess:
         """Write the configuration and spawn the broker (the lock held); returns its pid."""
         raise NotImplementedError
 
-    def _start(self, advice: str, *, wait: bool = True) -> None:
+    def _start(self, advice: str, *, wait: bool = True) -> bool:
         """Start the broker and wait until it is ready (wait=False: only launch it); one already
         running is kept, and a port another process holds is refused with advice (what to stop
-        or change)."""
+        or change). True when this call launched it: decided under the lock, so a script that
+        stops only what it started asks start, not a status read before it."""
         with self._locked():
             pid = self.running_pid()
             launched = pid is None
@@ -111,6 +112,7 @@ class BrokerProcess:
         # someone else moments ago is waited for rather than started twice.
         if wait and not self.is_ready():
             self._wait_ready(pid, launched=launched)
+        return launched
 
     # -- life cycle ---------------------------------------------------------------------------
 

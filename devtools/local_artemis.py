@@ -322,12 +322,12 @@ class LocalArtemis(BrokerProcess):
     def is_ready(self) -> bool:
         return stomp_login(HOST, self.settings.stomp_port, USER, PASSWORD)
 
-    def start(self, *, wait: bool = True) -> None:
+    def start(self, *, wait: bool = True) -> bool:
         """Install if needed, create the instance once, write its broker.xml, start it and wait
         until a STOMP login succeeds (wait=False: only launch it, as for a backup, which answers
-        once it is active); a broker already running is kept."""
+        once it is active); a broker already running is kept. True when this call launched it."""
         self._distribution = ensure_distribution(self.settings.cache)
-        self._start(f"stop it or set {ENV_OFFSET}", wait=wait)
+        return self._start(f"stop it or set {ENV_OFFSET}", wait=wait)
 
     def _ports(self) -> dict[str, tuple[str, int]]:
         return {name: (HOST, port) for name, port in self.settings.ports().items()}
@@ -413,10 +413,16 @@ def run_cli(argv: Sequence[str]) -> int:
     try:
         broker = LocalArtemis(ArtemisSettings.from_env(os.environ))
         if args.command in ("start", "restart"):
-            broker.start() if args.command == "start" else broker.restart()
+            if args.command == "start":
+                launched = broker.start()
+            else:
+                broker.restart()
+                launched = True
             ports = broker.settings.ports()
+            # "started" or "already running": what scripts/test reads to stop only its own.
             print(
-                f"Artemis {ARTEMIS_VERSION} running (pid {broker.running_pid()}): "
+                f"Artemis {ARTEMIS_VERSION} {'started' if launched else 'already running'} "
+                f"(pid {broker.running_pid()}): "
                 f"stomp://{HOST}:{ports['stomp']} amqp://{HOST}:{ports['amqp']} "
                 f"tcp://{HOST}:{ports['core']}, home {broker.home}"
             )

@@ -124,10 +124,12 @@ class LocalBroker(BrokerProcess):
 
     # -- life cycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the broker and wait until STOMP answers; a broker already running is kept."""
+    def start(self) -> bool:
+        """Start the broker and wait until STOMP answers; a broker already running is kept.
+        True when this call launched it."""
         self.ensure_installed()
-        self._start(f"stop it or choose another port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})")
+        advice = f"stop it or choose another port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})"
+        return self._start(advice)
 
     def restart(self) -> None:
         """Stop the broker (if running) and start it again."""
@@ -217,14 +219,13 @@ def run_cli(argv: Sequence[str]) -> int:
     try:
         broker = LocalBroker(LocalBrokerSettings.from_env(os.environ))
         if args.command == "start":
-            broker.start()
-            _print_running(broker)
+            _print_running(broker, launched=broker.start())
         elif args.command == "stop":
             broker.stop(timeout_s=args.timeout)
             print(f"broker stopped ({broker.home})")
         elif args.command == "restart":
             broker.restart()
-            _print_running(broker)
+            _print_running(broker, launched=True)
         elif args.command == "status":
             print(json.dumps(broker.status(), indent=2))
         else:
@@ -235,11 +236,14 @@ def run_cli(argv: Sequence[str]) -> int:
     return 0
 
 
-def _print_running(broker: LocalBroker) -> None:
+def _print_running(broker: LocalBroker, *, launched: bool) -> None:
+    """"broker started" or "broker already running", the words scripts/demo and scripts/test
+    read to stop only a broker they started."""
     status = broker.status()
     host = broker.settings.host
     print(
-        f"broker running (pid {status['pid']}): {broker.settings.stomp_url} "
+        f"broker {'started' if launched else 'already running'} (pid {status['pid']}): "
+        f"{broker.settings.stomp_url} "
         f"tcp://{host}:{broker.settings.openwire_port}, home {broker.home}"
     )
 

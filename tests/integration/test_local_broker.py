@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.broker_settings import ENV_HOME, ENV_OPENWIRE_PORT, ENV_ROUTED_QUEUES
 from devtools.local_broker import (
     LocalBroker,
     LocalBrokerError,
     LocalBrokerSettings,
+    run_cli,
 )
 from tests.conftest import require_activemq
 
@@ -130,7 +132,7 @@ def _receive(port: int, queue: str, timeout_s: float) -> str | None:
 def test_start_restart_stop(broker: LocalBroker) -> None:
     stomp_port = broker.settings.stomp_port
 
-    broker.start()
+    assert broker.start() is True  # launched by this call
     pid = broker.status()["pid"]
     assert broker.is_running()
     assert broker.status()["ready"] is True
@@ -138,7 +140,7 @@ def test_start_restart_stop(broker: LocalBroker) -> None:
     assert (broker.home / "conf" / "activemq.xml").is_file()
     assert broker.log_file.is_file()
 
-    broker.start()  # already running: kept, not started twice
+    assert broker.start() is False  # already running: kept, not started twice
     assert broker.status()["pid"] == pid
 
     broker.restart()
@@ -151,6 +153,26 @@ def test_start_restart_stop(broker: LocalBroker) -> None:
     assert _port_closed(stomp_port)
     assert _port_closed(broker.settings.openwire_port)
     broker.stop()  # stopping a stopped broker is fine
+
+
+def test_cli_start_says_whether_it_launched_the_broker(
+    broker: LocalBroker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scripts/demo and scripts/test stop a broker at the end only when `start` says "started";
+    one found running, theirs or not, says "already running" and is left alone."""
+    monkeypatch.setenv(ENV_HOME, str(broker.home))
+    monkeypatch.setenv("BOOST_BROKER_URL", broker.settings.stomp_url)
+    monkeypatch.setenv(ENV_OPENWIRE_PORT, str(broker.settings.openwire_port))
+    monkeypatch.setenv(ENV_ROUTED_QUEUES, "pipeline")
+
+    assert run_cli(["start"]) == 0
+    first = capsys.readouterr().out
+    assert run_cli(["start"]) == 0
+    second = capsys.readouterr().out
+
+    pid = broker.status()["pid"]
+    assert first.startswith(f"broker started (pid {pid}): {broker.settings.stomp_url}"), first
+    assert second.startswith(f"broker already running (pid {pid}):"), second
 
 
 def test_persistent_message_survives_a_crash(broker: LocalBroker) -> None:
