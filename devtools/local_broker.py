@@ -237,7 +237,7 @@ def run_cli(argv: Sequence[str]) -> int:
 
 
 def _print_running(broker: LocalBroker, *, launched: bool) -> None:
-    """"broker started" or "broker already running", the words scripts/demo and scripts/test
+    """ "broker started" or "broker already running", the words scripts/demo and scripts/test
     read to stop only a broker they started."""
     status = broker.status()
     host = broker.settings.host

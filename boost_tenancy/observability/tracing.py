@@ -4,6 +4,7 @@ and process: the context each message sent carries, and the one a delivery is ha
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -284,12 +285,21 @@ def _provider_set() -> bool:
     # OTEL_PYTHON_TRACER_PROVIDER is loaded below, on the first call); an API without that
     # global is asked every time.
     unset = getattr(_otel, "_TRACER_PROVIDER", _UNKNOWN) is None
-    if unset and _PROVIDER_VARIABLE not in os.environ:
+    if unset and not _provider_named():
         return False
     _provider_known = not isinstance(
         _otel.get_tracer_provider(), (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider)
     )
     return _provider_known
+
+
+@functools.cache
+def _provider_named() -> bool:
+    """Whether the environment names a tracer provider, read once: as for every setting of the
+    environment, at the first message; looking it up on each cost more than half a microsecond
+    per message (os.environ encodes the name and raises inside for a missing one). A provider
+    set later, in code or by a first get_tracer_provider(), is seen through the API's global."""
+    return _PROVIDER_VARIABLE in os.environ
 
 
 def _tracer() -> _otel.Tracer:

@@ -4,6 +4,9 @@ without OpenTelemetry, and the spans' parents, kinds, attributes and statuses wi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -385,3 +388,19 @@ def test_a_batch_gives_each_message_its_own_create_span(
     }
     assert all(span.kind is SpanKind.PRODUCER for span in creates)
     assert {dict(span.attributes)["messaging.operation.type"] for span in creates} == {"create"}
+
+
+@pytest.mark.parametrize(
+    ("named", "expected"), [("sdk_tracer_provider", "True"), ("default_tracer_provider", "False")]
+)
+def test_a_tracer_provider_named_in_the_environment_is_the_one_spans_go_to(
+    named: str, expected: str
+) -> None:
+    # OpenTelemetry's provider is set once per process, so each case runs in a process of its
+    # own, the variable set before it starts, as a deployment sets it.
+    env = {**os.environ, "OTEL_PYTHON_TRACER_PROVIDER": named}
+    probe = "from boost_tenancy.observability import tracing; print(tracing._provider_set())"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == expected, done.stderr
