@@ -118,3 +118,26 @@ def test_a_stopped_loop_leaves_no_descriptor_open() -> None:
         loop.post(ran.clear)  # after stop: run at once, nothing written to the closed pipe
         assert not ran.is_set()
     assert open_descriptors() <= before + 2  # a descriptor or two of pytest's own at most
+
+
+def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_overrides() -> None:
+    from proton import _reactor as proton_reactor
+    from proton.handlers import IOHandler
+
+    from boost_tenancy.transports.amqp import loop as loop_module
+
+    handler = LoopHandler()
+    loop = EventLoop(handler, "test-amqp-loop", on_failure=lambda exc: None)
+    sparing = loop.container.global_handler
+    overrides = sparing._base
+    assert isinstance(overrides, proton_reactor.GlobalOverrides), "proton's layout as expected"
+    assert isinstance(overrides.base, IOHandler)
+    for method in loop_module._STRAIGHT_TO_IO:
+        bound = getattr(sparing, method)
+        assert bound.__self__ is overrides.base and bound.__func__ is getattr(IOHandler, method)
+    # A connection's events (its transport, its opening) still reach the connection's
+    # overrides first, through GlobalOverrides.
+    assert not hasattr(sparing, "on_transport") and not hasattr(sparing, "on_connection_bound")
+    # Around any other global handler, every event takes the general way.
+    other = loop_module._SparingGlobalHandler(Handler())
+    assert not any(method in vars(other) for method in loop_module._STRAIGHT_TO_IO)
