@@ -30,8 +30,8 @@ def json_object(body: object) -> Mapping[str, Any] | None:
     """A body as the JSON object it is sent as: a mapping as it is, a pydantic model as its
     JSON-mode dump by alias (what its model_validate reads back), a dataclass instance as its
     fields; None for anything else."""
-    if isinstance(body, Mapping):
-        return body
+    if type(body) is dict or isinstance(body, Mapping):  # a dict without the ABC's check
+        return cast(Mapping[str, Any], body)
     if dataclasses.is_dataclass(body) and not isinstance(body, type):
         return {item.name: getattr(body, item.name) for item in dataclasses.fields(body)}
     dump = getattr(body, "model_dump", None)

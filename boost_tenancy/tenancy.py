@@ -61,9 +61,19 @@ class TenantId:
 
     @classmethod
     def parse(cls, value: object) -> TenantId:
-        """Validate untrusted input; an existing TenantId passes through unchanged."""
+        """Validate untrusted input; an existing TenantId passes through unchanged. A valid
+        string's TenantId is remembered: a producer names its tenant as a string on every
+        message, and the few a process serves are checked once (a refused one never is)."""
         if isinstance(value, TenantId):
             return value
+        if type(value) is str:
+            known = _parsed.get(value)
+            if known is None:
+                known = cls(value)
+                if len(_parsed) >= _PARSED_MAX:
+                    _parsed.clear()  # bounded whatever the input; refilled by use
+                _parsed[value] = known
+            return known
         return cls(value)  # type: ignore[arg-type]  # __post_init__ reports non-strings
 
     @property
@@ -73,6 +83,11 @@ class TenantId:
 
     def __str__(self) -> str:
         return self.value
+
+
+_PARSED_MAX: Final = 4096
+_parsed: dict[str, TenantId] = {}
+"""Strings TenantId.parse found valid, and their TenantId (immutable, so shared)."""
 
 
 def parse_tenants(values: object) -> tuple[TenantId, ...]:

@@ -97,6 +97,19 @@ def test_non_string_tenant_is_refused_naming_its_type(value: object) -> None:
         TenantId(value)  # type: ignore[arg-type]
 
 
+def test_parse_remembers_valid_strings_only_and_within_its_bound() -> None:
+    from boost_tenancy import tenancy
+
+    assert TenantId.parse("org-remembered") is TenantId.parse("org-remembered")
+    for _ in range(2):  # a refused string is refused again, never remembered
+        with pytest.raises(InvalidTenantError, match="org remembered"):
+            TenantId.parse("org remembered")
+    assert "org remembered" not in tenancy._parsed
+    for n in range(tenancy._PARSED_MAX + 10):
+        assert TenantId.parse(f"bulk-{n}").value == f"bulk-{n}"
+    assert 0 < len(tenancy._parsed) <= tenancy._PARSED_MAX
+
+
 def test_parse_passes_an_existing_tenant_through_unchanged() -> None:
     tenant = TenantId("org-A")
     assert TenantId.parse(tenant) is tenant
