@@ -499,9 +499,10 @@ def tenants_child(cfg: Config, job: TenantsJob, results: Connection) -> None:
         results.close()
 
 
-def run_tenants(cfg: Config, tenants: int, per_tenant: int, prefetch: int) -> RunnerResult:
+def run_tenants(
+    cfg: Config, queue: str, tenants: int, per_tenant: int, prefetch: int
+) -> RunnerResult:
     """Preload here (not timed), then run the runner in a fresh process of its own."""
-    queue = unique_queue(f"tenants{tenants}")
     if per_tenant:
         preload(cfg, queue, tenant_names(tenants), per_tenant)
     context = multiprocessing.get_context("spawn")
@@ -650,11 +651,16 @@ def bench_tenants(cfg: Config) -> tuple[list[Series], list[str]]:
     t, p = cfg.tenants, cfg.tenant_prefetch
     total = t * cfg.per_tenant
     results: dict[str, list[RunnerResult]] = {"many": [], "idle": [], "one": [], "one_p": []}
+    # Each variant's queue is named once per run and read again by every round (each round
+    # consumes all it preloaded): new names each round left thousands of tenant queues behind
+    # per run, and later rounds ran against a broker that slowed under them (Artemis) or ran
+    # out of heap (Classic, 2026-11-29).
+    queues = {key: unique_queue(f"tenants{t}-{key.replace('_', '-')}") for key in results}
     variants: list[tuple[str, Callable[[], RunnerResult]]] = [
-        ("many", lambda: run_tenants(cfg, t, cfg.per_tenant, p)),
-        ("idle", lambda: run_tenants(cfg, t, 0, p)),
-        ("one", lambda: run_tenants(cfg, 1, total, p)),
-        ("one_p", lambda: run_tenants(cfg, 1, total, cfg.prefetch)),
+        ("many", lambda: run_tenants(cfg, queues["many"], t, cfg.per_tenant, p)),
+        ("idle", lambda: run_tenants(cfg, queues["idle"], t, 0, p)),
+        ("one", lambda: run_tenants(cfg, queues["one"], 1, total, p)),
+        ("one_p", lambda: run_tenants(cfg, queues["one_p"], 1, total, cfg.prefetch)),
     ]
     for round_index in range(cfg.rounds):
         shift = round_index % len(variants)

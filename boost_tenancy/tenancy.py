@@ -66,7 +66,7 @@ class TenantId:
         message, and the few a process serves are checked once (a refused one never is)."""
         if isinstance(value, TenantId):
             return value
-        if type(value) is str:
+        if type(value) is str and cls is TenantId:
             known = _parsed.get(value)
             if known is None:
                 known = cls(value)

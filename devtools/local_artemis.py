@@ -342,9 +342,10 @@ class LocalArtemis(BrokerProcess):
         )
         return self._spawn([str(self.home / "bin" / "artemis"), "run"])
 
-    def restart(self) -> None:
+    def restart(self) -> bool:
+        """Stop the broker (if running) and start it again; True when this call launched it."""
         self.stop()
-        self.start()
+        return self.start()
 
     def purge_data(self) -> None:
         """Delete the journal, bindings and paging; refused while the broker runs."""
@@ -413,11 +414,7 @@ def run_cli(argv: Sequence[str]) -> int:
     try:
         broker = LocalArtemis(ArtemisSettings.from_env(os.environ))
         if args.command in ("start", "restart"):
-            if args.command == "start":
-                launched = broker.start()
-            else:
-                broker.restart()
-                launched = True
+            launched = broker.start() if args.command == "start" else broker.restart()
             ports = broker.settings.ports()
             # "started" or "already running": what scripts/test reads to stop only its own.
             print(

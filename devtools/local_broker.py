@@ -131,10 +131,11 @@ class LocalBroker(BrokerProcess):
         advice = f"stop it or choose another port (BOOST_BROKER_URL / {ENV_OPENWIRE_PORT})"
         return self._start(advice)
 
-    def restart(self) -> None:
-        """Stop the broker (if running) and start it again."""
+    def restart(self) -> bool:
+        """Stop the broker (if running) and start it again; True when this call launched it
+        (False: another process started one in between, which is kept)."""
         self.stop()
-        self.start()
+        return self.start()
 
     def purge_data(self) -> None:
         """Delete the stored messages and scheduled jobs; refused while the broker runs."""
@@ -224,8 +225,7 @@ def run_cli(argv: Sequence[str]) -> int:
             broker.stop(timeout_s=args.timeout)
             print(f"broker stopped ({broker.home})")
         elif args.command == "restart":
-            broker.restart()
-            _print_running(broker, launched=True)
+            _print_running(broker, launched=broker.restart())
         elif args.command == "status":
             print(json.dumps(broker.status(), indent=2))
         else:

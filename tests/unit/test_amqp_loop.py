@@ -128,6 +128,7 @@ def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_
 
     handler = LoopHandler()
     loop = EventLoop(handler, "test-amqp-loop", on_failure=lambda exc: None)
+    loop.stop(timeout_s=1.0)  # never started: this closes the injector's pipe
     sparing = loop.container.global_handler
     overrides = sparing._base
     assert isinstance(overrides, proton_reactor.GlobalOverrides), "proton's layout as expected"

@@ -109,6 +109,11 @@ def test_parse_remembers_valid_strings_only_and_within_its_bound() -> None:
         assert TenantId.parse(f"bulk-{n}").value == f"bulk-{n}"
     assert 0 < len(tenancy._parsed) <= tenancy._PARSED_MAX
 
+    class Named(TenantId):
+        pass
+
+    assert type(Named.parse("org-remembered")) is Named  # a subclass gets its own instances
+
 
 def test_parse_passes_an_existing_tenant_through_unchanged() -> None:
     tenant = TenantId("org-A")
