@@ -48,8 +48,20 @@ def as_tuple(frame: Any) -> tuple[str, dict[str, str], bytes] | None:
 
 
 @given(st.lists(PIECES, max_size=30).map(b"".join))
-def test_any_bytes_parse_as_stomp_py_parses_them(data: bytes) -> None:
-    assert as_tuple(parse_frame(data)) == as_tuple(stomp_parse_frame(data))
+def test_any_bytes_parse_as_stomp_py_parses_them_without_their_leading_eols(data: bytes) -> None:
+    assert as_tuple(parse_frame(data)) == as_tuple(stomp_parse_frame(data.lstrip(b"\r\n")))
+
+
+def test_a_frame_after_several_eols_is_kept_where_stomp_py_drops_it() -> None:
+    # A frame's trailing EOL and a heart-beat, read together with the next frame.
+    data = b"\n\nMESSAGE\nsubscription:sub-1\nack:7\n\n{}"
+    assert stomp_parse_frame(data) is None
+    assert as_tuple(parse_frame(data)) == (
+        "MESSAGE",
+        {"subscription": "sub-1", "ack": "7"},
+        b"{}",
+    )
+    assert parse_frame(b"\r\n\n\r\n") is None  # EOLs alone are no frame
 
 
 @given(
@@ -115,6 +127,24 @@ def test_a_stomp_py_connection_reads_through_the_parser() -> None:
         ({"destination": "/queue/b", "content-length": "3"}, b"a\x00b"),
     ]
     assert recorder.receipts == ["r-1"]
+
+
+def test_a_message_after_a_split_trailing_eol_and_a_heartbeat_reaches_the_listeners() -> None:
+    conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
+    recorder = Recorder()
+    conn.set_listener("recorder", recorder)
+    transport = conn.transport
+    assert read_frames_with(transport)
+    chunks = [
+        b"RECEIPT\nreceipt-id:r-1\n\n\x00",
+        b"\n\nMESSAGE\ndestination:/queue/a\nsubscription:1\n\nbody\x00",
+    ]
+    transport.receive = lambda: chunks.pop(0)
+    transport.running = True
+    while chunks:
+        transport._BaseTransport__read_frames()
+    assert recorder.receipts == ["r-1"]
+    assert recorder.messages == [({"destination": "/queue/a", "subscription": "1"}, b"body")]
 
 
 def test_a_decoding_transport_keeps_stomp_py_s_reader() -> None:

@@ -60,7 +60,16 @@ class ReceivedFrame(Frame):  # type: ignore[misc]  # stomp.py has no type hints
 
 
 def parse_frame(frame: bytes) -> Any:
-    """stomp.utils.parse_frame's Frame (or None for a frame of blank lines) for frame's bytes."""
+    """stomp.utils.parse_frame's Frame (or None for a frame of blank lines) for frame's bytes,
+    the EOLs before its command skipped.
+
+    STOMP 1.2 lets any number of EOLs follow a frame, and a heart-beat is one: those that reach
+    the start of the next frame (a frame's trailing EOL and a heart-beat read together with the
+    next frame) are not part of it. stomp.py's parser takes two of them for the blank line that
+    ends the headers and drops the frame: a MESSAGE dropped so is never handed on nor
+    acknowledged, and the broker holds it for as long as the connection lives."""
+    if frame[:1] in (b"\n", b"\r"):
+        frame = frame.lstrip(b"\r\n")
     end = frame.find(b"\n\n")
     if end < 0 or b"\r" in frame[:end]:
         # No blank line, or CRLF line ends (which stomp.py splits by regular expression).
