@@ -101,21 +101,29 @@ class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
         self.receipts.append(frame.headers["receipt-id"])
 
 
-def test_a_stomp_py_connection_reads_through_the_parser() -> None:
-    """The reader is put on the installed stomp.py's transport and used by it: if stomp.py
-    renames what it replaces, read_frames_with says False and this fails."""
+def fed_reader(chunks: list[bytes]) -> tuple[Any, Recorder]:
+    """A stomp.py connection with the toolkit's reader, whose socket reads give chunks in turn,
+    and the listener that records what it hands on."""
     conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
     recorder = Recorder()
     conn.set_listener("recorder", recorder)
     transport = conn.transport
     assert read_frames_with(transport)
+    transport.receive = lambda: chunks.pop(0)
+    transport.running = True
+    return conn, recorder
+
+
+def test_a_stomp_py_connection_reads_through_the_parser() -> None:
+    """The reader is put on the installed stomp.py's transport and used by it: if stomp.py
+    renames what it replaces, read_frames_with says False and this fails."""
     chunks = [
         b"MESSAGE\ndestination:/queue/a\nsubscription:1\nk:a\\cb\n\nbody\x00\n",
         b"RECEIPT\nreceipt-id:r-1\n\n\x00MESSAGE\ndestination:/queue/b\n",
         b"content-length:3\n\na\x00b\x00",
     ]
-    transport.receive = lambda: chunks.pop(0)
-    transport.running = True
+    conn, recorder = fed_reader(chunks)
+    transport = conn.transport
     # stomp.py's heartbeat listener counts a MESSAGE as a sign of life (the first chunk is one).
     conn.received_heartbeat = time.monotonic() - 1.0
     transport._BaseTransport__read_frames()
@@ -130,19 +138,13 @@ def test_a_stomp_py_connection_reads_through_the_parser() -> None:
 
 
 def test_a_message_after_a_split_trailing_eol_and_a_heartbeat_reaches_the_listeners() -> None:
-    conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
-    recorder = Recorder()
-    conn.set_listener("recorder", recorder)
-    transport = conn.transport
-    assert read_frames_with(transport)
     chunks = [
         b"RECEIPT\nreceipt-id:r-1\n\n\x00",
         b"\n\nMESSAGE\ndestination:/queue/a\nsubscription:1\n\nbody\x00",
     ]
-    transport.receive = lambda: chunks.pop(0)
-    transport.running = True
+    conn, recorder = fed_reader(chunks)
     while chunks:
-        transport._BaseTransport__read_frames()
+        conn.transport._BaseTransport__read_frames()
     assert recorder.receipts == ["r-1"]
     assert recorder.messages == [({"destination": "/queue/a", "subscription": "1"}, b"body")]
 
