@@ -146,8 +146,8 @@ def lose_connection_now(transport: Transport) -> None:
     else:
         assert isinstance(transport, StompTransport)
         link = transport._connection.live()
-        if link is not None:
-            link.disconnect()
+        if link is not None:  # the socket closes now, as the broker would see a crash
+            transport._connection.abandon(link, "lost for the test")
 
 
 @pytest.fixture
@@ -176,9 +176,7 @@ def lose_connection_before_next_ack(monkeypatch: pytest.MonkeyPatch) -> LoseConn
 
         def ack_after_losing_the_connection(delivery: Delivery) -> None:
             monkeypatch.setattr(transport, "ack", real_ack)
-            link = transport._connection.live()  # the test reaches in: no API drops a socket
-            if link is not None:
-                link.disconnect()
+            lose_connection_now(transport)
             real_ack(delivery)  # dropped as stale: its connection is gone
 
         monkeypatch.setattr(transport, "ack", ack_after_losing_the_connection)

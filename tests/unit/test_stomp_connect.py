@@ -80,6 +80,11 @@ class Peer:
                 conn.recv(4096)
                 conn.sendall(CONNECTED)
                 self._held.append(conn)
+            elif behaviour == "mute":  # CONNECTED, then reads every frame and answers none
+                conn.recv(4096)
+                conn.sendall(CONNECTED)
+                self._held.append(conn)
+                threading.Thread(target=self._watch, args=(conn,), daemon=True).start()
             elif behaviour == "error":
                 conn.recv(4096)
                 conn.sendall(b"ERROR\nmessage:login refused\n\n\x00")
@@ -92,7 +97,7 @@ class Peer:
         conn.settimeout(30)
         try:
             while conn.recv(4096):
-                pass  # the CONNECT frame; an empty read is the client closing
+                pass  # any frame; an empty read is the client closing
             self.client_closed.set()
         except OSError:
             pass
@@ -169,6 +174,31 @@ def test_a_peer_that_never_answers_costs_connect_timeout_not_receipt_timeout(pee
     # The abandoned attempt closes its socket: repeated attempts leave nothing behind.
     assert peer.client_closed.wait(5), "the failed attempt left its socket open"
     assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["mute"], indirect=True)
+def test_a_connection_abandoned_for_a_missing_receipt_closes_its_socket(peer: Peer) -> None:
+    """No receipt for a send: the transport drops the connection, so that the broker takes back
+    what the connection holds. The broker answers DISCONNECT no more than the send, so the
+    socket must close without that answer, or the connection would live on heart-beats."""
+    settings = StompSettings(port=peer.port, confirm_timeout_s=0.5, connect_timeout_s=5)
+    transport = StompTransport(settings)
+    transport.connect()
+    try:
+        with pytest.raises(NotConfirmedError):
+            transport.send("q", WireMessage(body="x", properties={"tenantUUID": "t1"}))
+        assert peer.client_closed.wait(5), "the abandoned connection kept its socket open"
+    finally:
+        assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["mute"], indirect=True)
+def test_close_ends_the_connection_of_a_broker_that_never_confirms_disconnect(peer: Peer) -> None:
+    settings = StompSettings(port=peer.port, confirm_timeout_s=0.5, connect_timeout_s=5)
+    transport = StompTransport(settings)
+    transport.connect()
+    assert closes_promptly(transport)
+    assert peer.client_closed.wait(5), "close() left the socket open"
 
 
 @pytest.mark.parametrize("peer", ["error"], indirect=True)
@@ -328,6 +358,11 @@ class RecordingSocket:
                 if receipt is not None:
                     self.listener.on_receipt(Frame("RECEIPT", {"receipt-id": receipt}))
 
+    def disconnect_socket(self) -> None:
+        """As stomp.py's: the socket closes and the listener hears of it."""
+        self.running = False
+        self.listener.on_disconnected()
+
     def frames(self) -> list[Any]:
         return [parse_frame(raw) for raw in b"".join(self.writes).split(b"\x00") if raw.strip()]
 
@@ -358,8 +393,7 @@ class RecordingConnection:
 
     def drop(self) -> None:
         """The broker goes away: the transport notices and reconnects."""
-        self.transport.running = False
-        self.transport.listener.on_disconnected()
+        self.transport.disconnect_socket()
 
 
 def recording_transport(

@@ -30,6 +30,8 @@ log = structlog.get_logger("boost_tenancy.transports.stomp")
 
 _DIAGNOSE_EVERY: Final = 10
 """The reconnection loop names the cause of its first failed attempt and of every tenth."""
+_CLOSE_WAIT_S: Final = 2.0
+"""The longest close() waits for the broker to confirm DISCONNECT before closing the socket."""
 
 
 def _not_a_connect_attempt(record: logging.LogRecord) -> bool:
@@ -177,10 +179,7 @@ class StompConnection:
     def abandon(self, link: Link, reason: str) -> None:
         """Drop link and reconnect, as if the broker had closed it."""
         log.warning("stomp_connection_abandoned", reason=reason, generation=link.generation)
-        try:
-            link.disconnect()
-        except Exception as exc:  # already gone: the reconnection below is what matters
-            log.debug("stomp_disconnect_failed", error=str(exc))
+        link.drop()
         self.connection_lost(link.generation)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -229,7 +228,7 @@ class StompConnection:
         self.receipts.fail(None, "transport closed")
         if link is not None:
             try:
-                link.disconnect()
+                link.disconnect(wait_s=min(self._settings.receipt_timeout_s, _CLOSE_WAIT_S))
             except Exception as exc:  # a dead connection cannot be closed more
                 log.debug("stomp_disconnect_failed", error=str(exc))
 
@@ -275,8 +274,7 @@ class StompConnection:
                 self._server, self._flavour = server, flavour
                 self._link, self._connected = link, True
         if problem is not None:
-            with contextlib.suppress(Exception):
-                conn.disconnect()
+            link.drop()
             raise TransportError(problem)
         try:
             self._on_open(link)

@@ -4,6 +4,8 @@ encodes goes through.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -11,6 +13,7 @@ from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 
 WRITE_CHUNK: Final = 64 * 1024
+_CLOSE_POLL_S: Final = 0.005
 
 
 class Link:
@@ -37,8 +40,32 @@ class Link:
     def unsubscribe(self, sub_id: str) -> None:
         self._conn.unsubscribe(sub_id)
 
-    def disconnect(self) -> None:
-        self._conn.disconnect()
+    def disconnect(self, wait_s: float) -> None:
+        """Send DISCONNECT, then close the socket when the broker's receipt for it has come
+        (stomp.py closes it then) or wait_s has passed, whichever is first.
+
+        stomp.py alone closes the socket only on that receipt: a broker that never sends it
+        would keep the connection open on heart-beats, and with it every unacknowledged delivery
+        of the connection, out of reach of any other consumer."""
+        transport = self._conn.transport
+        try:
+            self._conn.disconnect()
+            deadline = time.monotonic() + wait_s
+            while transport.running and time.monotonic() < deadline:
+                time.sleep(_CLOSE_POLL_S)
+        finally:
+            self.drop()
+
+    def drop(self) -> None:
+        """Close the socket now, without DISCONNECT, as a crash would: the broker takes back
+        every unacknowledged delivery of the connection. No frame follows a DISCONNECT this way;
+        Artemis 2.44 may apply an ACK written after one, or count its message in flight with no
+        consumer holding it (docs/interop.md)."""
+        transport = self._conn.transport
+        if transport.running:
+            # Racing stomp.py's own close on a late receipt: either one closes the socket.
+            with contextlib.suppress(Exception):
+                transport.disconnect_socket()
 
 
 class FrameWriter:
