@@ -8,6 +8,7 @@ connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so.
 from __future__ import annotations
 
 import ssl
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.application.environment import stomp_settings_from_env
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp import StompTransport
 from devtools.local_broker import LocalBroker, LocalBrokerSettings
@@ -111,3 +113,23 @@ def test_a_certificate_not_naming_the_host_is_refused_unless_the_check_is_turned
     assert refused(client("127.0.0.1", tls_broker, BOOST_BROKER_VERIFY_HOST="on"))
     body = round_trip(client("127.0.0.1", tls_broker, BOOST_BROKER_VERIFY_HOST="off"))
     assert body.startswith("over tls ")
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["receipt-on-last", "transaction"])
+def test_a_batch_larger_than_the_sockets_buffers_is_stored_whole_over_tls(
+    tls_broker: TlsBroker, atomic: bool
+) -> None:
+    """Over TLS stomp.py's socket is non-blocking: a write larger than what the socket takes at
+    once failed with SSLWantWriteError ("The operation did not complete") before the transport
+    queued its writes to stomp.py's io thread."""
+    transport = client("localhost", tls_broker)
+    transport.connect()
+    queue = f"tenant.org-tls.big.{uuid.uuid4().hex[:8]}"
+    try:
+        body = "x" * 200_000
+        items = [(queue, WireMessage(body=body, properties={"tenantUUID": "org-tls"}))] * 50
+        transport.send_batch(items, atomic=atomic)
+        stats = transport.queue_stats([queue])[queue]
+        assert stats is not None and stats.waiting == 50, stats
+    finally:
+        transport.close()

@@ -9,6 +9,7 @@ and decides whether forward is one transaction.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import re
@@ -16,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,7 @@ from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import ConfigError, MessageEncodeError, NotConfirmedError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.options import TlsSettings
 from boost_tenancy.transports.stomp import (
     BrokerFlavour,
     StompSettings,
@@ -35,6 +38,8 @@ from boost_tenancy.transports.stomp import (
     reconnect_delay,
 )
 from tests.conftest import wait_until
+from tests.tls_certificates import make_authority, server_pem
+from tests.tls_support import TlsTerminator
 
 CONNECTED = b"CONNECTED\nversion:1.2\nserver:ActiveMQ/5.17.2\n\n\x00"
 
@@ -85,6 +90,11 @@ class Peer:
                 conn.sendall(CONNECTED)
                 self._held.append(conn)
                 threading.Thread(target=self._watch, args=(conn,), daemon=True).start()
+            elif behaviour == "late-reader":  # reads only after 0.5 s, and confirms receipts
+                conn.recv(4096)
+                conn.sendall(CONNECTED)
+                self._held.append(conn)
+                threading.Thread(target=self._confirm, args=(conn,), daemon=True).start()
             elif behaviour == "error":
                 conn.recv(4096)
                 conn.sendall(b"ERROR\nmessage:login refused\n\n\x00")
@@ -101,6 +111,16 @@ class Peer:
             self.client_closed.set()
         except OSError:
             pass
+
+    def _confirm(self, conn: socket.socket) -> None:
+        time.sleep(0.5)  # the client's writes meanwhile fill the socket's buffers
+        seen = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                seen = seen[-200:] + chunk
+                for receipt in re.findall(rb"\nreceipt:([^\n]*)\n", seen):
+                    conn.sendall(b"RECEIPT\nreceipt-id:" + receipt + b"\n\n\x00")
+                seen = seen[seen.rfind(b"\x00") + 1 :] if b"\x00" in seen else seen
 
     def stop(self) -> None:
         self._stop.set()
@@ -190,6 +210,57 @@ def test_a_connection_abandoned_for_a_missing_receipt_closes_its_socket(peer: Pe
         assert peer.client_closed.wait(5), "the abandoned connection kept its socket open"
     finally:
         assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["connected"], indirect=True)
+def test_a_write_to_a_broker_that_stopped_reading_fails_and_the_connection_is_dropped(
+    peer: Peer,
+) -> None:
+    """The peer reads nothing after CONNECTED, as a frozen broker: once the socket's buffers are
+    full, a write that moves nothing for confirm_timeout_s fails instead of blocking for good,
+    and the transport reconnects."""
+    settings = StompSettings(port=peer.port, confirm_timeout_s=1, connect_timeout_s=5)
+    transport = StompTransport(settings)
+    transport.connect()
+    big = WireMessage(body="x" * 200_000, properties={"tenantUUID": "t1"})
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            transport.send_batch([("q", big)] * 100, atomic=False)
+        except BaseException as exc:
+            raised.append(exc)
+
+    writer = threading.Thread(target=send, daemon=True)
+    writer.start()
+    writer.join(60)
+    try:
+        assert not writer.is_alive(), "the write blocked on a broker that reads nothing"
+        assert len(raised) == 1 and isinstance(raised[0], TransportError), raised
+        assert "read nothing for confirm_timeout_s" in str(raised[0])
+        assert wait_until(lambda: len(peer.accepted) >= 2, timeout=10), "no reconnection"
+    finally:
+        assert closes_promptly(transport)
+
+
+@pytest.mark.parametrize("peer", ["late-reader"], indirect=True)
+def test_a_write_larger_than_the_sockets_buffers_goes_out_whole_over_tls(
+    peer: Peer, tmp_path: Path
+) -> None:
+    """Over TLS stomp.py's socket is non-blocking: a write the socket could not take at once
+    failed (SSLWantWriteError) before the transport queued its writes to stomp.py's io thread."""
+    authority = make_authority(tmp_path, "test-ca")
+    cert_file, key_file = server_pem(tmp_path, authority, ["127.0.0.1"])
+    with TlsTerminator(("127.0.0.1", peer.port), cert_file, key_file) as terminator:
+        tls = TlsSettings(ca_file=str(authority.ca_file))
+        settings = StompSettings(port=terminator.port, tls=tls, connect_timeout_s=5)
+        transport = StompTransport(settings)
+        transport.connect()
+        try:
+            big = WireMessage(body="x" * 200_000, properties={"tenantUUID": "t1"})
+            transport.send_batch([("q", big)] * 50, atomic=False)
+        finally:
+            assert closes_promptly(transport)
 
 
 @pytest.mark.parametrize("peer", ["mute"], indirect=True)
@@ -349,6 +420,7 @@ class RecordingSocket:
         self.listener: Any = None
         self.connection_error = False
         self.running = True
+        self.blocking = True  # as stomp.py's on a plain TCP socket
 
     def send(self, data: bytes) -> None:
         self.writes.append(data)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import random
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,14 +35,17 @@ _CLOSE_WAIT_S: Final = 2.0
 """The longest close() waits for the broker to confirm DISCONNECT before closing the socket."""
 
 
-def _not_a_connect_attempt(record: logging.LogRecord) -> bool:
-    """stomp.py warns of each failed connection attempt with the socket's error; the transport
-    names the cause itself (tcp_failure) in the error it raises and the failed reconnections it
-    logs, so that line is only a duplicate printed before it."""
-    return not str(record.msg).startswith("could not connect to host")
+def _not_said_by_the_transport(record: logging.LogRecord) -> bool:
+    """stomp.py's lines the transport says better itself, left out.
+
+    stomp.py warns of each failed connection attempt with the socket's error; the transport
+    names the cause (tcp_failure) in the error it raises and the failed reconnections it logs.
+    stomp.py logs each failed write with a traceback; the transport raises a TransportError
+    naming what it wrote, and drops the connection (Link.write)."""
+    return not str(record.msg).startswith(("could not connect to host", "error sending frame"))
 
 
-logging.getLogger("stomp.py").addFilter(_not_a_connect_attempt)
+logging.getLogger("stomp.py").addFilter(_not_said_by_the_transport)
 
 OnMessage = Callable[[int, Mapping[str, str], bytes], None]
 """(generation of the connection, headers, body) of a MESSAGE frame, on the receiving thread."""
@@ -60,18 +64,28 @@ def reconnect_delay(
     return base * (0.5 + rand() / 2)
 
 
-def _send_without_delay(conn: Any) -> None:
-    """Turn Nagle's algorithm off on the connection's socket (stomp.py leaves it on).
+def _tune_socket(conn: Any, send_timeout_s: float) -> None:
+    """Turn Nagle's algorithm off on the connection's socket, and bound each write on it.
 
-    With it on, a frame written while an earlier one is not yet acknowledged by TCP (an ACK
-    after a SEND, a subscription after another) waits for the broker's delayed acknowledgement,
-    about 40 ms on Linux. The broker's side of the same problem is its own setting
-    (docs/operations.md, "Nagle's algorithm").
+    Nagle: stomp.py leaves it on, and a frame written while an earlier one is not yet
+    acknowledged by TCP (an ACK after a SEND, a subscription after another) waits for the
+    broker's delayed acknowledgement, about 40 ms on Linux. The broker's side of the same problem
+    is its own setting (docs/operations.md, "Nagle's algorithm").
+
+    Writes: stomp.py writes with no timeout, so a broker that stops reading (frozen, or its host
+    gone without a reset) once the socket's buffers are full would block the writer for good,
+    and stomp.py's heart-beat thread with it, which waits for the same socket lock before it
+    checks for the broker's heart-beats. A write that moves nothing for send_timeout_s fails
+    instead (and Link drops the connection).
     """
     sock = getattr(conn.transport, "socket", None)
     if sock is not None:
         with contextlib.suppress(OSError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        seconds = int(send_timeout_s)
+        timeval = struct.pack("@ll", seconds, int((send_timeout_s - seconds) * 1_000_000))
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
 class StompConnection:
@@ -290,7 +304,7 @@ class StompConnection:
             # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
             with tls_context_warnings(settings.tls):
                 conn.connect(settings.username, settings.password, wait=False)
-            _send_without_delay(conn)
+            _tune_socket(conn, settings.receipt_timeout_s)
             while listener.server is None:
                 if conn.transport.connection_error:
                     raise TransportError(f"STOMP broker at {self.where} refused the connection")

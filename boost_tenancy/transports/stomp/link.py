@@ -28,17 +28,46 @@ class Link:
         self.flavour = flavour
 
     def write(self, data: bytes, what: str) -> None:
-        """One socket write; a failure is a TransportError naming what was written."""
+        """One socket write; a failure is a TransportError naming what was written.
+
+        A write that failed may have put part of a frame on the wire, after which nothing
+        written can be read right: the connection is dropped, and the transport reconnects."""
+        transport = self._conn.transport
         try:
-            self._conn.transport.send(data)
+            if transport.blocking:
+                transport.send(data)
+            else:
+                # TLS: stomp.py made the socket non-blocking, and its io thread writes what is
+                # queued as the socket takes it. A write of our own would fail as soon as the
+                # socket's buffer is full, and race that thread for the TLS connection.
+                if not transport.running:
+                    raise TransportError("the connection is closed")
+                transport.send_queue.put(data)
+        except BlockingIOError as exc:  # the socket's write timeout (connection._tune_socket)
+            self.drop()
+            raise TransportError(
+                f"{what} failed: the broker read nothing for confirm_timeout_s (is it frozen, "
+                "or its host unreachable?); the connection is dropped"
+            ) from exc
         except Exception as exc:
+            self.drop()
             raise TransportError(f"{what} failed: {exc}") from exc
 
     def subscribe(self, destination: str, sub_id: str, headers: Mapping[str, str]) -> None:
-        self._conn.subscribe(destination, sub_id, ack="client-individual", headers=dict(headers))
+        try:
+            self._conn.subscribe(
+                destination, sub_id, ack="client-individual", headers=dict(headers)
+            )
+        except Exception:
+            self.drop()  # as for write(): part of the frame may be out
+            raise
 
     def unsubscribe(self, sub_id: str) -> None:
-        self._conn.unsubscribe(sub_id)
+        try:
+            self._conn.unsubscribe(sub_id)
+        except Exception:
+            self.drop()
+            raise
 
     def disconnect(self, wait_s: float) -> None:
         """Send DISCONNECT, then close the socket when the broker's receipt for it has come
