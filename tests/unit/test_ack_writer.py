@@ -12,9 +12,12 @@ from tests.conftest import wait_until
 
 
 class _BlockingSocket:
+    """Stands in for stomp.py's transport on a plain socket: each write waits for the gate."""
+
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.written: list[bytes] = []
+        self.blocking = True
 
     def send(self, data: bytes) -> None:
         self.gate.wait(10)
@@ -36,7 +39,7 @@ class _Connection:
 
 def test_a_start_after_a_timed_out_stop_gets_a_writer_that_writes() -> None:
     socket = _BlockingSocket()
-    writer = AckWriter(_Connection(Link(_Conn(socket), 1, BrokerFlavour.CLASSIC)))  # type: ignore[arg-type]
+    writer = AckWriter(_Connection(Link(_Conn(socket), 1, BrokerFlavour.CLASSIC, 30.0)))  # type: ignore[arg-type]
     writer.start()
     writer.put((1, "a"))  # its write blocks: the broker is not reading
     writer.flush(0.2, stop=True)  # close(): the flush times out

@@ -14,10 +14,12 @@ import itertools
 import math
 import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -37,6 +39,7 @@ from boost_tenancy.transports.stomp import (
     encode_frame,
     reconnect_delay,
 )
+from boost_tenancy.transports.stomp.connection import _tune_socket
 from tests.conftest import wait_until
 from tests.tls_certificates import make_authority, server_pem
 from tests.tls_support import TlsTerminator
@@ -237,7 +240,7 @@ def test_a_write_to_a_broker_that_stopped_reading_fails_and_the_connection_is_dr
     try:
         assert not writer.is_alive(), "the write blocked on a broker that reads nothing"
         assert len(raised) == 1 and isinstance(raised[0], TransportError), raised
-        assert "read nothing for confirm_timeout_s" in str(raised[0])
+        assert "read nothing for 1s (confirm_timeout_s" in str(raised[0])
         assert wait_until(lambda: len(peer.accepted) >= 2, timeout=10), "no reconnection"
     finally:
         assert closes_promptly(transport)
@@ -421,6 +424,7 @@ class RecordingSocket:
         self.connection_error = False
         self.running = True
         self.blocking = True  # as stomp.py's on a plain TCP socket
+        self.socket = None  # no socket to shut down: Link.drop only stops it
 
     def send(self, data: bytes) -> None:
         self.writes.append(data)
@@ -706,3 +710,18 @@ def test_a_subscription_that_fails_on_reconnection_is_tried_again_on_a_new_conne
         assert [f.headers["destination"] for f in third if f.cmd == "SUBSCRIBE"] == ["/queue/in"]
     finally:
         transport.close()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(30.0, 30.0), (0.25, 0.25), (0.0, 0.001), (1e19, 86_400.0)]
+)
+def test_the_write_timeout_a_socket_gets_is_kept_within_a_millisecond_and_a_day(
+    seconds: float, expected: float
+) -> None:
+    """Zero would mean no bound at all, and a huge value would not pack."""
+    with socket.socket() as sock:
+        _tune_socket(SimpleNamespace(transport=SimpleNamespace(socket=sock)), seconds)
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)
+    whole, micros = struct.unpack("@ll", raw)
+    # The kernel keeps it in clock ticks (4 ms at 250 Hz).
+    assert expected <= whole + micros / 1e6 <= expected + 0.011

@@ -8,6 +8,7 @@ import logging
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -82,10 +83,25 @@ def _tune_socket(conn: Any, send_timeout_s: float) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):  # not a TCP socket, or already closed
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        seconds = int(send_timeout_s)
-        timeval = struct.pack("@ll", seconds, int((send_timeout_s - seconds) * 1_000_000))
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        for value in _send_timeout_values(send_timeout_s):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            except OSError:
+                continue
+            break
+
+
+def _send_timeout_values(seconds: float) -> list[bytes | int]:
+    """SO_SNDTIMEO's value for seconds, in each form the platform may take, to try in turn: a
+    DWORD of milliseconds on Windows, else a struct timeval of C longs, or of 64-bit fields
+    (32-bit Linux with a 64-bit time_t). Kept within 1 ms and a day: zero would mean no bound,
+    and a huge one does not pack."""
+    seconds = min(max(seconds, 0.001), 86_400.0)
+    if sys.platform == "win32":
+        return [round(seconds * 1000)]
+    whole = int(seconds)
+    micros = int((seconds - whole) * 1_000_000)
+    return [struct.pack("@ll", whole, micros), struct.pack("@qq", whole, micros)]
 
 
 class StompConnection:
@@ -277,7 +293,7 @@ class StompConnection:
         conn.set_listener("boost", listener)
         server = self._await_connected(conn, listener)
         flavour = BrokerFlavour.from_server(server)
-        link = Link(conn, generation, flavour)
+        link = Link(conn, generation, flavour, settings.receipt_timeout_s)
         with self._lock:
             if self._closing or generation != self._generation:
                 problem = "connection superseded or transport closed while connecting"
