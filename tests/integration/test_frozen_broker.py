@@ -18,6 +18,8 @@ import pytest
 from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.options import ConnectOptions
+from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompTransport
 from tests.conftest import Inbox, wait_until
 from tests.integration.worker_support import OwnBroker, own_broker
@@ -147,6 +149,41 @@ def test_what_a_frozen_broker_held_unacknowledged_comes_back_once_it_runs(
             )
         assert wait_until(lambda: len(inbox) == 2, timeout=60), "the held message did not return"
         again: Delivery = inbox.items[1]
+        assert (again.body, again.redelivered) == ("held", True)
+        transport.ack(again)
+    finally:
+        transport.close()
+
+
+def test_over_amqp_a_send_to_a_frozen_artemis_fails_in_bounded_time_and_a_held_delivery_returns(
+    broker: OwnBroker,
+) -> None:
+    """The AMQP transport's loop never blocks on the socket; its send waits at most
+    confirm_timeout_s for the broker's disposition, and its idle timeout notices the silence."""
+    if broker.amqp_url is None:
+        pytest.skip("ActiveMQ Classic 5.17 has no AMQP 1.0 acceptor")
+    options = ConnectOptions(
+        username=broker.settings.username,
+        password=broker.settings.password,
+        confirm_timeout_s=CONFIRM_S,
+        heartbeat_s=1.0,
+        reconnect_wait_s=5,
+    )
+    transport = open_transport(broker.amqp_url, options)
+    transport.connect()
+    queue = f"frozen.{uuid.uuid4().hex[:8]}"
+    try:
+        transport.send(queue, message("held"))
+        inbox = Inbox()
+        transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+        assert wait_until(lambda: len(inbox) == 1, timeout=20)
+        with frozen(broker):
+            started = time.monotonic()
+            failure_of(lambda: transport.send(queue, message("while frozen")), 30)
+            took = time.monotonic() - started
+        assert took < CONFIRM_S + 5, took
+        assert wait_until(lambda: len(inbox) >= 2, timeout=60), "the held message did not return"
+        again = inbox.items[1]
         assert (again.body, again.redelivered) == ("held", True)
         transport.ack(again)
     finally:

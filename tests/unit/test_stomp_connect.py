@@ -39,7 +39,7 @@ from boost_tenancy.transports.stomp import (
     encode_frame,
     reconnect_delay,
 )
-from boost_tenancy.transports.stomp.connection import _tune_socket
+from boost_tenancy.transports.stomp.link import tune_socket
 from tests.conftest import wait_until
 from tests.tls_certificates import make_authority, server_pem
 from tests.tls_support import TlsTerminator
@@ -720,7 +720,7 @@ def test_the_write_timeout_a_socket_gets_is_kept_within_a_millisecond_and_a_day(
 ) -> None:
     """Zero would mean no bound at all, and a huge value would not pack."""
     with socket.socket() as sock:
-        _tune_socket(SimpleNamespace(transport=SimpleNamespace(socket=sock)), seconds)
+        tune_socket(SimpleNamespace(transport=SimpleNamespace(socket=sock)), seconds)
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)
     whole, micros = struct.unpack("@ll", raw)
     # The kernel keeps it in clock ticks (4 ms at 250 Hz).

@@ -6,9 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import socket
-import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -20,7 +17,7 @@ import structlog
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.reachability import tcp_failure
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
-from boost_tenancy.transports.stomp.link import FrameWriter, Link
+from boost_tenancy.transports.stomp.link import FrameWriter, Link, tune_socket
 from boost_tenancy.transports.stomp.listener import Listener
 from boost_tenancy.transports.stomp.parsing import read_frames_with
 from boost_tenancy.transports.stomp.receipts import Receipts
@@ -63,45 +60,6 @@ def reconnect_delay(
     # The exponent is capped: 2.0**1024 overflows, and a long outage counts that many attempts.
     base = min(max_s, initial_s * 2.0 ** min(attempt - 1, 60))
     return base * (0.5 + rand() / 2)
-
-
-def _tune_socket(conn: Any, send_timeout_s: float) -> None:
-    """Turn Nagle's algorithm off on the connection's socket, and bound each write on it.
-
-    Nagle: stomp.py leaves it on, and a frame written while an earlier one is not yet
-    acknowledged by TCP (an ACK after a SEND, a subscription after another) waits for the
-    broker's delayed acknowledgement, about 40 ms on Linux. The broker's side of the same problem
-    is its own setting (docs/operations.md, "Nagle's algorithm").
-
-    Writes: stomp.py writes with no timeout, so a broker that stops reading (frozen, or its host
-    gone without a reset) once the socket's buffers are full would block the writer for good,
-    and stomp.py's heart-beat thread with it, which waits for the same socket lock before it
-    checks for the broker's heart-beats. A write that moves nothing for send_timeout_s fails
-    instead (and Link drops the connection).
-    """
-    sock = getattr(conn.transport, "socket", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):  # not a TCP socket, or already closed
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for value in _send_timeout_values(send_timeout_s):
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
-            except OSError:
-                continue
-            break
-
-
-def _send_timeout_values(seconds: float) -> list[bytes | int]:
-    """SO_SNDTIMEO's value for seconds, in each form the platform may take, to try in turn: a
-    DWORD of milliseconds on Windows, else a struct timeval of C longs, or of 64-bit fields
-    (32-bit Linux with a 64-bit time_t). Kept within 1 ms and a day: zero would mean no bound,
-    and a huge one does not pack."""
-    seconds = min(max(seconds, 0.001), 86_400.0)
-    if sys.platform == "win32":
-        return [round(seconds * 1000)]
-    whole = int(seconds)
-    micros = int((seconds - whole) * 1_000_000)
-    return [struct.pack("@ll", whole, micros), struct.pack("@qq", whole, micros)]
 
 
 class StompConnection:
@@ -320,7 +278,7 @@ class StompConnection:
             # stomp.py's own wait has no working timeout; wait for an answer with a deadline.
             with tls_context_warnings(settings.tls):
                 conn.connect(settings.username, settings.password, wait=False)
-            _tune_socket(conn, settings.receipt_timeout_s)
+            tune_socket(conn, settings.receipt_timeout_s)
             while listener.server is None:
                 if conn.transport.connection_error:
                     raise TransportError(f"STOMP broker at {self.where} refused the connection")

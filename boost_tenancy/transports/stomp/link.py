@@ -1,11 +1,14 @@
-"""One established STOMP connection (a Link) and the one chunked write every frame the toolkit
-encodes goes through.
+"""One established STOMP connection (a Link): the socket's options (tune_socket), the one
+chunked, bounded write every frame the toolkit encodes goes through, and the end of the
+connection without waiting on the broker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import struct
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -18,6 +21,45 @@ _POLL_S: Final = 0.005
 _QUEUED_MAX: Final = 64
 """Writes queued to stomp.py's io thread (TLS) at most: 4 MiB of chunks, far below the few
 hundred at which stomp.py's queue blocks."""
+
+
+def tune_socket(conn: Any, send_timeout_s: float) -> None:
+    """Turn Nagle's algorithm off on the connection's socket, and bound each write on it.
+
+    Nagle: stomp.py leaves it on, and a frame written while an earlier one is not yet
+    acknowledged by TCP (an ACK after a SEND, a subscription after another) waits for the
+    broker's delayed acknowledgement, about 40 ms on Linux. The broker's side of the same problem
+    is its own setting (docs/operations.md, "Nagle's algorithm").
+
+    Writes: stomp.py writes with no timeout, so a broker that stops reading (frozen, or its host
+    gone without a reset) once the socket's buffers are full would block the writer for good,
+    and stomp.py's heart-beat thread with it, which waits for the same socket lock before it
+    checks for the broker's heart-beats. A write that moves nothing for send_timeout_s fails
+    instead (and Link drops the connection).
+    """
+    sock = getattr(conn.transport, "socket", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # not a TCP socket, or already closed
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for value in _send_timeout_values(send_timeout_s):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            except OSError:
+                continue
+            break
+
+
+def _send_timeout_values(seconds: float) -> list[bytes | int]:
+    """SO_SNDTIMEO's value for seconds, in each form the platform may take, to try in turn: a
+    DWORD of milliseconds on Windows, else a struct timeval of C longs, or of 64-bit fields
+    (32-bit Linux with a 64-bit time_t). Kept within 1 ms and a day: zero would mean no bound,
+    and a huge one does not pack."""
+    seconds = min(max(seconds, 0.001), 86_400.0)
+    if sys.platform == "win32":
+        return [round(seconds * 1000)]
+    whole = int(seconds)
+    micros = int((seconds - whole) * 1_000_000)
+    return [struct.pack("@ll", whole, micros), struct.pack("@qq", whole, micros)]
 
 
 class Link:
@@ -50,7 +92,7 @@ class Link:
             if self._queued:
                 self._enqueue(transport, data)
             else:
-                # Bounded by the socket's send timeout (connection._tune_socket).
+                # Bounded by the socket's send timeout (tune_socket).
                 transport.send(data)
         except (BlockingIOError, TimeoutError) as exc:
             self.drop()
