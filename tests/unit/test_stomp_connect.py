@@ -14,6 +14,7 @@ import itertools
 import math
 import re
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -42,7 +43,7 @@ from boost_tenancy.transports.stomp import (
 from boost_tenancy.transports.stomp.link import tune_socket
 from tests.conftest import wait_until
 from tests.tls_certificates import make_authority, server_pem
-from tests.tls_support import TlsTerminator
+from tests.tls_support import TlsTerminator, refused
 
 CONNECTED = b"CONNECTED\nversion:1.2\nserver:ActiveMQ/5.17.2\n\n\x00"
 
@@ -434,11 +435,6 @@ class RecordingSocket:
                 if receipt is not None:
                     self.listener.on_receipt(Frame("RECEIPT", {"receipt-id": receipt}))
 
-    def disconnect_socket(self) -> None:
-        """As stomp.py's: the socket closes and the listener hears of it."""
-        self.running = False
-        self.listener.on_disconnected()
-
     def frames(self) -> list[Any]:
         return [parse_frame(raw) for raw in b"".join(self.writes).split(b"\x00") if raw.strip()]
 
@@ -468,8 +464,9 @@ class RecordingConnection:
         self.transport.running = False
 
     def drop(self) -> None:
-        """The broker goes away: the transport notices and reconnects."""
-        self.transport.disconnect_socket()
+        """The broker goes away: stomp.py's io thread reports it, and the transport reconnects."""
+        self.transport.running = False
+        self.transport.listener.on_disconnected()
 
 
 def recording_transport(
@@ -725,3 +722,84 @@ def test_the_write_timeout_a_socket_gets_is_kept_within_a_millisecond_and_a_day(
     whole, micros = struct.unpack("@ll", raw)
     # The kernel keeps it in clock ticks (4 ms at 250 Hz).
     assert expected <= whole + micros / 1e6 <= expected + 0.011
+
+
+class FrozenTlsBroker:
+    """A TLS server that answers CONNECT (with 1 s heart-beats) and a SUBSCRIBE's receipt, then
+    reads, writes and closes nothing, as a frozen broker behind TLS; or, not answering, one that
+    freezes right after the TLS handshake."""
+
+    def __init__(self, directory: Path, *, answers: bool = True) -> None:
+        self._answers = answers
+        authority = make_authority(directory, "test-ca")
+        self.ca_file = authority.ca_file
+        cert_file, key_file = server_pem(directory, authority, ["127.0.0.1"])
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context.load_cert_chain(cert_file, key_file)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                raw, _ = self._listener.accept()
+                self.accepted += 1
+                secure = self._context.wrap_socket(raw, server_side=True)
+                if not self._answers:
+                    self._held.append(secure)
+                    continue
+                secure.recv(4096)
+                secure.sendall(CONNECTED.replace(b"\n\n", b"\nheart-beat:1000,1000\n\n"))
+                receipt = re.search(rb"receipt:([^\n]*)", secure.recv(4096))
+                if receipt is not None:
+                    secure.sendall(b"RECEIPT\nreceipt-id:" + receipt.group(1) + b"\n\n\x00")
+                self._held.append(secure)
+
+    def close(self) -> None:
+        self._listener.close()
+        for held in self._held:
+            with contextlib.suppress(OSError):
+                held.close()
+
+
+def test_a_frozen_broker_behind_tls_is_noticed_by_a_consumer_that_only_receives(
+    tmp_path: Path,
+) -> None:
+    """Only the heart-beats can tell. stomp.py's own close on their timeout waited for the
+    broker's TLS close, which never came: the connection was never reported lost, and the
+    consumer never reconnected."""
+    broker = FrozenTlsBroker(tmp_path)
+    tls = TlsSettings(ca_file=str(broker.ca_file))
+    settings = StompSettings(
+        port=broker.port, tls=tls, heartbeat_s=1.0, confirm_timeout_s=5, connect_timeout_s=5
+    )
+    transport = StompTransport(settings)
+    try:
+        transport.connect()
+        transport.subscribe("q", selector=None, prefetch=1, on_delivery=lambda _d: None)
+        assert wait_until(lambda: not transport.is_connected, timeout=15), "never noticed"
+        assert wait_until(lambda: broker.accepted >= 2, timeout=15), "no reconnection"
+    finally:
+        assert closes_promptly(transport)
+        broker.close()
+
+
+def test_a_broker_behind_tls_that_never_answers_connect_fails_the_connect_in_time(
+    tmp_path: Path,
+) -> None:
+    """The failed attempt's socket is ended without waiting for the broker's TLS close."""
+    broker = FrozenTlsBroker(tmp_path, answers=False)
+    tls = TlsSettings(ca_file=str(broker.ca_file))
+    transport = StompTransport(StompSettings(port=broker.port, tls=tls, connect_timeout_s=1.5))
+    started = time.monotonic()
+    try:
+        connected = threading.Thread(target=lambda: refused(transport), daemon=True)
+        connected.start()
+        connected.join(20)
+        assert not connected.is_alive(), "connect() hung"
+        assert time.monotonic() - started < 10
+    finally:
+        broker.close()

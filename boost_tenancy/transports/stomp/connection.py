@@ -17,7 +17,12 @@ import structlog
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.reachability import tcp_failure
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
-from boost_tenancy.transports.stomp.link import FrameWriter, Link, tune_socket
+from boost_tenancy.transports.stomp.link import (
+    FrameWriter,
+    Link,
+    ends_sockets_without_waiting,
+    tune_socket,
+)
 from boost_tenancy.transports.stomp.listener import Listener
 from boost_tenancy.transports.stomp.parsing import read_frames_with
 from boost_tenancy.transports.stomp.receipts import Receipts
@@ -247,6 +252,7 @@ class StompConnection:
         if settings.tls is not None:
             use_tls(conn, address, settings.tls)
         read_frames_with(conn.transport)
+        ends_sockets_without_waiting(conn.transport)
         listener = Listener(self, generation)
         conn.set_listener("boost", listener)
         server = self._await_connected(conn, listener)

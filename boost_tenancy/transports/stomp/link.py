@@ -113,7 +113,7 @@ class Link:
         for good once a few hundred wait (a socket pair's buffer), and its heart-beat thread,
         which queues too, would block with it."""
         deadline: float | None = None
-        while transport.running:
+        while transport.running and transport.send_queue is not None:
             if transport.send_queue.qsize() < _QUEUED_MAX:
                 transport.send_queue.put(data)
                 return
@@ -160,20 +160,31 @@ class Link:
         """End the connection now, without DISCONNECT, as a crash would: the broker takes back
         every unacknowledged delivery of the connection. No frame follows a DISCONNECT this way;
         Artemis 2.44 may apply an ACK written after one, or count its message in flight with no
-        consumer holding it (docs/interop.md).
+        consumer holding it (docs/interop.md)."""
+        end_socket(self._conn.transport)
 
-        The socket is shut down and stomp.py's io thread told to stop; that thread then wakes
-        (its socket has ended), closes the socket and reports the connection lost. stomp.py's
-        own disconnect_socket is not used: on TLS it waits, with no timeout, for the broker's
-        TLS close, which a frozen broker never sends, and it empties the selector the io thread
-        waits on without waking it."""
-        transport = self._conn.transport
-        sock = transport.socket
-        transport.running = False
-        if sock is not None:
-            with contextlib.suppress(OSError):  # already shut down or closed
-                # The plain socket's shutdown, also under TLS: no TLS close to wait for.
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+def end_socket(transport: Any) -> None:
+    """End a stomp.py transport's socket without waiting on the broker: shut it down and stop
+    the io thread, which then wakes (its socket has ended), closes the socket and reports the
+    connection lost.
+
+    Installed as the transport's disconnect_socket (ends_sockets_without_waiting), which stomp.py
+    calls itself on a heart-beat timeout and on the receipt for DISCONNECT. Its own waits on TLS,
+    with no timeout, for the broker's TLS close, which a frozen broker never sends, and empties
+    the selector its io thread waits on without waking it: the connection was never reported
+    lost, and a consumer that only receives never reconnected."""
+    sock = transport.socket
+    transport.running = False
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already shut down or closed
+            # The plain socket's shutdown, also under TLS: no TLS close to wait for.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def ends_sockets_without_waiting(transport: Any) -> None:
+    """Have stomp.py's transport end its socket as Link.drop does, whoever ends it."""
+    transport.disconnect_socket = lambda: end_socket(transport)
 
 
 class FrameWriter:
