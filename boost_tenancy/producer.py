@@ -29,7 +29,7 @@ class ProducerBatch:
     """Messages confirmed together when the batch block ends; none stored if the block raises."""
 
     _sink: BatchSink
-    _producer: TenantProducer
+    _publisher: Publisher
     _count: int = 0
 
     def send(
@@ -45,9 +45,9 @@ class ProducerBatch:
         """Add a message of tenant to the batch; sent when the batch block ends. Over a
         publishing limit it raises PublishRefusedError and the batch stays usable without it."""
         with publishing("create", queue) as span:  # each message its own creation context
-            admitted = self._producer.admit(
+            admitted = self._publisher.admit(
                 queue,
-                tenant,
+                TenantId.parse(tenant),
                 body,
                 message_id=message_id,
                 correlation_id=correlation_id,
@@ -173,7 +173,7 @@ class TenantProducer:
             atomic = self._transport.capabilities.atomic_batches
         sink = self._transport.open_batch(atomic=atomic)
         try:
-            yield ProducerBatch(sink, self)
+            yield ProducerBatch(sink, self._publisher)
         except BaseException:
             sink.abort()
             raise

@@ -11,7 +11,7 @@ may change the draft before call_next, and look at or refuse what call_next buil
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from boost_tenancy.chain_order import arrange, hook_of, name_of
@@ -23,9 +23,11 @@ from boost_tenancy.routing import Routing
 from boost_tenancy.tenancy import TenantId
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Draft:
-    """A message on its way out, before it is built: what a publish step may change."""
+    """A message on its way out, before it is built: what a publish step may change, in place
+    or as a copy (dataclasses.replace) handed to call_next. Each message sent has a draft of its
+    own, made when it is admitted; nothing else holds it."""
 
     queue: str
     """The logical queue it is published to."""
@@ -40,22 +42,6 @@ class Draft:
     trace: TraceContext | None = None
     """The trace context it continues; None: the caller's current one, else a new trace."""
     delay_ms: int = 0
-
-    def with_properties(self, properties: Mapping[str, str]) -> Draft:
-        """The same draft with these properties: replace(), without its per-call look at the
-        fields (a publish step runs for every message sent)."""
-        return Draft(
-            queue=self.queue,
-            broker_queue=self.broker_queue,
-            tenant=self.tenant,
-            body=self.body,
-            message_id=self.message_id,
-            correlation_id=self.correlation_id,
-            properties=properties,
-            expires_at_ms=self.expires_at_ms,
-            trace=self.trace,
-            delay_ms=self.delay_ms,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +72,8 @@ class TraceStamp:
     name = "trace"
 
     def publish(self, draft: Draft, call_next: PublishNext) -> AdmittedSend:
-        return call_next(draft.with_properties(stamp(draft.properties, draft.trace)))
+        draft.properties = stamp(draft.properties, draft.trace)
+        return call_next(draft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +87,8 @@ class ExpiryStamp:
     def publish(self, draft: Draft, call_next: PublishNext) -> AdmittedSend:
         if self.ttl is None:
             return call_next(draft)
-        return call_next(replace(draft, expires_at_ms=self.ttl.expiry_of(draft.tenant)))
+        draft.expires_at_ms = self.ttl.expiry_of(draft.tenant)
+        return call_next(draft)
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,26 +272,25 @@ def test_a_place_names_one_side() -> None:
         place(Named("x"))
 
 
-def test_a_draft_with_new_properties_keeps_every_other_field() -> None:
-    """Draft.with_properties spells its fields out (replace() costs more per message): a field
-    added later and left out of it would be lost by the trace step."""
-    from dataclasses import fields
+class Renames(Middleware):
+    """A publish step that changes the draft in place: a property and the body."""
 
-    from boost_tenancy import Draft, TenantId
-    from boost_tenancy.observability.trace_context import TraceContext
+    def publish(self, draft: Draft, call_next: PublishNext) -> AdmittedSend:
+        draft.properties = {**draft.properties, "xRenamed": "yes"}
+        draft.body = {"renamed": True}
+        return call_next(draft)
 
-    draft = Draft(
-        queue="cmd.a",
-        broker_queue="tenant.acme.cmd.a",
-        tenant=TenantId("acme"),
-        body={"n": 1},
-        message_id="m-1",
-        correlation_id="c-1",
-        properties={"a": "1"},
-        expires_at_ms=123,
-        trace=TraceContext.new(),
-        delay_ms=5,
-    )
-    defaults = Draft(queue="q", broker_queue="q", tenant=TenantId("x"), body=b"")
-    assert all(getattr(draft, f.name) != getattr(defaults, f.name) for f in fields(Draft))
-    assert draft.with_properties({"b": "2"}) == replace(draft, properties={"b": "2"})
+
+def test_a_publish_step_may_change_the_draft_in_place() -> None:
+    """A draft is the admitted message's own: what a step sets on it is what is built, outside
+    and inside the default steps alike (the trace and ttl steps stamp it in place too)."""
+    broker = InMemoryBroker()
+    transport = InMemoryTransport(broker)
+    transport.connect()
+    queue = unique_queue("inplace")
+    for placed in (Renames(), place(Renames(), after="limits")):
+        admitted = TenantProducer(transport, middleware=[placed]).admit(queue, TENANT, {"n": 1})
+        assert admitted.wire.properties["xRenamed"] == "yes"
+        assert TRACEPARENT in admitted.wire.properties
+        assert '"renamed":true' in str(admitted.wire.body)
+        assert '"n"' not in str(admitted.wire.body)

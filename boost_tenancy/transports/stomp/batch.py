@@ -34,13 +34,14 @@ class StompBatch:
     def add(self, queue: str, message: WireMessage) -> None:
         """Add one message; a body that cannot be encoded raises MessageEncodeError here, with
         nothing of it written, and the batch stays usable."""
-        check_queue_name(queue)
         if self._tx is None:
+            check_queue_name(queue)
             # Checked now so the error names this add, not the commit (which encodes again).
             check_bodies([Outgoing(queue, message)])
             self._items.append((queue, message))
             return
-        # Encoded before BEGIN: a first message that cannot be encoded leaves nothing written.
+        # Encoded before BEGIN (the queue name and the body checked): a first message that cannot
+        # be encoded leaves nothing written.
         frame = send_frame(queue, message, 0, {"transaction": self._tx})
         if not self._began:
             self._writer.push(encode_frame("BEGIN", {"transaction": self._tx}))
