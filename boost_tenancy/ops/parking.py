@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.ops.moving import (
     Move,
@@ -26,7 +26,7 @@ from boost_tenancy.ops.moving import (
 )
 from boost_tenancy.processing.outcomes import Quarantine
 from boost_tenancy.resilience.error_store import ErrorStore
-from boost_tenancy.routing import parked_queue
+from boost_tenancy.routing import PARKED_QUEUE_PREFIX, parked_queue
 from boost_tenancy.selectors import (
     TENANT_PROPERTY,
     SelectorLike,
@@ -40,6 +40,7 @@ from boost_tenancy.transports.base import (
     SubscribeRequest,
     Subscription,
     Transport,
+    queue_lister,
 )
 
 log = structlog.get_logger("boost_tenancy.ops.parking")
@@ -183,28 +184,57 @@ class ParkedRedrive:
             return dict(self._moved)
 
     def start(self) -> None:
-        """Subscribe to every parked queue (on a connected transport) and start moving."""
+        """Start moving on a background thread (on a connected transport): start() never waits
+        for the broker, and the runner that starts it subscribes to nothing more.
+
+        Where the broker lists its queues (queue_listing), only the parked queues that hold
+        messages are subscribed to: subscribing makes a queue that is not there (Artemis writes
+        each to its journal; Classic keeps it), and most tenants have nothing parked. Elsewhere,
+        or when the listing fails, every parked queue of the moves is subscribed to."""
         if self._thread is not None:
             return
         if not self._moves:
             self._done.set()
             return
-        subscriptions = self._transport.subscribe_many(
-            [
-                # The parked queue holds only this tenant's messages; the selector keeps it so.
-                SubscribeRequest(
-                    move.parked,
-                    self._transport.capabilities.guard_selector(tenant_selector(move.tenant)),
-                    self._prefetch,
-                    self._receiver(move),
-                )
-                for move in self._moves
-            ]
-        )
-        self._thread = threading.Thread(
-            target=self._loop, args=(list(subscriptions),), name="boost-unpark", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="boost-unpark", daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            moves = self._holding_messages()
+            if not moves or self._stopping.is_set():
+                self._done.set()
+                return
+            subscriptions = self._transport.subscribe_many(
+                [
+                    # The parked queue holds only this tenant's messages; the selector keeps
+                    # it so.
+                    SubscribeRequest(
+                        move.parked,
+                        self._transport.capabilities.guard_selector(tenant_selector(move.tenant)),
+                        self._prefetch,
+                        self._receiver(move),
+                    )
+                    for move in moves
+                ]
+            )
+        except Exception as exc:  # reported; the backlog stays parked for the next start
+            if not self._stopping.is_set():
+                log.error("parked_redrive_failed", parked_queues=len(self._moves), error=str(exc))
+            self._done.set()
+            return
+        self._loop(list(subscriptions))
+
+    def _holding_messages(self) -> tuple[ParkedMove, ...]:
+        """The moves whose parked queue holds messages, where the broker lists queues; else all."""
+        try:
+            lister = queue_lister(self._transport)
+            listed = lister.list_queues([PARKED_QUEUE_PREFIX])
+        except (QueueStatsUnavailableError, TransportError) as exc:
+            log.debug("parked_queues_not_listed", error=str(exc))
+            return self._moves
+        holding = {queue.name for queue in listed if queue.stats.stored > 0}
+        return tuple(move for move in self._moves if move.parked in holding)
 
     def _receiver(self, move: ParkedMove) -> Callable[[Delivery], None]:
         def on_delivery(delivery: Delivery) -> None:

@@ -31,8 +31,9 @@ from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
-from boost_tenancy.routing import DEFAULT_ROUTING, Topology, parked_queue
+from boost_tenancy.routing import DEFAULT_ROUTING, PARKED_QUEUE_PREFIX, Topology, parked_queue
 from boost_tenancy.selectors import TenantExclusion, tenant_selector
+from boost_tenancy.transports.base import queue_lister
 from tests.conftest import Inbox, TransportFactory, recorded, unique_queue, wait_until
 from tests.contract.conftest import needs_selectors
 
@@ -320,6 +321,31 @@ def raw_send(factory: TransportFactory, queue: str, body: object, **properties: 
     """A send to the shared queue as a Java service makes it: the transport, no TenantProducer."""
     message = WireMessage(body=json.dumps(body), properties=properties, correlation_id="c-raw")
     factory().send(queue, message)
+
+
+def test_a_runner_makes_no_parked_queue_for_tenants_with_nothing_parked(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    """Subscribing makes a queue that is not there: a runner re-driving every tenant's parked
+    queue made one per tenant and queue at each start (Artemis journals each, Classic keeps
+    them). Where the broker lists its queues, the re-drive asks which hold messages first."""
+    probe = transport_factory()
+    if not probe.capabilities.queue_listing:
+        pytest.skip("the broker lists no queues: the re-drive subscribes to every parked queue")
+    queue = unique_queue("cmd")
+    tenants = [new_tenant(f"org-{n}") for n in range(3)]
+
+    def parked_here() -> list[str]:
+        listed = queue_lister(probe).list_queues([PARKED_QUEUE_PREFIX])
+        return [q.name for q in listed if q.name.endswith("." + queue)]
+
+    runner = start_runner(transport_factory, Recorder(queue), tenants, store)
+    try:
+        assert parked_here() == []
+        assert runner.wait_parked_redriven(timeout=30)
+        assert parked_here() == []
+    finally:
+        runner.stop(grace_s=5)
 
 
 def test_raw_sends_to_the_shared_queue_are_stored_per_tenant_and_tenantless_ones_quarantined(

@@ -1,0 +1,156 @@
+"""The parked re-drive a runner starts: it subscribes, on a thread of its own, only to the parked
+queues that hold messages where the broker lists its queues, and to every one of its tenants'
+where it cannot; start() never waits for it. Subscribing makes a queue that is not there, so
+subscribing to every tenant's made a thousand parked queues at each start of a runner of a
+thousand tenants."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from boost_tenancy.errors import QueueStatsUnavailableError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
+from boost_tenancy.routing import parked_queue
+from boost_tenancy.tenancy import TenantId
+from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.base import ListedQueue, SubscribeRequest
+from tests.conftest import Inbox, unique_queue, wait_until
+from tests.no_statistics import without_statistics
+
+ORG_A, ORG_B, ORG_C = TenantId("org-a"), TenantId("org-b"), TenantId("org-c")
+
+
+class Recording(InMemoryTransport):
+    """Records the broker queues of every subscription asked for; list_queues can be held."""
+
+    def __init__(self, broker: InMemoryBroker) -> None:
+        super().__init__(broker)
+        self.subscribed: list[str] = []
+        self.listing_may_answer = threading.Event()
+        self.listing_may_answer.set()
+        self.listing_refused = False
+
+    def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[Any]:
+        self.subscribed.extend(request.queue for request in requests)
+        return super().subscribe_many(requests)
+
+    def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
+        assert self.listing_may_answer.wait(10)
+        if self.listing_refused:
+            raise QueueStatsUnavailableError("the broker's statistics plugin did not answer")
+        return super().list_queues(prefixes)
+
+
+@pytest.fixture
+def broker() -> Iterator[InMemoryBroker]:
+    broker = InMemoryBroker()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def transport(broker: InMemoryBroker) -> Iterator[Recording]:
+    transport = Recording(broker)
+    transport.connect()
+    yield transport
+    transport.close()
+
+
+def park(transport: InMemoryTransport, queue: str, tenant: TenantId, count: int) -> None:
+    for n in range(count):
+        transport.send(
+            parked_queue(queue, tenant),
+            WireMessage(
+                body=json.dumps({"n": n, "tenantUUID": tenant.value}),
+                properties={"tenantUUID": tenant.value},
+            ),
+        )
+
+
+def consume(transport: InMemoryTransport, broker_queue: str, count: int) -> None:
+    """Take count messages off broker_queue and acknowledge them; the queue stays, empty."""
+    inbox = Inbox()
+    subscription = transport.subscribe(broker_queue, selector=None, prefetch=10, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) == count)
+    for delivery in inbox.items:
+        transport.ack(delivery)
+    transport.unsubscribe(subscription)
+    (stats,) = transport.queue_stats([broker_queue]).values()
+    assert stats is not None and stats.stored == 0
+
+
+def moves(queue: str, *tenants: TenantId) -> list[ParkedMove]:
+    return [ParkedMove(t, parked_queue(queue, t), f"tenant.{t.value}.{queue}") for t in tenants]
+
+
+def test_only_the_parked_queues_holding_messages_are_subscribed_where_the_broker_lists(
+    transport: Recording,
+) -> None:
+    queue = unique_queue("cmd")
+    park(transport, queue, ORG_A, 3)
+    # B's parked queue is there and empty: nothing to move back.
+    park(transport, queue, ORG_B, 1)
+    consume(transport, parked_queue(queue, ORG_B), 1)
+    redrive = ParkedRedrive(transport, moves(queue, ORG_A, ORG_B, ORG_C), idle_s=0.2)
+    redrive.start()
+    assert redrive.wait(10)
+    assert transport.subscribed == [parked_queue(queue, ORG_A)]
+    assert redrive.moved == {(ORG_A, f"tenant.org-a.{queue}"): 3}
+    assert transport.queue_stats([parked_queue(queue, ORG_C)]) == {parked_queue(queue, ORG_C): None}
+
+
+def test_nothing_parked_subscribes_to_nothing(transport: Recording) -> None:
+    redrive = ParkedRedrive(transport, moves(unique_queue("cmd"), ORG_A, ORG_B), idle_s=0.2)
+    redrive.start()
+    assert redrive.wait(10)
+    assert transport.subscribed == []
+
+
+@pytest.mark.parametrize("why", ["no listing", "listing refused"])
+def test_without_a_listing_every_parked_queue_is_subscribed(transport: Recording, why: str) -> None:
+    queue = unique_queue("cmd")
+    park(transport, queue, ORG_B, 2)
+    if why == "no listing":
+        without_statistics(transport)
+    else:
+        transport.listing_refused = True
+    redrive = ParkedRedrive(transport, moves(queue, ORG_A, ORG_B), idle_s=0.2)
+    redrive.start()
+    assert redrive.wait(10)
+    assert sorted(transport.subscribed) == sorted(
+        [parked_queue(queue, ORG_A), parked_queue(queue, ORG_B)]
+    )
+    assert redrive.moved == {(ORG_B, f"tenant.org-b.{queue}"): 2}
+
+
+def test_start_returns_before_the_broker_answers(transport: Recording) -> None:
+    queue = unique_queue("cmd")
+    park(transport, queue, ORG_A, 1)
+    transport.listing_may_answer.clear()
+    redrive = ParkedRedrive(transport, moves(queue, ORG_A), idle_s=0.2)
+    redrive.start()
+    assert transport.subscribed == []
+    assert not redrive.wait(0)
+    transport.listing_may_answer.set()
+    assert redrive.wait(10)
+    assert redrive.moved == {(ORG_A, f"tenant.org-a.{queue}"): 1}
+
+
+def test_a_stop_while_the_broker_is_asked_subscribes_to_nothing(transport: Recording) -> None:
+    queue = unique_queue("cmd")
+    park(transport, queue, ORG_A, 1)
+    transport.listing_may_answer.clear()
+    redrive = ParkedRedrive(transport, moves(queue, ORG_A), idle_s=0.2)
+    redrive.start()
+    redrive.stop(timeout=0)  # asks it to end, without waiting for it
+    transport.listing_may_answer.set()
+    assert redrive.wait(10)
+    assert transport.subscribed == []
+    (left,) = transport.queue_stats([parked_queue(queue, ORG_A)]).values()
+    assert left is not None and left.stored == 1
