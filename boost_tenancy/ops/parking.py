@@ -233,7 +233,7 @@ class ParkedRedrive:
         except (QueueStatsUnavailableError, TransportError) as exc:
             log.debug("parked_queues_not_listed", error=str(exc))
             return self._moves
-        holding = {queue.name for queue in listed if queue.stats.stored > 0}
+        holding = {q.name for q in listed if q.stats.stored > 0 or (q.stats.scheduled or 0) > 0}
         return tuple(move for move in self._moves if move.parked in holding)
 
     def _receiver(self, move: ParkedMove) -> Callable[[Delivery], None]:
