@@ -48,18 +48,12 @@ class Recording(InMemoryTransport):
 
 
 @pytest.fixture
-def broker() -> Iterator[InMemoryBroker]:
-    broker = InMemoryBroker()
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
 def transport(broker: InMemoryBroker) -> Iterator[Recording]:
-    transport = Recording(broker)
-    transport.connect()
-    yield transport
-    transport.close()
+    """A Recording transport to the in-memory broker of tests/unit/conftest.py."""
+    recording = Recording(broker)
+    recording.connect()
+    yield recording
+    recording.close()
 
 
 def park(transport: InMemoryTransport, queue: str, tenant: TenantId, count: int) -> None:
@@ -129,12 +123,18 @@ def test_without_a_listing_every_parked_queue_is_subscribed(transport: Recording
     assert redrive.moved == {(ORG_B, f"tenant.org-b.{queue}"): 2}
 
 
-def test_start_returns_before_the_broker_answers(transport: Recording) -> None:
+def started_while_the_listing_waits(transport: Recording) -> tuple[str, ParkedRedrive]:
+    """A re-drive of ORG_A's one parked message, started while the broker's listing waits."""
     queue = unique_queue("cmd")
     park(transport, queue, ORG_A, 1)
     transport.listing_may_answer.clear()
     redrive = ParkedRedrive(transport, moves(queue, ORG_A), idle_s=0.2)
     redrive.start()
+    return queue, redrive
+
+
+def test_start_returns_before_the_broker_answers(transport: Recording) -> None:
+    queue, redrive = started_while_the_listing_waits(transport)
     assert transport.subscribed == []
     assert not redrive.wait(0)
     transport.listing_may_answer.set()
@@ -143,11 +143,7 @@ def test_start_returns_before_the_broker_answers(transport: Recording) -> None:
 
 
 def test_a_stop_while_the_broker_is_asked_subscribes_to_nothing(transport: Recording) -> None:
-    queue = unique_queue("cmd")
-    park(transport, queue, ORG_A, 1)
-    transport.listing_may_answer.clear()
-    redrive = ParkedRedrive(transport, moves(queue, ORG_A), idle_s=0.2)
-    redrive.start()
+    queue, redrive = started_while_the_listing_waits(transport)
     redrive.stop(timeout=0)  # asks it to end, without waiting for it
     transport.listing_may_answer.set()
     assert redrive.wait(10)
