@@ -66,6 +66,8 @@ USER: Final = "boost"
 PASSWORD: Final = "boost-test"  # noqa: S105 (a test broker on loopback)
 HOST: Final = "127.0.0.1"
 STOMP_PORT: Final = 61713
+STOMP_TLS_PORT: Final = 61712
+"""The stomp+ssl acceptor's port, when an instance has one (ArtemisSettings.stomp_tls_keystore)."""
 CORE_PORT: Final = 61716
 AMQP_PORT: Final = 5772
 HEAP: Final = "1G"
@@ -112,10 +114,22 @@ class ArtemisSettings:
     """Jars put in the instance's lib/ before it starts (the project's plugin, its drivers)."""
     start_timeout_s: float = START_TIMEOUT_S
     """How long start() waits for a STOMP login (a backup answers only once it is active)."""
+    stomp_tls_keystore: Path | None = None
+    """A PKCS12 keystore: the instance also takes STOMP over TLS on stomp_tls_port, with the
+    plain STOMP acceptor's settings."""
+    stomp_tls_password: str = ""
+    """The keystore's password."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port_offset <= 2000:
             raise LocalBrokerError(f"{ENV_OFFSET} must be 0-2000, got {self.port_offset}")
+        # Both go into the acceptor's URL, whose parameters ; = & and XML's < > " ' would end.
+        for name, value in (
+            ("keystore path", str(self.stomp_tls_keystore or "")),
+            ("keystore password", self.stomp_tls_password),
+        ):
+            if any(c in value for c in ";=&<>\"'\n"):
+                raise LocalBrokerError(f"the {name} cannot hold ; = & < > quotes or newlines")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ArtemisSettings:
@@ -144,8 +158,15 @@ class ArtemisSettings:
     def amqp_port(self) -> int:
         return AMQP_PORT + self.port_offset
 
+    @property
+    def stomp_tls_port(self) -> int:
+        return STOMP_TLS_PORT + self.port_offset
+
     def ports(self) -> dict[str, int]:
-        return {"stomp": self.stomp_port, "core": self.core_port, "amqp": self.amqp_port}
+        ports = {"stomp": self.stomp_port, "core": self.core_port, "amqp": self.amqp_port}
+        if self.stomp_tls_keystore is not None:
+            ports["stomp_tls"] = self.stomp_tls_port
+        return ports
 
     def suite_env(self) -> dict[str, str]:
         """The variables that point the contract and integration suites at this broker
@@ -188,6 +209,8 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
         raise LocalBrokerError(
             f"{BROKER_XML} should have {len(_CONTAINER_PORTS)} acceptors on 0.0.0.0, found {count}"
         )
+    if settings.stomp_tls_keystore is not None:
+        text = _with_stomp_tls(text, settings)
     if settings.extra_xml:
         text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
     if settings.catch_all_xml:
@@ -205,6 +228,20 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
                 f"{BROKER_XML} should name 4 data directories, found {moved_dirs}"
             )
     return text
+
+
+def _with_stomp_tls(text: str, settings: ArtemisSettings) -> str:
+    """text with a stomp+ssl acceptor next to the STOMP one: the same parameters, on
+    stomp_tls_port, with the keystore (sslEnabled)."""
+    found = re.search(r'<acceptor name="stomp">tcp://[^:]+:\d+\?([^<]*)</acceptor>', text)
+    if found is None:
+        raise LocalBrokerError(f"{BROKER_XML} should have an acceptor named stomp")
+    tls = (
+        f'<acceptor name="stomp-tls">tcp://{HOST}:{settings.stomp_tls_port}?{found[1]};'
+        f"sslEnabled=true;keyStoreType=PKCS12;keyStorePath={settings.stomp_tls_keystore};"
+        f"keyStorePassword={settings.stomp_tls_password}</acceptor>"
+    )
+    return text.replace(found[0], f"{found[0]}\n      {tls}", 1)
 
 
 def _sha1(path: Path) -> str:

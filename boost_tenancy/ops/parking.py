@@ -233,6 +233,9 @@ class ParkedRedrive:
         except (QueueStatsUnavailableError, TransportError) as exc:
             log.debug("parked_queues_not_listed", error=str(exc))
             return self._moves
+        except Exception as exc:  # the listing only spares subscriptions: without it, all
+            log.warning("parked_queues_not_listed", error_type=type(exc).__name__, error=str(exc))
+            return self._moves
         holding = {q.name for q in listed if q.stats.stored > 0 or (q.stats.scheduled or 0) > 0}
         return tuple(move for move in self._moves if move.parked in holding)
 

@@ -1,12 +1,15 @@
-"""STOMP over TLS against a real ActiveMQ Classic: the test makes a CA and a broker certificate
-for "localhost", starts its own broker with a stomp+ssl connector from the same BOOST_BROKER_*
-variables scripts/broker reads, and shows a round trip over TLS, a broker signed by another CA
-refused (with or without the host name check), and a certificate that does not name the host
-connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so.
+"""STOMP over TLS against a real ActiveMQ Classic and a real ActiveMQ Artemis: the test makes a
+CA and a broker certificate for "localhost", starts a broker of its own with a stomp+ssl
+acceptor (Classic from the same BOOST_BROKER_* variables scripts/broker reads; Artemis with the
+project's broker.xml and a stomp-tls acceptor beside its STOMP one), and shows a round trip over
+TLS, a broker signed by another CA refused (with or without the host name check), a certificate
+that does not name the host connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so,
+and batches larger than the sockets' buffers stored whole.
 """
 
 from __future__ import annotations
 
+import shutil
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -19,8 +22,11 @@ from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Transport
 from boost_tenancy.transports.stomp import StompTransport
+from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
+from devtools.local_artemis import USER as ARTEMIS_USER
+from devtools.local_artemis import ArtemisSettings, LocalArtemis
 from devtools.local_broker import LocalBroker, LocalBrokerSettings
-from tests.conftest import require_activemq
+from tests.conftest import require_activemq, unavailable
 from tests.integration.test_local_broker import _free_port_pair
 from tests.tls_certificates import KEYSTORE_PASSWORD, broker_keystore, make_authority
 from tests.tls_support import refused
@@ -29,8 +35,12 @@ from tests.tls_support import round_trip as tls_round_trip
 pytestmark = [
     pytest.mark.broker,
     pytest.mark.slow,
-    pytest.mark.local_broker("starts a Classic broker with a stomp+ssl connector"),
+    pytest.mark.local_broker("starts a Classic and an Artemis with a stomp+ssl acceptor"),
 ]
+
+ARTEMIS_OFFSET = 1800
+"""Ports 63512 (STOMP over TLS), 63513 (STOMP), 63516 (CORE), 7572 (AMQP): clear of every other
+broker of the suite."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +49,23 @@ class TlsBroker:
     ca_file: Path
     other_ca_file: Path
     """A CA that did not sign the broker's certificate."""
+    login: dict[str, str]
+    """The BOOST_BROKER_USER and _PASSWORD the broker asks for (none for the Classic)."""
 
 
-@pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    require_activemq()
-    home = tmp_path_factory.mktemp("tls-broker")
+@pytest.fixture(scope="module", params=["classic", "artemis"])
+def tls_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TlsBroker]:
+    flavour: str = request.param
+    home = tmp_path_factory.mktemp(f"tls-{flavour}")
     authority = make_authority(home, "boost-test-ca")
     other = make_authority(home, "other-ca")
     keystore = broker_keystore(home, authority, ["localhost"])
+    if flavour == "artemis":
+        yield from _artemis(home, keystore, authority.ca_file, other.ca_file)
+        return
+    require_activemq()
     password_file = home / "keystore-password"
     password_file.write_text(f"{KEYSTORE_PASSWORD}\n")
     stomp_port, openwire_port = _free_port_pair()
@@ -64,9 +82,28 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     broker = LocalBroker(settings)
     broker.start()
     try:
-        yield TlsBroker(port=stomp_port, ca_file=authority.ca_file, other_ca_file=other.ca_file)
+        yield TlsBroker(stomp_port, authority.ca_file, other.ca_file, {})
     finally:
         broker.stop(timeout_s=10)
+
+
+def _artemis(home: Path, keystore: Path, ca_file: Path, other_ca_file: Path) -> Iterator[TlsBroker]:
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        unavailable("Java and Maven are needed to run an Artemis of the test's own")
+    artemis = LocalArtemis(
+        ArtemisSettings(
+            home=home / "artemis",
+            port_offset=ARTEMIS_OFFSET,
+            stomp_tls_keystore=keystore,
+            stomp_tls_password=KEYSTORE_PASSWORD,
+        )
+    )
+    artemis.start()
+    try:
+        login = {"BOOST_BROKER_USER": ARTEMIS_USER, "BOOST_BROKER_PASSWORD": ARTEMIS_PASSWORD}
+        yield TlsBroker(artemis.settings.stomp_tls_port, ca_file, other_ca_file, login)
+    finally:
+        artemis.stop(timeout_s=30)
 
 
 def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
@@ -76,6 +113,7 @@ def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
             "BOOST_BROKER_URL": f"stomp+ssl://{host}:{broker.port}",
             "BOOST_BROKER_CA_FILE": str(broker.ca_file),
             "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
+            **broker.login,
             **env,
         }
     )

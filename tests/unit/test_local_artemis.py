@@ -39,6 +39,27 @@ def test_the_projects_broker_xml_is_rendered_with_every_acceptor_on_its_own_loop
     assert "0.0.0.0" not in rendered
 
 
+def test_a_keystore_adds_a_stomp_tls_acceptor_with_the_stomp_acceptors_settings() -> None:
+    settings = la.ArtemisSettings(
+        home=Path("/x"),
+        port_offset=100,
+        stomp_tls_keystore=Path("/keys/broker.p12"),
+        stomp_tls_password="pw-1",
+    )
+    rendered = la.render_broker_xml(settings)
+    stomp = re.search(r'<acceptor name="stomp">tcp://127.0.0.1:61813\?([^<]*)<', rendered)
+    tls = re.search(r'<acceptor name="stomp-tls">tcp://127.0.0.1:61812\?([^<]*)<', rendered)
+    assert stomp is not None and tls is not None
+    assert tls[1] == (
+        f"{stomp[1]};sslEnabled=true;keyStoreType=PKCS12;keyStorePath=/keys/broker.p12;"
+        "keyStorePassword=pw-1"
+    )
+    assert settings.ports()["stomp_tls"] == 61812
+    assert "stomp_tls" not in la.ArtemisSettings(home=Path("/x")).ports()
+    with pytest.raises(LocalBrokerError, match="keystore password cannot hold"):
+        la.ArtemisSettings(stomp_tls_keystore=Path("/k.p12"), stomp_tls_password="a;b=c")
+
+
 def test_an_unexpected_acceptor_port_is_refused() -> None:
     source = la.BROKER_XML.read_text(encoding="utf-8").replace(":5672", ":5673")
     with pytest.raises(LocalBrokerError, match="unknown port 5673"):

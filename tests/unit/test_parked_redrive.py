@@ -34,7 +34,7 @@ class Recording(InMemoryTransport):
         self.subscribed: list[str] = []
         self.listing_may_answer = threading.Event()
         self.listing_may_answer.set()
-        self.listing_refused = False
+        self.listing_fails: Exception | None = None
 
     def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[Any]:
         self.subscribed.extend(request.queue for request in requests)
@@ -42,8 +42,8 @@ class Recording(InMemoryTransport):
 
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
         assert self.listing_may_answer.wait(10)
-        if self.listing_refused:
-            raise QueueStatsUnavailableError("the broker's statistics plugin did not answer")
+        if self.listing_fails is not None:
+            raise self.listing_fails
         return super().list_queues(prefixes)
 
 
@@ -106,14 +106,16 @@ def test_nothing_parked_subscribes_to_nothing(transport: Recording) -> None:
     assert transport.subscribed == []
 
 
-@pytest.mark.parametrize("why", ["no listing", "listing refused"])
+@pytest.mark.parametrize("why", ["no listing", "listing refused", "listing broken"])
 def test_without_a_listing_every_parked_queue_is_subscribed(transport: Recording, why: str) -> None:
     queue = unique_queue("cmd")
     park(transport, queue, ORG_B, 2)
     if why == "no listing":
         without_statistics(transport)
+    elif why == "listing refused":
+        transport.listing_fails = QueueStatsUnavailableError("the statistics plugin did not answer")
     else:
-        transport.listing_refused = True
+        transport.listing_fails = KeyError("count")
     redrive = ParkedRedrive(transport, moves(queue, ORG_A, ORG_B), idle_s=0.2)
     redrive.start()
     assert redrive.wait(10)
