@@ -17,7 +17,9 @@ of the checkout (or BOOST_ARTEMIS_HOME): ``bin/``, ``etc/`` (the project's
 docker/artemis/etc-override/broker.xml with loopback ports), ``data/`` (journal, paging) and
 ``log/artemis.log``. Ports do not collide with the local Classic (61613/61616) or RabbitMQ
 (5672): STOMP 61713, CORE and OpenWire 61716, AMQP 5772 (BOOST_ARTEMIS_PORT_OFFSET shifts all
-three, for a second broker).
+three, for a second broker). With BOOST_ARTEMIS_KEYSTORE (a PKCS12 file with the broker's
+certificate and key) and BOOST_ARTEMIS_KEYSTORE_PASSWORD (or BOOST_ARTEMIS_KEYSTORE_PASSWORD_FILE,
+a file holding it), it also takes STOMP over TLS on 61712, with the STOMP acceptor's settings.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from boost_tenancy.envvars import secret_from_env
 from boost_tenancy.errors import BoostTenancyError
 from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
@@ -83,6 +86,9 @@ ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
 """Shared queues the project's tenant plugin routes on this broker, as BOOST_BROKER_ROUTED_QUEUES
 names them: unset, every queue but the shared ones ("*", as docker/artemis/etc-override/broker.xml
 runs it); "pipeline": the sample pipeline's; a comma-separated list; "none": no plugin."""
+ENV_KEYSTORE: Final = "BOOST_ARTEMIS_KEYSTORE"
+"""A PKCS12 file with the broker's certificate and key: a stomp+ssl acceptor on STOMP_TLS_PORT."""
+ENV_KEYSTORE_PASSWORD: Final = "BOOST_ARTEMIS_KEYSTORE_PASSWORD"  # noqa: S105 (a variable's name)
 CLI_NAME: Final = "scripts/artemis"
 
 
@@ -138,12 +144,22 @@ class ArtemisSettings:
         if not offset_text.isdigit():
             raise LocalBrokerError(f"{ENV_OFFSET} must be a number of ports, got {offset_text!r}")
         routed, shared = plugin_queues_from_env(env, ENV_ROUTED)
+        keystore = env.get(ENV_KEYSTORE, "").strip()
+        password = secret_from_env(env, ENV_KEYSTORE_PASSWORD)
+        if bool(keystore) != (password is not None):
+            raise LocalBrokerError(
+                f"STOMP over TLS needs both {ENV_KEYSTORE} (a PKCS12 file with the broker's "
+                f"certificate and key) and {ENV_KEYSTORE_PASSWORD} (or "
+                f"{ENV_KEYSTORE_PASSWORD}_FILE); only one is set"
+            )
         return cls(
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
             port_offset=int(offset_text),
             extra_xml=plugin_xml(routed, shared=shared) if routed else "",
             lib_jars=build_plugin() if routed else (),
+            stomp_tls_keystore=Path(keystore).expanduser().resolve() if keystore else None,
+            stomp_tls_password=password or "",
         )
 
     @property
@@ -454,10 +470,11 @@ def run_cli(argv: Sequence[str]) -> int:
             launched = broker.start() if args.command == "start" else broker.restart()
             ports = broker.settings.ports()
             # "started" or "already running": what scripts/test reads to stop only its own.
+            tls = f" stomp+ssl://{HOST}:{ports['stomp_tls']}" if "stomp_tls" in ports else ""
             print(
                 f"Artemis {ARTEMIS_VERSION} {'started' if launched else 'already running'} "
                 f"(pid {broker.running_pid()}): "
-                f"stomp://{HOST}:{ports['stomp']} amqp://{HOST}:{ports['amqp']} "
+                f"stomp://{HOST}:{ports['stomp']}{tls} amqp://{HOST}:{ports['amqp']} "
                 f"tcp://{HOST}:{ports['core']}, home {broker.home}"
             )
         elif args.command == "stop":

@@ -60,6 +60,25 @@ def test_a_keystore_adds_a_stomp_tls_acceptor_with_the_stomp_acceptors_settings(
         la.ArtemisSettings(stomp_tls_keystore=Path("/k.p12"), stomp_tls_password="a;b=c")
 
 
+def test_scripts_artemis_takes_a_keystore_and_its_password_together(tmp_path: Path) -> None:
+    password_file = tmp_path / "pw"
+    password_file.write_text("pw-2\n")
+    base = {"BOOST_ARTEMIS_HOME": str(tmp_path / "a"), "BOOST_ARTEMIS_ROUTED_QUEUES": "none"}
+    settings = la.ArtemisSettings.from_env(
+        {
+            **base,
+            "BOOST_ARTEMIS_KEYSTORE": str(tmp_path / "broker.p12"),
+            "BOOST_ARTEMIS_KEYSTORE_PASSWORD_FILE": str(password_file),
+        }
+    )
+    assert settings.stomp_tls_keystore == tmp_path / "broker.p12"
+    assert settings.stomp_tls_password == "pw-2"
+    assert la.ArtemisSettings.from_env(base).stomp_tls_keystore is None
+    for one in ({"BOOST_ARTEMIS_KEYSTORE": "k.p12"}, {"BOOST_ARTEMIS_KEYSTORE_PASSWORD": "pw"}):
+        with pytest.raises(LocalBrokerError, match="needs both BOOST_ARTEMIS_KEYSTORE"):
+            la.ArtemisSettings.from_env({**base, **one})
+
+
 def test_an_unexpected_acceptor_port_is_refused() -> None:
     source = la.BROKER_XML.read_text(encoding="utf-8").replace(":5672", ":5673")
     with pytest.raises(LocalBrokerError, match="unknown port 5673"):
