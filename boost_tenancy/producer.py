@@ -29,7 +29,7 @@ class ProducerBatch:
     """Messages confirmed together when the batch block ends; none stored if the block raises."""
 
     _sink: BatchSink
-    _publisher: Publisher
+    _producer: TenantProducer
     _count: int = 0
 
     def send(
@@ -45,9 +45,9 @@ class ProducerBatch:
         """Add a message of tenant to the batch; sent when the batch block ends. Over a
         publishing limit it raises PublishRefusedError and the batch stays usable without it."""
         with publishing("create", queue) as span:  # each message its own creation context
-            admitted = self._publisher.admit(
+            admitted = self._producer.admit(
                 queue,
-                TenantId.parse(tenant),
+                tenant,
                 body,
                 message_id=message_id,
                 correlation_id=correlation_id,
@@ -173,7 +173,7 @@ class TenantProducer:
             atomic = self._transport.capabilities.atomic_batches
         sink = self._transport.open_batch(atomic=atomic)
         try:
-            yield ProducerBatch(sink, self._publisher)
+            yield ProducerBatch(sink, self)
         except BaseException:
             sink.abort()
             raise
