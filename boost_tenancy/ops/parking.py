@@ -175,6 +175,8 @@ class ParkedRedrive:
         self._moved: dict[tuple[TenantId, str], int] = {}
         self._stopping = threading.Event()
         self._done = threading.Event()
+        self._moving = threading.Event()
+        """Set once it has subscribed: from then on a stop waits for the batch it moves."""
         self._thread: threading.Thread | None = None
 
     @property
@@ -223,6 +225,7 @@ class ParkedRedrive:
                 log.error("parked_redrive_failed", parked_queues=len(self._moves), error=str(exc))
             self._done.set()
             return
+        self._moving.set()
         self._loop(list(subscriptions))
 
     def _holding_messages(self) -> tuple[ParkedMove, ...]:
@@ -287,5 +290,8 @@ class ParkedRedrive:
     def stop(self, timeout: float = 5.0) -> None:
         """End the redrive now; unmoved messages stay parked."""
         self._stopping.set()
-        if self._thread is not None:
+        # Still asking the broker which parked queues hold messages: nothing is being moved, and
+        # the thread subscribes to nothing once it sees the stop; a stop never waits for the
+        # listing (a management request, up to confirm_timeout_s).
+        if self._thread is not None and self._moving.is_set():
             self._thread.join(timeout)

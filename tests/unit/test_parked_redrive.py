@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -146,7 +147,9 @@ def test_start_returns_before_the_broker_answers(transport: Recording) -> None:
 
 def test_a_stop_while_the_broker_is_asked_subscribes_to_nothing(transport: Recording) -> None:
     queue, redrive = started_while_the_listing_waits(transport)
-    redrive.stop(timeout=0)  # asks it to end, without waiting for it
+    stopped = time.monotonic()
+    redrive.stop(timeout=5)  # nothing is being moved: it does not wait for the listing
+    assert time.monotonic() - stopped < 1
     transport.listing_may_answer.set()
     assert redrive.wait(10)
     assert transport.subscribed == []
