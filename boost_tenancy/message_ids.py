@@ -17,9 +17,15 @@ _VARIANT_DIGIT: Final = {f"{n:x}": f"{8 | (n & 3):x}" for n in range(16)}
 """A random hex digit with its top two bits set to the RFC 4122 variant, 10."""
 
 
+def is_valid_id(value: object) -> bool:
+    """Whether value is a plain id (check_id), without raising: what adoption asks of every
+    delivery's ids."""
+    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
 def check_id(kind: str, value: str) -> str:
     """Message and correlation ids travel as properties and into logs: keep them plain."""
-    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
+    if not is_valid_id(value):
         raise ConfigError(f"invalid {kind} {value!r}: expected 1-128 characters [A-Za-z0-9._:-]")
     return value
 

@@ -15,6 +15,7 @@ from boost_tenancy.errors import (
     MessageEncodeError,
 )
 from boost_tenancy.expiry import check_expiry
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.json_bodies import (
     DataclassInstance,
     PydanticModel,
@@ -203,6 +204,7 @@ def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
     return checked
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WireMessage:
     """What a transport puts on the wire: a body and string properties, nothing tenant-aware."""
@@ -267,6 +269,7 @@ class Message:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IncomingMessage(Generic[M]):
     """A delivered message whose tenant has been checked against its subscription.

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from boost_tenancy.frozen import fast_init
+
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
 TRACE_PROPERTIES: Final = frozenset({TRACEPARENT, TRACESTATE})
@@ -30,6 +32,7 @@ _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TraceContext:
     """A valid W3C trace context: what a message carries, and what continues from it."""

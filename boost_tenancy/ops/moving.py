@@ -139,11 +139,12 @@ class QueueMover:
         self._prefetch = prefetch
         self._name = name
         self._on_moved = on_moved
+        self._strategy = strategy_for(transport.capabilities)
         self._settler = Settler(
             transport,
             error_store,
             settings=DispatchSettings(),
-            strategy=strategy_for(transport.capabilities),
+            strategy=self._strategy,
             routing=routing,
             observers=observers,
         )
@@ -252,7 +253,7 @@ class QueueMover:
                 adopted.delivery,
                 DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.UNSETTLEABLE),
                 message_id=adopted.message_id,
-                attempt=adopted.attempt,
+                attempt=self._strategy.attempt_of(adopted.delivery, adopted.attempt),
             )
             return False
         return True
@@ -273,7 +274,7 @@ class QueueMover:
             adopted.delivery,
             outcome,
             message_id=adopted.message_id,
-            attempt=adopted.attempt,
+            attempt=self._strategy.attempt_of(adopted.delivery, adopted.attempt),
         )
         if settled == "quarantined":  # else left unacknowledged, reported by the Settler
             with self._lock:

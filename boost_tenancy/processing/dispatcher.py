@@ -162,7 +162,7 @@ class Dispatcher:
         adopted = adopt(delivery)
         delivery = adopted.delivery
         message_id = adopted.message_id
-        attempt = self._strategy.attempt_of(delivery)
+        attempt = self._strategy.attempt_of(delivery, adopted.attempt)
         correlation_id = delivery.correlation_id or message_id
         # Handlers, logs, the error store and observers see the logical queue, whatever the
         # topology; retries and dead letters use delivery.queue, the broker queue it came from.
@@ -229,7 +229,7 @@ class Dispatcher:
             adopted.delivery,
             Defer(delay_ms=delay_ms, reason=reason),
             message_id=adopted.message_id,
-            attempt=self._strategy.attempt_of(adopted.delivery),
+            attempt=self._strategy.attempt_of(adopted.delivery, adopted.attempt),
         )
 
     def _decide(

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
-from boost_tenancy.message_ids import check_id, derived_id, sanitized_id
+from boost_tenancy.frozen import fast_init
+from boost_tenancy.message_ids import derived_id, is_valid_id, sanitized_id
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
@@ -32,6 +33,7 @@ FOREIGN_CORRELATION_PROPERTY: Final = FOREIGN_PREFIX + "correlationId"
 _DEAD_LETTER_ONLY: Final = (ORIGINAL_QUEUE_PROPERTY, DEAD_LETTER_REASON_PROPERTY)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Adopted:
     """A delivery with trusted toolkit headers, and the names of those it did not trust."""
@@ -49,6 +51,23 @@ def adopt(delivery: Delivery, *, dead_letter: bool = False) -> Adopted:
     dead-letter properties are expected; on any other queue they are foreign and renamed.
     """
     props: Mapping[str, str] = delivery.properties
+    message_id = props.get(MESSAGE_ID_PROPERTY)
+    valid_id = is_valid_id(message_id)
+    attempt = parse_attempt(props.get(ATTEMPT_PROPERTY))
+    correlation_id = delivery.correlation_id
+    valid_correlation = correlation_id is None or is_valid_id(correlation_id)
+    if (
+        message_id is not None
+        and valid_id
+        and attempt is not None
+        and valid_correlation
+        and (
+            dead_letter
+            or (ORIGINAL_QUEUE_PROPERTY not in props and DEAD_LETTER_REASON_PROPERTY not in props)
+        )
+    ):
+        # What the toolkit's producers send: nothing to rename, the delivery as it came.
+        return Adopted(delivery, message_id, attempt, ())
     changed: dict[str, str] = {}
     foreign: list[str] = []
 
@@ -56,14 +75,12 @@ def adopt(delivery: Delivery, *, dead_letter: bool = False) -> Adopted:
         foreign.append(name)
         changed[FOREIGN_PREFIX + name] = header_text(props[name])
 
-    message_id = props.get(MESSAGE_ID_PROPERTY)
-    if message_id is None or not _valid_id(message_id):
+    if message_id is None or not valid_id:
         if message_id is not None:
             distrust(MESSAGE_ID_PROPERTY)
         seed = delivery.broker_message_id or f"{time.time_ns()}"
         message_id = derived_id(seed, delivery.queue, 0)
         changed[MESSAGE_ID_PROPERTY] = message_id
-    attempt = parse_attempt(props.get(ATTEMPT_PROPERTY))
     if attempt is None:
         distrust(ATTEMPT_PROPERTY)
         attempt = 1
@@ -73,25 +90,14 @@ def adopt(delivery: Delivery, *, dead_letter: bool = False) -> Adopted:
         removed = tuple(name for name in _DEAD_LETTER_ONLY if name in props)
         for name in removed:
             distrust(name)
-    correlation_id = delivery.correlation_id
-    if correlation_id is not None and not _valid_id(correlation_id):
+    if correlation_id is not None and not valid_correlation:
         foreign.append("correlation-id")
         changed[FOREIGN_CORRELATION_PROPERTY] = header_text(correlation_id)
         correlation_id = sanitized_id(correlation_id)
-    if not changed:
-        return Adopted(delivery, message_id, attempt, ())
     properties = {k: v for k, v in props.items() if k not in removed}
     properties.update(changed)
     adopted = replace(delivery, properties=properties, correlation_id=correlation_id)
     return Adopted(adopted, message_id, attempt, tuple(foreign))
-
-
-def _valid_id(value: str) -> bool:
-    try:
-        check_id("id", value)
-    except ValueError:
-        return False
-    return True
 
 
 __all__ = ["FOREIGN_CORRELATION_PROPERTY", "FOREIGN_PREFIX", "Adopted", "adopt"]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.resilience.dead_letter import DeadLetterReason
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.transports.base import Outgoing
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ack:
     """Handled: send what the handler published, then acknowledge."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from boost_tenancy.errors import ConfigError, PermanentError
 from boost_tenancy.expiry import ExpiryPolicy
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.message_ids import derived_id
 from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck
 from boost_tenancy.models import binding_for
@@ -36,6 +37,7 @@ class _Outbox:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerContext:
     """What a handler knows and may do: its tenant, the ids, the attempt, a bound logger, publish.

@@ -78,7 +78,7 @@ class Settler:
         if logical is None:
             logical = self._routing.logical(delivery.queue)
         try:
-            name = self._carry_out(tenant, delivery, outcome)
+            name = self._carry_out(tenant, delivery, outcome, attempt)
         except Exception as exc:  # an output or copy the wire or the broker refused
             if self._left_to_redelivery(exc, delivery):
                 raise
@@ -96,7 +96,9 @@ class Settler:
         )
         return self._notify(_claimed_tenant(tenant, outcome), logical, name)
 
-    def _carry_out(self, tenant: TenantId | None, delivery: Delivery, outcome: Outcome) -> str:
+    def _carry_out(
+        self, tenant: TenantId | None, delivery: Delivery, outcome: Outcome, attempt: int
+    ) -> str:
         match outcome:
             case Ack(outputs=outputs) if tenant is not None:
                 # ctx.publish names logical queues; the same routing picks the broker queue.
@@ -122,7 +124,7 @@ class Settler:
                 )
                 return "retried"
             case DeadLetter(error=error, reason=reason):
-                self._move(delivery, dead_letter_queue(delivery.queue), reason, error)
+                self._move(delivery, dead_letter_queue(delivery.queue), reason, error, attempt)
                 log.error(
                     "message_dead_lettered",
                     reason=reason.value,
@@ -132,7 +134,7 @@ class Settler:
                 return "dead_lettered"
             case Quarantine(error=error, claimed=claimed):
                 target = quarantine_queue(delivery.queue)
-                self._move(delivery, target, DeadLetterReason.TENANCY_VIOLATION, error)
+                self._move(delivery, target, DeadLetterReason.TENANCY_VIOLATION, error, attempt)
                 log.critical(
                     "tenancy_violation",
                     subscription_tenant=None if tenant is None else tenant.value,
@@ -145,7 +147,12 @@ class Settler:
                 raise ConfigError(f"{type(outcome).__name__} needs the subscription's tenant")
 
     def _move(
-        self, delivery: Delivery, target: str, reason: DeadLetterReason, error: ErrorInfo
+        self,
+        delivery: Delivery,
+        target: str,
+        reason: DeadLetterReason,
+        error: ErrorInfo,
+        attempt: int,
     ) -> None:
         """Send the message with its error to a dead-letter or quarantine queue, then ack it."""
         copy = dead_letter_copy(
@@ -153,7 +160,7 @@ class Settler:
             reason=reason,
             error_type=error.type,
             error_text=error.text,
-            attempt=self._strategy.attempt_of(delivery),
+            attempt=attempt,
         )
         self._transport.send_then_ack(delivery, [Outgoing(target, copy)])
 

@@ -25,8 +25,9 @@ from boost_tenancy.transports.base import Delivery, Outgoing, Transport, Transpo
 class RedeliveryStrategy(Protocol):
     """Reads the attempt number of a delivery and brings a failed one back later."""
 
-    def attempt_of(self, delivery: Delivery) -> int:
-        """1 for a first delivery, n for the n-th."""
+    def attempt_of(self, delivery: Delivery, stamped: int) -> int:
+        """1 for a first delivery, n for the n-th; stamped is the attempt its boostAttempt
+        property claims, as adoption read it (processing/inbound.py)."""
 
     def retry(
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
@@ -72,11 +73,10 @@ class RepublishRedelivery:
     def __init__(self, *, native_count: bool = False) -> None:
         self._native_count = native_count
 
-    def attempt_of(self, delivery: Delivery) -> int:
-        attempt = _attempt_property(delivery)
+    def attempt_of(self, delivery: Delivery, stamped: int) -> int:
         if self._native_count and delivery.delivery_count:
-            attempt += max(0, delivery.delivery_count)
-        return attempt
+            return stamped + max(0, delivery.delivery_count)
+        return stamped
 
     def retry(
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo

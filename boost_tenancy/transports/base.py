@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.messages import Body, WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.tenancy import TenantId
@@ -104,6 +105,7 @@ class ListedQueue:
     """Subscriptions consuming from the queue right now."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:
     """A message as a transport delivered it, before any tenant check."""
