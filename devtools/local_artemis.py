@@ -19,7 +19,8 @@ docker/artemis/etc-override/broker.xml with loopback ports), ``data/`` (journal,
 (5672): STOMP 61713, CORE and OpenWire 61716, AMQP 5772 (BOOST_ARTEMIS_PORT_OFFSET shifts all
 three, for a second broker). With BOOST_ARTEMIS_KEYSTORE (a PKCS12 file with the broker's
 certificate and key) and BOOST_ARTEMIS_KEYSTORE_PASSWORD (or BOOST_ARTEMIS_KEYSTORE_PASSWORD_FILE,
-a file holding it), it also takes STOMP over TLS on 61712, with the STOMP acceptor's settings.
+a file holding it), it also takes STOMP over TLS on 61712 and AMQP over TLS on 5771, each with its
+plain acceptor's settings.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ PASSWORD: Final = "boost-test"  # noqa: S105 (a test broker on loopback)
 HOST: Final = "127.0.0.1"
 STOMP_PORT: Final = 61713
 STOMP_TLS_PORT: Final = 61712
-"""The stomp+ssl acceptor's port, when an instance has one (ArtemisSettings.stomp_tls_keystore)."""
+"""The stomp+ssl acceptor's port, when an instance has one (ArtemisSettings.tls_keystore)."""
+AMQP_TLS_PORT: Final = 5771
+"""The amqps acceptor's port, when an instance has one (ArtemisSettings.tls_keystore)."""
 CORE_PORT: Final = 61716
 AMQP_PORT: Final = 5772
 HEAP: Final = "1G"
@@ -87,7 +90,8 @@ ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
 names them: unset, every queue but the shared ones ("*", as docker/artemis/etc-override/broker.xml
 runs it); "pipeline": the sample pipeline's; a comma-separated list; "none": no plugin."""
 ENV_KEYSTORE: Final = "BOOST_ARTEMIS_KEYSTORE"
-"""A PKCS12 file with the broker's certificate and key: a stomp+ssl acceptor on STOMP_TLS_PORT."""
+"""A PKCS12 file with the broker's certificate and key: a stomp+ssl acceptor on STOMP_TLS_PORT and
+an amqps one on AMQP_TLS_PORT."""
 ENV_KEYSTORE_PASSWORD: Final = "BOOST_ARTEMIS_KEYSTORE_PASSWORD"  # noqa: S105 (a variable's name)
 CLI_NAME: Final = "scripts/artemis"
 
@@ -120,10 +124,10 @@ class ArtemisSettings:
     """Jars put in the instance's lib/ before it starts (the project's plugin, its drivers)."""
     start_timeout_s: float = START_TIMEOUT_S
     """How long start() waits for a STOMP login (a backup answers only once it is active)."""
-    stomp_tls_keystore: Path | None = None
-    """A PKCS12 keystore: the instance also takes STOMP over TLS on stomp_tls_port, with the
-    plain STOMP acceptor's settings."""
-    stomp_tls_password: str = ""
+    tls_keystore: Path | None = None
+    """A PKCS12 keystore: the instance also takes STOMP over TLS on stomp_tls_port and AMQP over
+    TLS on amqp_tls_port, each with its plain acceptor's settings."""
+    tls_password: str = ""
     """The keystore's password."""
 
     def __post_init__(self) -> None:
@@ -131,8 +135,8 @@ class ArtemisSettings:
             raise LocalBrokerError(f"{ENV_OFFSET} must be 0-2000, got {self.port_offset}")
         # Both go into the acceptor's URL, whose parameters ; = & and XML's < > " ' would end.
         for name, value in (
-            ("keystore path", str(self.stomp_tls_keystore or "")),
-            ("keystore password", self.stomp_tls_password),
+            ("keystore path", str(self.tls_keystore or "")),
+            ("keystore password", self.tls_password),
         ):
             if any(c in value for c in ";=&<>\"'\n"):
                 raise LocalBrokerError(f"the {name} cannot hold ; = & < > quotes or newlines")
@@ -158,8 +162,8 @@ class ArtemisSettings:
             port_offset=int(offset_text),
             extra_xml=plugin_xml(routed, shared=shared) if routed else "",
             lib_jars=build_plugin() if routed else (),
-            stomp_tls_keystore=Path(keystore).expanduser().resolve() if keystore else None,
-            stomp_tls_password=password or "",
+            tls_keystore=Path(keystore).expanduser().resolve() if keystore else None,
+            tls_password=password or "",
         )
 
     @property
@@ -178,10 +182,15 @@ class ArtemisSettings:
     def stomp_tls_port(self) -> int:
         return STOMP_TLS_PORT + self.port_offset
 
+    @property
+    def amqp_tls_port(self) -> int:
+        return AMQP_TLS_PORT + self.port_offset
+
     def ports(self) -> dict[str, int]:
         ports = {"stomp": self.stomp_port, "core": self.core_port, "amqp": self.amqp_port}
-        if self.stomp_tls_keystore is not None:
+        if self.tls_keystore is not None:
             ports["stomp_tls"] = self.stomp_tls_port
+            ports["amqp_tls"] = self.amqp_tls_port
         return ports
 
     def suite_env(self) -> dict[str, str]:
@@ -225,8 +234,9 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
         raise LocalBrokerError(
             f"{BROKER_XML} should have {len(_CONTAINER_PORTS)} acceptors on 0.0.0.0, found {count}"
         )
-    if settings.stomp_tls_keystore is not None:
-        text = _with_stomp_tls(text, settings)
+    if settings.tls_keystore is not None:
+        text = _with_tls(text, "stomp", settings.stomp_tls_port, settings)
+        text = _with_tls(text, "amqp", settings.amqp_tls_port, settings)
     if settings.extra_xml:
         text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
     if settings.catch_all_xml:
@@ -246,16 +256,16 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
     return text
 
 
-def _with_stomp_tls(text: str, settings: ArtemisSettings) -> str:
-    """text with a stomp+ssl acceptor next to the STOMP one: the same parameters, on
-    stomp_tls_port, with the keystore (sslEnabled)."""
-    found = re.search(r'<acceptor name="stomp">tcp://[^:]+:\d+\?([^<]*)</acceptor>', text)
+def _with_tls(text: str, name: str, port: int, settings: ArtemisSettings) -> str:
+    """text with a TLS acceptor (name-tls) next to the acceptor called name: the same
+    parameters, on port, with the keystore (sslEnabled)."""
+    found = re.search(rf'<acceptor name="{name}">tcp://[^:]+:\d+\?([^<]*)</acceptor>', text)
     if found is None:
-        raise LocalBrokerError(f"{BROKER_XML} should have an acceptor named stomp")
+        raise LocalBrokerError(f"{BROKER_XML} should have an acceptor named {name}")
     tls = (
-        f'<acceptor name="stomp-tls">tcp://{HOST}:{settings.stomp_tls_port}?{found[1]};'
-        f"sslEnabled=true;keyStoreType=PKCS12;keyStorePath={settings.stomp_tls_keystore};"
-        f"keyStorePassword={settings.stomp_tls_password}</acceptor>"
+        f'<acceptor name="{name}-tls">tcp://{HOST}:{port}?{found[1]};'
+        f"sslEnabled=true;keyStoreType=PKCS12;keyStorePath={settings.tls_keystore};"
+        f"keyStorePassword={settings.tls_password}</acceptor>"
     )
     return text.replace(found[0], f"{found[0]}\n      {tls}", 1)
 
@@ -470,7 +480,11 @@ def run_cli(argv: Sequence[str]) -> int:
             launched = broker.start() if args.command == "start" else broker.restart()
             ports = broker.settings.ports()
             # "started" or "already running": what scripts/test reads to stop only its own.
-            tls = f" stomp+ssl://{HOST}:{ports['stomp_tls']}" if "stomp_tls" in ports else ""
+            tls = (
+                f" stomp+ssl://{HOST}:{ports['stomp_tls']} amqps://{HOST}:{ports['amqp_tls']}"
+                if "stomp_tls" in ports
+                else ""
+            )
             print(
                 f"Artemis {ARTEMIS_VERSION} {'started' if launched else 'already running'} "
                 f"(pid {broker.running_pid()}): "

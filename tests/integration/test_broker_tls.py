@@ -1,10 +1,11 @@
-"""STOMP over TLS against a real ActiveMQ Classic and a real ActiveMQ Artemis: the test makes a
-CA and a broker certificate for "localhost", starts a broker of its own with a stomp+ssl
-acceptor (Classic from the same BOOST_BROKER_* variables scripts/broker reads; Artemis with the
-project's broker.xml and a stomp-tls acceptor beside its STOMP one), and shows a round trip over
-TLS, a broker signed by another CA refused (with or without the host name check), a certificate
-that does not name the host connected to refused unless BOOST_BROKER_VERIFY_HOST=off says so,
-and batches larger than the sockets' buffers stored whole.
+"""STOMP over TLS against a real ActiveMQ Classic and a real ActiveMQ Artemis, and AMQP 1.0 over
+TLS against the same Artemis: the test makes a CA and a broker certificate for "localhost",
+starts a broker of its own with TLS acceptors (Classic's stomp+ssl, from the same BOOST_BROKER_*
+variables scripts/broker reads; Artemis with the project's broker.xml and stomp-tls and
+amqp-tls acceptors beside the plain ones, from the variables scripts/artemis reads), and shows a
+round trip over TLS, a broker signed by another CA refused (with or without the host name
+check), a certificate that does not name the host connected to refused unless
+BOOST_BROKER_VERIFY_HOST=off says so, and batches larger than the sockets' buffers stored whole.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Transport
@@ -39,8 +41,8 @@ pytestmark = [
 ]
 
 ARTEMIS_OFFSET = 1800
-"""Ports 63512 (STOMP over TLS), 63513 (STOMP), 63516 (CORE), 7572 (AMQP): clear of every other
-broker of the suite."""
+"""Ports 63512 (STOMP over TLS), 63513 (STOMP), 63516 (CORE), 7571 (AMQP over TLS), 7572 (AMQP):
+clear of every other broker of the suite."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class TlsBroker:
     """A CA that did not sign the broker's certificate."""
     login: dict[str, str]
     """The BOOST_BROKER_USER and _PASSWORD the broker asks for (none for the Classic)."""
+    amqp_port: int | None = None
+    """The broker's AMQP 1.0 over TLS port (Artemis; the project's Classic takes no AMQP)."""
 
 
 @pytest.fixture(scope="module", params=["classic", "artemis"])
@@ -106,7 +110,13 @@ def _artemis(home: Path, keystore: Path, ca_file: Path, other_ca_file: Path) -> 
     artemis.start()
     try:
         login = {"BOOST_BROKER_USER": ARTEMIS_USER, "BOOST_BROKER_PASSWORD": ARTEMIS_PASSWORD}
-        yield TlsBroker(artemis.settings.stomp_tls_port, ca_file, other_ca_file, login)
+        yield TlsBroker(
+            artemis.settings.stomp_tls_port,
+            ca_file,
+            other_ca_file,
+            login,
+            amqp_port=artemis.settings.amqp_tls_port,
+        )
     finally:
         artemis.stop(timeout_s=30)
 
@@ -123,6 +133,23 @@ def client(host: str, broker: TlsBroker, **env: str) -> StompTransport:
         }
     )
     return StompTransport(settings)
+
+
+def amqp_client(host: str, broker: TlsBroker, **env: str) -> Transport:
+    """An AMQP 1.0 transport to the broker's amqps acceptor, configured as an entry point is: a
+    URL and BOOST_BROKER_* variables."""
+    if broker.amqp_port is None:
+        pytest.skip("the project's Classic takes no AMQP 1.0 (scripts/broker)")
+    credentials = f"{ARTEMIS_USER}:{ARTEMIS_PASSWORD}@"
+    return open_transport(
+        f"amqps://{credentials}{host}:{broker.amqp_port}",
+        {
+            "BOOST_BROKER_CA_FILE": str(broker.ca_file),
+            "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
+            "BOOST_BROKER_RECONNECT_WAIT_S": "0",
+            **env,
+        },
+    )
 
 
 def over_tls(transport: Transport) -> None:
@@ -176,3 +203,20 @@ def test_a_batch_larger_than_the_sockets_buffers_is_stored_whole_over_tls(
         assert stats is not None and stats.waiting == 50, stats
     finally:
         transport.close()
+
+
+def test_amqp_goes_round_trip_over_tls_to_the_brokers_own_acceptor(tls_broker: TlsBroker) -> None:
+    """Not through a terminator (test_amqp_tls.py): Artemis's own TLS, with its SASL after it.
+    The port takes TLS only (sslEnabled), so a round trip there went over TLS."""
+    assert tls_round_trip(amqp_client("localhost", tls_broker)).startswith("over tls ")
+
+
+def test_amqp_refuses_a_broker_signed_by_another_ca_or_not_naming_the_host(
+    tls_broker: TlsBroker,
+) -> None:
+    other = {"BOOST_BROKER_CA_FILE": str(tls_broker.other_ca_file)}
+    assert refused(amqp_client("localhost", tls_broker, **other))
+    assert refused(amqp_client("localhost", tls_broker, **other, BOOST_BROKER_VERIFY_HOST="off"))
+    assert refused(amqp_client("127.0.0.1", tls_broker))
+    body = tls_round_trip(amqp_client("127.0.0.1", tls_broker, BOOST_BROKER_VERIFY_HOST="off"))
+    assert body.startswith("over tls ")

@@ -39,25 +39,34 @@ def test_the_projects_broker_xml_is_rendered_with_every_acceptor_on_its_own_loop
     assert "0.0.0.0" not in rendered
 
 
-def test_a_keystore_adds_a_stomp_tls_acceptor_with_the_stomp_acceptors_settings() -> None:
+@pytest.mark.parametrize(
+    ("name", "plain", "tls_port"), [("stomp", 61813, 61812), ("amqp", 5872, 5871)]
+)
+def test_a_keystore_adds_a_tls_acceptor_with_the_plain_acceptors_settings(
+    name: str, plain: int, tls_port: int
+) -> None:
     settings = la.ArtemisSettings(
         home=Path("/x"),
         port_offset=100,
-        stomp_tls_keystore=Path("/keys/broker.p12"),
-        stomp_tls_password="pw-1",
+        tls_keystore=Path("/keys/broker.p12"),
+        tls_password="pw-1",
     )
     rendered = la.render_broker_xml(settings)
-    stomp = re.search(r'<acceptor name="stomp">tcp://127.0.0.1:61813\?([^<]*)<', rendered)
-    tls = re.search(r'<acceptor name="stomp-tls">tcp://127.0.0.1:61812\?([^<]*)<', rendered)
-    assert stomp is not None and tls is not None
+    acceptor = re.search(rf'<acceptor name="{name}">tcp://127.0.0.1:{plain}\?([^<]*)<', rendered)
+    tls = re.search(rf'<acceptor name="{name}-tls">tcp://127.0.0.1:{tls_port}\?([^<]*)<', rendered)
+    assert acceptor is not None and tls is not None
     assert tls[1] == (
-        f"{stomp[1]};sslEnabled=true;keyStoreType=PKCS12;keyStorePath=/keys/broker.p12;"
+        f"{acceptor[1]};sslEnabled=true;keyStoreType=PKCS12;keyStorePath=/keys/broker.p12;"
         "keyStorePassword=pw-1"
     )
-    assert settings.ports()["stomp_tls"] == 61812
-    assert "stomp_tls" not in la.ArtemisSettings(home=Path("/x")).ports()
+    assert settings.ports()[f"{name}_tls"] == tls_port
+    assert f"{name}_tls" not in la.ArtemisSettings(home=Path("/x")).ports()
+    assert f'name="{name}-tls"' not in la.render_broker_xml(la.ArtemisSettings(home=Path("/x")))
+
+
+def test_a_keystore_password_that_would_end_the_acceptors_url_is_refused() -> None:
     with pytest.raises(LocalBrokerError, match="keystore password cannot hold"):
-        la.ArtemisSettings(stomp_tls_keystore=Path("/k.p12"), stomp_tls_password="a;b=c")
+        la.ArtemisSettings(tls_keystore=Path("/k.p12"), tls_password="a;b=c")
 
 
 def test_scripts_artemis_takes_a_keystore_and_its_password_together(tmp_path: Path) -> None:
@@ -71,9 +80,9 @@ def test_scripts_artemis_takes_a_keystore_and_its_password_together(tmp_path: Pa
             "BOOST_ARTEMIS_KEYSTORE_PASSWORD_FILE": str(password_file),
         }
     )
-    assert settings.stomp_tls_keystore == tmp_path / "broker.p12"
-    assert settings.stomp_tls_password == "pw-2"
-    assert la.ArtemisSettings.from_env(base).stomp_tls_keystore is None
+    assert settings.tls_keystore == tmp_path / "broker.p12"
+    assert settings.tls_password == "pw-2"
+    assert la.ArtemisSettings.from_env(base).tls_keystore is None
     for one in ({"BOOST_ARTEMIS_KEYSTORE": "k.p12"}, {"BOOST_ARTEMIS_KEYSTORE_PASSWORD": "pw"}):
         with pytest.raises(LocalBrokerError, match="needs both BOOST_ARTEMIS_KEYSTORE"):
             la.ArtemisSettings.from_env({**base, **one})
