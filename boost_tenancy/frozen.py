@@ -26,8 +26,8 @@ def fast_init(cls: type[T]) -> type[T]:
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
         raise TypeError(f"fast_init wants a frozen dataclass with slots, got {cls.__name__}")
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # a dataclass, checked above
-    taken = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
-    if taken != [field.name for field in fields if field.init]:
+    taken = {name for name in inspect.signature(cls.__init__).parameters if name != "self"}
+    if taken != {field.name for field in fields if field.init}:
         # An InitVar is a parameter of __init__ but no field: nothing here would pass it on.
         raise TypeError(f"fast_init does not take init-only variables ({cls.__name__})")
     names: dict[str, Any] = {}

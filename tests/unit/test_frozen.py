@@ -26,9 +26,9 @@ def _twin() -> tuple[type[Any], type[Any]]:
         @dataclass(frozen=True, slots=True)
         class Value:
             first: int
+            third: float = field(default=3.0, kw_only=True)  # after the positional ones
             second: str = "two"
             items: list[int] = field(default_factory=list)
-            third: float = field(default=3.0, kw_only=True)
             derived: int = field(default=0, init=False)
             named: str = field(default_factory=lambda: "made", kw_only=True)
 
