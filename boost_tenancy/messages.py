@@ -226,6 +226,7 @@ class PublishCheck(Protocol):
     def check(self, tenant: TenantId, queue: str, messages: Sequence[WireMessage]) -> None: ...
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """An outgoing message of one tenant; a str body travels as a JMS TextMessage."""

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from boost_tenancy.chain_order import arrange, hook_of, name_of
 from boost_tenancy.expiry import ExpiryPolicy
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.messages import Message, MessageBody, PublishCheck, WireMessage, build_message
 from boost_tenancy.observability.trace_context import TraceContext
 from boost_tenancy.observability.tracing import stamp
@@ -44,6 +45,7 @@ class Draft:
     delay_ms: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AdmittedSend:
     """A message through the publish steps, not sent yet (TenantProducer.admit)."""

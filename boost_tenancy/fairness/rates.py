@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from boost_tenancy.errors import ConfigError
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.tenancy import TenantId
 
 DEFAULT_BURST_S: Final = 10.0
@@ -81,6 +82,7 @@ class RatePolicy:
 UNLIMITED: Final = RatePolicy(rate_per_s=0)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Admission:
     """Whether units were admitted and, if not, how long until they would be."""

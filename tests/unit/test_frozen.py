@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from boost_tenancy.fairness.rates import Admission
 from boost_tenancy.frozen import fast_init
-from boost_tenancy.messages import IncomingMessage, WireMessage
+from boost_tenancy.messages import IncomingMessage, Message, WireMessage
 from boost_tenancy.observability.trace_context import TraceContext
 from boost_tenancy.processing.inbound import Adopted
 from boost_tenancy.processing.outcomes import Ack
 from boost_tenancy.processing.processor import HandlerContext
+from boost_tenancy.publishing import AdmittedSend
+from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.base import Delivery
 
 
@@ -78,7 +81,19 @@ def test_a_value_made_by_the_fast_init_stays_frozen() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [Delivery, WireMessage, IncomingMessage, TraceContext, Adopted, Ack, HandlerContext],
+    [
+        Delivery,
+        DeliveryToken,
+        WireMessage,
+        Message,
+        AdmittedSend,
+        IncomingMessage,
+        TraceContext,
+        Adopted,
+        Ack,
+        HandlerContext,
+        Admission,
+    ],
     ids=lambda cls: cls.__name__,
 )
 def test_each_per_message_value_keeps_its_dataclass_signature(cls: type[Any]) -> None:

@@ -27,6 +27,7 @@ from cproton import (
 from proton import Condition, Delivery, Described, Link, Terminus, symbol
 
 from boost_tenancy.errors import TransportError
+from boost_tenancy.frozen import fast_init
 from boost_tenancy.messages import MESSAGE_ID_PROPERTY
 from boost_tenancy.transports import base
 from boost_tenancy.transports.amqp.codec import (
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("boost_tenancy.transports.amqp")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeliveryToken:
     """The transport-private handle of a delivery: which connection and which of its
