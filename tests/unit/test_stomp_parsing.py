@@ -188,3 +188,59 @@ def test_a_message_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
     stomp_py, toolkit_calls = calls[:4], calls[4:]
     assert stomp_py == ["a.before", "b.before", "a.message", "b.message"]
     assert toolkit_calls == stomp_py
+
+
+class Receipts(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def on_receipt(self, frame: Any) -> None:
+        self.calls.append(f"{self.name}.{frame.headers['receipt-id']}")
+
+
+def test_a_receipt_the_toolkit_asked_for_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
+    """Every listener's on_receipt, in the order of their names, a listener without it skipped;
+    stomp.py's heart-beat listener among them, which counts the receipt as a sign of life."""
+    calls: list[str] = []
+    for toolkit in (False, True):
+        conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
+        conn.set_listener("b", Receipts("b", calls))
+        conn.set_listener("a", Receipts("a", calls))
+        conn.set_listener("c", Bare())
+        transport = conn.transport
+        if toolkit:
+            assert read_frames_with(transport)
+        transport.receive = lambda: b"RECEIPT\nreceipt-id:r-7\n\n\x00"
+        transport.running = True
+        conn.received_heartbeat = time.monotonic() - 1.0
+        transport._BaseTransport__read_frames()
+        assert conn.received_heartbeat > time.monotonic() - 0.5
+    stomp_py, toolkit_calls = calls[:2], calls[2:]
+    assert stomp_py == ["a.r-7", "b.r-7"]
+    assert toolkit_calls == stomp_py
+
+
+def test_only_the_toolkit_s_receipts_skip_stomp_py_s_own_handling() -> None:
+    """A receipt stomp.py asked for (its DISCONNECT's, which closes the socket) goes through
+    stomp.py's process_frame, as every frame but a MESSAGE and the toolkit's receipts does."""
+    conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
+    calls: list[str] = []
+    conn.set_listener("a", Receipts("a", calls))
+    transport = conn.transport
+    through_stomp_py: list[str] = []
+    transport.process_frame = lambda frame, data: through_stomp_py.append(
+        frame.headers.get("receipt-id", frame.cmd)
+    )
+    assert read_frames_with(transport)
+    chunks = [
+        b"RECEIPT\nreceipt-id:r-1\n\n\x00",
+        b"RECEIPT\nreceipt-id:5f0c6a1e-disconnect\n\n\x00",
+        b"ERROR\nmessage:no\n\n\x00",
+    ]
+    transport.receive = lambda: chunks.pop(0)
+    transport.running = True
+    while chunks:
+        transport._BaseTransport__read_frames()
+    assert calls == ["a.r-1"]
+    assert through_stomp_py == ["5f0c6a1e-disconnect", "ERROR"]

@@ -22,6 +22,8 @@ from typing import Any, Final
 from stomp.utils import HEARTBEAT_FRAME, Frame
 from stomp.utils import parse_frame as stomp_parse_frame
 
+from boost_tenancy.transports.stomp.receipts import RECEIPT_PREFIX
+
 _ESCAPE: Final = re.compile(r"\\.")
 _UNESCAPES: Final = {"\\r": "\r", "\\n": "\n", "\\c": ":", "\\\\": "\\"}
 
@@ -100,7 +102,10 @@ def read_frames_with(transport: Any) -> bool:
     parse_frame, and hands a MESSAGE to the listeners itself as stomp.py's process_frame does
     (each listener's on_before_message, then each one's on_message, in the order of their names,
     a listener without the method skipped), with one look at the listeners under stomp.py's lock
-    instead of two; other frames go through stomp.py's process_frame.
+    instead of two. A RECEIPT the toolkit asked for (receipts.RECEIPT_PREFIX) goes to each
+    listener's on_receipt the same way: stomp.py's own bookkeeping of receipts (a condition
+    taken and notified for every one) concerns only those it asked for, its DISCONNECT's, which
+    go through stomp.py's process_frame with every other frame.
 
     False, leaving stomp.py's reader, when the stomp.py installed lacks any of what this takes
     over (a version this was not written for), or when the transport decodes bodies (the toolkit
@@ -126,19 +131,28 @@ def read_frames_with(transport: Any) -> bool:
             frame = HEARTBEAT_FRAME if is_eol(data) else parse_frame(data)
             if frame is None:
                 continue
-            if frame.cmd != "MESSAGE":
+            if frame.cmd == "MESSAGE":
+                with listeners_changing:
+                    ordered = [listener for _, listener in sorted(listeners.items())]
+                for listener in ordered:
+                    before = getattr(listener, "on_before_message", None)
+                    if before is not None:
+                        before(frame)
+                for listener in ordered:
+                    on_message = getattr(listener, "on_message", None)
+                    if on_message is not None:
+                        on_message(frame)
+            elif frame.cmd == "RECEIPT" and frame.headers.get("receipt-id", "").startswith(
+                RECEIPT_PREFIX
+            ):
+                with listeners_changing:
+                    ordered = [listener for _, listener in sorted(listeners.items())]
+                for listener in ordered:
+                    on_receipt = getattr(listener, "on_receipt", None)
+                    if on_receipt is not None:
+                        on_receipt(frame)
+            else:
                 process_frame(frame, data)
-                continue
-            with listeners_changing:
-                ordered = [listener for _, listener in sorted(listeners.items())]
-            for listener in ordered:
-                before = getattr(listener, "on_before_message", None)
-                if before is not None:
-                    before(frame)
-            for listener in ordered:
-                on_message = getattr(listener, "on_message", None)
-                if on_message is not None:
-                    on_message(frame)
 
     transport._BaseTransport__read_frames = read_frames
     return True

@@ -7,12 +7,16 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
+from typing import Final
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
 
+RECEIPT_PREFIX: Final = "r-"
+"""Every receipt the toolkit asks for starts so; stomp.py's own (its DISCONNECT's) never do."""
+
 
 def new_receipt() -> str:
-    return f"r-{uuid.uuid4().hex}"
+    return f"{RECEIPT_PREFIX}{uuid.uuid4().hex}"
 
 
 @dataclass(slots=True)
