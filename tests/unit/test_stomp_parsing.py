@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import stomp
 from hypothesis import given
 from hypothesis import strategies as st
@@ -165,14 +166,32 @@ class Ordered(stomp.ConnectionListener):  # type: ignore[misc]
     def on_message(self, frame: Any) -> None:
         self.calls.append(f"{self.name}.message")
 
+    def on_receipt(self, frame: Any) -> None:
+        self.calls.append(f"{self.name}.{frame.headers['receipt-id']}")
+
 
 class Bare:
-    """A listener with no before_message and no on_message: stomp.py skips it."""
+    """A listener with none of those methods: stomp.py skips it."""
 
 
-def test_a_message_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
-    """Every listener's on_before_message, then every one's on_message, in the order of their
-    names; a listener without either method is skipped, as stomp.py's notify skips it."""
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        (
+            b"MESSAGE\ndestination:/queue/a\n\nx\x00",
+            ["a.before", "b.before", "a.message", "b.message"],
+        ),
+        (b"RECEIPT\nreceipt-id:r-7\n\n\x00", ["a.r-7", "b.r-7"]),
+    ],
+    ids=["message", "toolkit-receipt"],
+)
+def test_a_frame_the_toolkit_hands_on_reaches_the_listeners_as_stomp_py_hands_it_on(
+    frame: bytes, expected: list[str]
+) -> None:
+    """A MESSAGE: every listener's on_before_message, then every one's on_message; a RECEIPT the
+    toolkit asked for: every one's on_receipt; in the order of their names, a listener without
+    the method skipped, as stomp.py's notify skips it; stomp.py's heart-beat listener among them,
+    which counts the frame as a sign of life."""
     calls: list[str] = []
     for toolkit in (False, True):
         conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
@@ -182,42 +201,13 @@ def test_a_message_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
         transport = conn.transport
         if toolkit:
             assert read_frames_with(transport)
-        transport.receive = lambda: b"MESSAGE\ndestination:/queue/a\n\nx\x00"
-        transport.running = True
-        transport._BaseTransport__read_frames()
-    stomp_py, toolkit_calls = calls[:4], calls[4:]
-    assert stomp_py == ["a.before", "b.before", "a.message", "b.message"]
-    assert toolkit_calls == stomp_py
-
-
-class Receipts(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, name: str, calls: list[str]) -> None:
-        self.name = name
-        self.calls = calls
-
-    def on_receipt(self, frame: Any) -> None:
-        self.calls.append(f"{self.name}.{frame.headers['receipt-id']}")
-
-
-def test_a_receipt_the_toolkit_asked_for_reaches_the_listeners_as_stomp_py_hands_it_on() -> None:
-    """Every listener's on_receipt, in the order of their names, a listener without it skipped;
-    stomp.py's heart-beat listener among them, which counts the receipt as a sign of life."""
-    calls: list[str] = []
-    for toolkit in (False, True):
-        conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
-        conn.set_listener("b", Receipts("b", calls))
-        conn.set_listener("a", Receipts("a", calls))
-        conn.set_listener("c", Bare())
-        transport = conn.transport
-        if toolkit:
-            assert read_frames_with(transport)
-        transport.receive = lambda: b"RECEIPT\nreceipt-id:r-7\n\n\x00"
+        transport.receive = lambda: frame
         transport.running = True
         conn.received_heartbeat = time.monotonic() - 1.0
         transport._BaseTransport__read_frames()
         assert conn.received_heartbeat > time.monotonic() - 0.5
-    stomp_py, toolkit_calls = calls[:2], calls[2:]
-    assert stomp_py == ["a.r-7", "b.r-7"]
+    stomp_py, toolkit_calls = calls[: len(expected)], calls[len(expected) :]
+    assert stomp_py == expected
     assert toolkit_calls == stomp_py
 
 
@@ -226,7 +216,7 @@ def test_only_the_toolkit_s_receipts_skip_stomp_py_s_own_handling() -> None:
     stomp.py's process_frame, as every frame but a MESSAGE and the toolkit's receipts does."""
     conn = stomp.Connection12([("127.0.0.1", 1)], auto_decode=False)
     calls: list[str] = []
-    conn.set_listener("a", Receipts("a", calls))
+    conn.set_listener("a", Ordered("a", calls))
     transport = conn.transport
     through_stomp_py: list[str] = []
     transport.process_frame = lambda frame, data: through_stomp_py.append(

@@ -126,31 +126,28 @@ def read_frames_with(transport: Any) -> bool:
         return False
     process_frame = transport.process_frame
 
+    def hand_on(frame: Frame, *methods: str) -> None:
+        # As stomp.py's notify: each method in turn, of every listener in the order of their
+        # names, a listener without it skipped.
+        with listeners_changing:
+            ordered = [listener for _, listener in sorted(listeners.items())]
+        for method in methods:
+            for listener in ordered:
+                call = getattr(listener, method, None)
+                if call is not None:
+                    call(frame)
+
     def read_frames() -> None:
         for data in read():
             frame = HEARTBEAT_FRAME if is_eol(data) else parse_frame(data)
             if frame is None:
                 continue
             if frame.cmd == "MESSAGE":
-                with listeners_changing:
-                    ordered = [listener for _, listener in sorted(listeners.items())]
-                for listener in ordered:
-                    before = getattr(listener, "on_before_message", None)
-                    if before is not None:
-                        before(frame)
-                for listener in ordered:
-                    on_message = getattr(listener, "on_message", None)
-                    if on_message is not None:
-                        on_message(frame)
+                hand_on(frame, "on_before_message", "on_message")
             elif frame.cmd == "RECEIPT" and frame.headers.get("receipt-id", "").startswith(
                 RECEIPT_PREFIX
             ):
-                with listeners_changing:
-                    ordered = [listener for _, listener in sorted(listeners.items())]
-                for listener in ordered:
-                    on_receipt = getattr(listener, "on_receipt", None)
-                    if on_receipt is not None:
-                        on_receipt(frame)
+                hand_on(frame, "on_receipt")
             else:
                 process_frame(frame, data)
 
