@@ -152,7 +152,7 @@ class ArtemisSettings:
         password = secret_from_env(env, ENV_KEYSTORE_PASSWORD)
         if bool(keystore) != (password is not None):
             raise LocalBrokerError(
-                f"STOMP over TLS needs both {ENV_KEYSTORE} (a PKCS12 file with the broker's "
+                f"TLS (STOMP and AMQP) needs both {ENV_KEYSTORE} (a PKCS12 file with the broker's "
                 f"certificate and key) and {ENV_KEYSTORE_PASSWORD} (or "
                 f"{ENV_KEYSTORE_PASSWORD}_FILE); only one is set"
             )

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery, Transport
@@ -40,6 +41,20 @@ def round_trip(
         return delivery.body
     finally:
         transport.close()
+
+
+def amqps_client(url: str, ca_file: Path, **env: str) -> Transport:
+    """An AMQP 1.0 transport over TLS configured as an entry point is: a URL and BOOST_BROKER_*
+    variables, the CA that signed the server's certificate among them."""
+    return open_transport(
+        url,
+        {
+            "BOOST_BROKER_CA_FILE": str(ca_file),
+            "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
+            "BOOST_BROKER_RECONNECT_WAIT_S": "0",
+            **env,
+        },
+    )
 
 
 def refused(transport: Transport) -> bool:

@@ -14,10 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.transports.base import Transport
 from tests.tls_certificates import make_authority, server_pem
-from tests.tls_support import TlsTerminator, refused, round_trip
+from tests.tls_support import TlsTerminator, amqps_client, refused, round_trip
 
 pytestmark = [pytest.mark.amqp_broker]
 
@@ -64,15 +63,7 @@ def tls(amqp_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls
 def client(tls: Tls, host: str, *, mutual: bool = False, **env: str) -> Transport:
     """A transport configured as an entry point is: a URL and BOOST_BROKER_* variables."""
     port = (tls.mutual if mutual else tls.terminator).port
-    return open_transport(
-        f"amqps://{tls.credentials}{host}:{port}",
-        {
-            "BOOST_BROKER_CA_FILE": str(tls.ca_file),
-            "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
-            "BOOST_BROKER_RECONNECT_WAIT_S": "0",
-            **env,
-        },
-    )
+    return amqps_client(f"amqps://{tls.credentials}{host}:{port}", tls.ca_file, **env)
 
 
 def test_a_message_goes_round_trip_over_tls(tls: Tls) -> None:

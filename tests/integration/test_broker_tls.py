@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Transport
@@ -31,7 +30,7 @@ from devtools.local_broker import LocalBroker, LocalBrokerSettings
 from tests.conftest import require_activemq, unavailable
 from tests.integration.test_local_broker import _free_port_pair
 from tests.tls_certificates import KEYSTORE_PASSWORD, broker_keystore, make_authority
-from tests.tls_support import refused
+from tests.tls_support import amqps_client, refused
 from tests.tls_support import round_trip as tls_round_trip
 
 pytestmark = [
@@ -141,15 +140,7 @@ def amqp_client(host: str, broker: TlsBroker, **env: str) -> Transport:
     if broker.amqp_port is None:
         pytest.skip("the project's Classic takes no AMQP 1.0 (scripts/broker)")
     credentials = f"{ARTEMIS_USER}:{ARTEMIS_PASSWORD}@"
-    return open_transport(
-        f"amqps://{credentials}{host}:{broker.amqp_port}",
-        {
-            "BOOST_BROKER_CA_FILE": str(broker.ca_file),
-            "BOOST_BROKER_CONNECT_TIMEOUT_S": "10",
-            "BOOST_BROKER_RECONNECT_WAIT_S": "0",
-            **env,
-        },
-    )
+    return amqps_client(f"amqps://{credentials}{host}:{broker.amqp_port}", broker.ca_file, **env)
 
 
 def over_tls(transport: Transport) -> None:
