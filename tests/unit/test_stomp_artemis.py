@@ -201,7 +201,7 @@ def delivery(ack: str) -> Delivery:
         redelivered=False,
         subscription_id="sub-1",
         broker_message_id=ack,
-        token=(1, ack),
+        token=(0, 1, ack),  # (line, generation, ack id)
     )
 
 

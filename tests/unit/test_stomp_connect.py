@@ -460,6 +460,9 @@ class RecordingConnection:
         frame = {"destination": destination, "id": id, "ack": ack, **headers}
         self.transport.send(encode_frame("SUBSCRIBE", frame))
 
+    def unsubscribe(self, id: str) -> None:
+        self.transport.send(encode_frame("UNSUBSCRIBE", {"id": id}))
+
     def disconnect(self) -> None:
         self.transport.running = False
 
@@ -517,7 +520,7 @@ def delivery() -> Delivery:
         redelivered=False,
         subscription_id="sub-1",
         broker_message_id="m-1",
-        token=(1, "ack-1"),
+        token=(0, 1, "ack-1"),  # (line, generation, ack id)
     )
 
 

@@ -10,11 +10,8 @@ from boost_tenancy.transports.stomp.connection import reconnect_delay
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import encode_frame
 from boost_tenancy.transports.stomp.settings import StompSettings
-from boost_tenancy.transports.stomp.transport import (
-    StompSubscription,
-    StompTransport,
-    transport_from_url,
-)
+from boost_tenancy.transports.stomp.subscriptions import StompSubscription
+from boost_tenancy.transports.stomp.transport import StompTransport, transport_from_url
 
 __all__ = [
     "BrokerFlavour",

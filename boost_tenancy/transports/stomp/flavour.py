@@ -9,6 +9,10 @@ from typing import Final
 
 from boost_tenancy.transports.base import TransportCapabilities
 
+ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 100
+"""How many subscriptions the transport puts on one connection to Artemis: each SUBSCRIBE there
+wakes every consumer of its connection (stomp/subscriptions.py)."""
+
 MAX_CONSUMER_WINDOW: Final = 2**31 - 1
 """The largest consumer-window-size Artemis takes (a Java int)."""
 
@@ -46,6 +50,12 @@ class BrokerFlavour(enum.Enum):
         """Whether content-length is on every MESSAGE frame, text or not (Artemis), so that
         its presence does not mean bytes."""
         return self is BrokerFlavour.ARTEMIS
+
+    @property
+    def subscriptions_per_connection(self) -> int | None:
+        """The most subscriptions one connection to this broker should carry; None: any number
+        (Classic's cost of a SUBSCRIBE does not grow with those before it)."""
+        return ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION if self is BrokerFlavour.ARTEMIS else None
 
     def message_identity(self, message_id: str | None) -> str | None:
         """What names the message itself in a MESSAGE frame's message-id, the same on each of its

@@ -33,9 +33,18 @@ class StompSettings(ConnectionSettings):
     TLS_SCHEMES: ClassVar[tuple[str, ...]] = TLS_SCHEMES
 
     port: int = DEFAULT_PORT
+    subscriptions_per_connection: int | None = None
+    """The most subscriptions one connection carries before the transport opens another for
+    more; None: the broker's own figure (Artemis: 100, Classic: no limit; stomp/subscriptions.py
+    says why)."""
 
     def __post_init__(self) -> None:
         ConnectionSettings.__post_init__(self)
+        if self.subscriptions_per_connection is not None and self.subscriptions_per_connection < 1:
+            raise ConfigError(
+                "STOMP subscriptions_per_connection must be at least 1, got "
+                f"{self.subscriptions_per_connection}"
+            )
         if self.heartbeat_ms <= 0:
             raise ConfigError(
                 f"STOMP heartbeat_s must be at least a millisecond, got {self.heartbeat_s}"

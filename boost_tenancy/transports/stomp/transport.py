@@ -4,14 +4,11 @@ Artemis. Sends are confirmed by receipt, deliveries acknowledged one by one.
 
 from __future__ import annotations
 
-import itertools
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
-from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
+from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import artemis_queues
@@ -28,34 +25,18 @@ from boost_tenancy.transports.base import (
 )
 from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
-from boost_tenancy.transports.stomp.acks import AckToken, AckWriter
 from boost_tenancy.transports.stomp.batch import StompBatch
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
-from boost_tenancy.transports.stomp.frames import (
-    QUEUE_PREFIX,
-    delivery_of,
-    encode_frame,
-    send_frame,
-)
+from boost_tenancy.transports.stomp.frames import encode_frame, send_frame
 from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.management import management_session
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.statistics import ClassicStatistics
+from boost_tenancy.transports.stomp.subscriptions import Line, StompSubscription, Subscriptions
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class StompSubscription:
-    """A subscription; the transport re-creates it with the same id after a reconnection."""
-
-    id: str
-    queue: str
-    selector: SelectorLike | None
-    prefetch: int
-    on_delivery: OnDelivery
 
 
 class StompTransport(ManagedRoutes):
@@ -63,15 +44,9 @@ class StompTransport(ManagedRoutes):
 
     def __init__(self, settings: StompSettings | None = None) -> None:
         self._settings = settings or StompSettings()
-        self._connection = StompConnection(
-            self._settings, on_open=self._resubscribe, on_message=self._on_message
-        )
-        self._acks = AckWriter(self._connection)
-        self._lock = threading.Lock()
-        self._subscriptions: dict[str, StompSubscription] = {}
-        self._subscribed_on: dict[str, int] = {}
-        """Subscription id -> generation of the connection it was last created on."""
-        self._ids = itertools.count(1)
+        self._subscriptions = Subscriptions(self._settings)
+        self._connection: StompConnection = self._subscriptions.primary.connection
+        """The transport's own connection: every send, and the first subscriptions."""
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -94,30 +69,19 @@ class StompTransport(ManagedRoutes):
 
     @property
     def is_connected(self) -> bool:
-        return self._connection.is_connected
+        """The transport's connection, and every other one carrying subscriptions, is up."""
+        return self._subscriptions.is_connected
 
     def is_open(self, subscription: Subscription) -> bool:
-        """Subscribed on the live connection (re-created there after a reconnection)."""
-        link = self._connection.live()
-        with self._lock:
-            return link is not None and self._subscribed_on.get(subscription.id) == link.generation
+        """Subscribed on its connection, live (re-created there after a reconnection)."""
+        return self._subscriptions.is_open(subscription)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def connect(self) -> None:
-        self._acks.start()
-        self._connection.connect()
+        self._subscriptions.connect()
 
     def close(self) -> None:
-        # Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM,
-        # and a broker that stopped reading must not hold the process beyond its grace period.
-        # Acknowledgements not written are redelivered messages, never lost ones.
-        self._acks.flush(
-            min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s), stop=True
-        )
-        with self._lock:
-            self._subscriptions.clear()
-            self._subscribed_on.clear()
-        self._connection.close()
+        self._subscriptions.close()
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
@@ -147,9 +111,10 @@ class StompTransport(ManagedRoutes):
         return send_frame(queue, message, delay_ms, {**kept, **extra} if kept else extra)
 
     def _transaction(
-        self, items: Sequence[Outgoing], acks: tuple[Link, Sequence[str]] | None
+        self, items: Sequence[Outgoing], acks: tuple[Line, Link, Sequence[str]] | None
     ) -> None:
-        """Send items (and ack deliveries of one connection) in one transaction, by receipt."""
+        """Send items (and ack deliveries of one connection) in one transaction, by receipt: on
+        the connection that made those deliveries, else on the transport's own."""
         for queue, _, _ in items:
             check_queue_name(queue)
         tx = f"tx-{uuid.uuid4().hex}"
@@ -157,19 +122,20 @@ class StompTransport(ManagedRoutes):
         # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
         # alone (MessageEncodeError), not as half a transaction on a healthy connection.
         sends = [self._send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
-        link = self._connection.current()
-        if acks is not None and acks[0].generation != link.generation:
+        connection = acks[0].connection if acks is not None else self._connection
+        link = connection.current()
+        if acks is not None and acks[1].generation != link.generation:
             raise TransportError("delivery belongs to a lost connection")
         receipt = new_receipt()
 
         def frames() -> Iterator[bytes]:
             yield encode_frame("BEGIN", in_tx)
             yield from sends
-            for ack_id in acks[1] if acks is not None else ():
+            for ack_id in acks[2] if acks is not None else ():
                 yield encode_frame("ACK", {"id": ack_id, "transaction": tx})
             yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
 
-        self._connection.confirm(link, frames(), receipt, f"commit of {len(items)} message(s)")
+        connection.confirm(link, frames(), receipt, f"commit of {len(items)} message(s)")
 
     def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
         if not items:
@@ -193,139 +159,24 @@ class StompTransport(ManagedRoutes):
         return sub
 
     def subscribe_many(self, requests: Sequence[SubscribeRequest]) -> list[StompSubscription]:
-        subs = []
-        for request in requests:
-            if request.prefetch < 1:
-                raise ConfigError(f"prefetch must be at least 1, got {request.prefetch}")
-            subs.append(
-                StompSubscription(
-                    f"sub-{next(self._ids)}",
-                    check_queue_name(request.queue),
-                    request.selector,
-                    request.prefetch,
-                    request.on_delivery,
-                )
-            )
-        with self._lock:
-            for sub in subs:
-                self._subscriptions[sub.id] = sub
-            link = self._connection.live()
-            if link is None:
-                return subs  # created on (re)connection
-            self._mark_subscribed(subs, link)
-        self._subscribe_on(link, subs)
-        return subs
-
-    def _resubscribe(self, link: Link) -> None:
-        """Re-create every subscription on a new connection (StompConnection's on_open)."""
-        with self._lock:
-            missing = [
-                sub
-                for sub in self._subscriptions.values()
-                if self._subscribed_on.get(sub.id) != link.generation
-            ]
-            self._mark_subscribed(missing, link)
-        try:
-            self._subscribe_on(link, missing)
-        except Exception as exc:
-            # A subscription not re-created would never consume again on this connection, and
-            # nothing would say so: unmark them and drop the connection, so that the reconnect
-            # loop tries the whole connection again.
-            with self._lock:
-                for sub in missing:
-                    if self._subscribed_on.get(sub.id) == link.generation:
-                        del self._subscribed_on[sub.id]
-            self._connection.abandon(link, f"re-subscribing failed: {exc}")
-            raise
-
-    def _mark_subscribed(self, subs: Sequence[StompSubscription], link: Link) -> None:
-        # Under self._lock: whoever marks a subscription for a connection creates it there, so
-        # a subscribe racing a reconnection creates it once, not twice or never.
-        for sub in subs:
-            self._subscribed_on[sub.id] = link.generation
-
-    def _subscribe_on(self, link: Link, subs: Sequence[StompSubscription]) -> None:
-        """Send every SUBSCRIBE first, then await the receipts: one round trip, not one each."""
-        receipts = self._connection.receipts
-        waiting = []
-        for sub in subs:
-            pending = receipts.expect(link.generation)
-            # The connection's own flavour: a reconnection may reach another broker.
-            headers = link.flavour.prefetch_headers(
-                sub.prefetch, self._settings.artemis_window_bytes
-            )
-            headers["receipt"] = pending.id
-            if sub.selector is not None:
-                headers["selector"] = sub.selector.render()
-            try:
-                link.subscribe(QUEUE_PREFIX + sub.queue, sub.id, headers)
-            except Exception as exc:
-                receipts.discard(pending)
-                raise TransportError(f"subscribe to {sub.queue!r} failed: {exc}") from exc
-            waiting.append((pending, sub))
-        for pending, sub in waiting:
-            receipts.wait(pending, f"subscribe to {sub.queue!r}")
+        return self._subscriptions.subscribe_many(requests)
 
     def unsubscribe(self, subscription: object) -> None:
-        sub_id = str(getattr(subscription, "id", ""))
-        # Acknowledgements queued for its deliveries go out first: after UNSUBSCRIBE the broker
-        # would take an unacknowledged message back (a re-driven dead letter, a moved backlog).
-        self._acks.flush(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
-        with self._lock:
-            sub = self._subscriptions.pop(sub_id, None)
-            self._subscribed_on.pop(sub_id, None)
-        link = self._connection.live()
-        if sub is not None and link is not None:
-            try:
-                link.unsubscribe(sub.id)
-            except Exception as exc:
-                raise TransportError(f"unsubscribe from {sub.queue!r} failed: {exc}") from exc
-
-    def _on_message(self, generation: int, headers: Mapping[str, str], body: bytes) -> None:
-        sub = self._subscriptions.get(headers.get("subscription", ""))
-        if sub is None:
-            return  # unsubscribed meanwhile: unacknowledged, so the broker redelivers it
-        # The ack value is echoed back exactly as received (Artemis: '87061,87067').
-        ack_id = headers.get("ack") or headers.get("message-id", "")
-        sub.on_delivery(
-            delivery_of(
-                headers,
-                body,
-                subscription_id=sub.id,
-                token=(generation, ack_id),
-                flavour=self._connection.flavour,
-            )
-        )
+        self._subscriptions.unsubscribe(subscription)
 
     # -- settling --------------------------------------------------------------------------------
-    @staticmethod
-    def _token(delivery: Delivery) -> AckToken:
-        token = delivery.token
-        if not (isinstance(token, tuple) and len(token) == 2):
-            raise TransportError("delivery was not made by this STOMP transport")
-        return token[0], str(token[1])
-
-    def _ack_target(self, delivery: Delivery) -> tuple[Link, str] | None:
-        """The live connection that made delivery and its ack id; None once it is lost."""
-        generation, ack_id = self._token(delivery)
-        link = self._connection.live()
-        if link is None or link.generation != generation:
-            return None
-        return link, ack_id
-
     def ack(self, delivery: Delivery) -> None:
-        # The ack thread writes every acknowledgement waiting in one socket write; close()
-        # flushes them first.
-        self._acks.put(self._token(delivery))
+        self._subscriptions.ack(delivery)
 
     def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
-        target = self._ack_target(delivery)
+        target = self._subscriptions.ack_target(delivery)
         if target is None:
             raise TransportError("delivery belongs to a lost connection; the broker redelivers it")
+        line, link, ack_id = target
         if not items:
             self.ack(delivery)
-        elif target[0].flavour.capabilities.atomic_forward:
-            self._transaction(items, (target[0], [target[1]]))
+        elif link.flavour.capabilities.atomic_forward:
+            self._transaction(items, (line, link, [ack_id]))
         else:
             # At least once: every copy is confirmed before the ack goes out, so a connection
             # lost in between redelivers the original (a duplicate with the same boostMessageId),
@@ -336,32 +187,30 @@ class StompTransport(ManagedRoutes):
     def send_then_ack_many(
         self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
     ) -> list[Delivery]:
-        live = []
+        by_line: dict[int, tuple[Line, Link, list[tuple[Delivery, Sequence[Outgoing], str]]]] = {}
         for delivery, items in moves:
-            target = self._ack_target(delivery)
+            target = self._subscriptions.ack_target(delivery)
             if target is None:
                 continue  # its connection is gone: the broker redelivers it
-            live.append((delivery, items, target))
-        if not live:
-            return []
-        link = live[0][2][0]
-        if not link.flavour.capabilities.atomic_forward:
+            line, link, ack_id = target
+            by_line.setdefault(line.index, (line, link, []))[2].append((delivery, items, ack_id))
+        done: list[Delivery] = []
+        for line, link, live in by_line.values():
             copies = [item for _, items, _ in live for item in items]
-            if copies:
-                self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
-            for delivery, _, _ in live:
-                self.ack(delivery)
-            return [delivery for delivery, _, _ in live]
-        if any(target[0].generation != link.generation for _, _, target in live):
-            raise TransportError("deliveries of different connections cannot share a transaction")
-        self._transaction(
-            [item for _, items, _ in live for item in items],
-            (link, [target[1] for _, _, target in live]),
-        )
-        return [delivery for delivery, _, _ in live]
+            if link.flavour.capabilities.atomic_forward:
+                # One transaction per connection: an ACK commits only on the connection that
+                # received its message.
+                self._transaction(copies, (line, link, [ack_id for _, _, ack_id in live]))
+            else:
+                if copies:
+                    self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
+                for delivery, _, _ in live:
+                    self.ack(delivery)
+            done.extend(delivery for delivery, _, _ in live)
+        return done
 
     def is_live(self, delivery: Delivery) -> bool:
-        return self._ack_target(delivery) is not None
+        return self._subscriptions.ack_target(delivery) is not None
 
     # -- statistics ------------------------------------------------------------------------------
     def queue_stats(self, queues: Sequence[str]) -> dict[str, QueueStats | None]:

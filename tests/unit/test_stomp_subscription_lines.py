@@ -1,0 +1,196 @@
+"""Subscriptions spread over connections ("lines", stomp/subscriptions.py), without a broker: how
+many each carries on Artemis and on Classic, that a delivery is acknowledged on the connection
+that made it and nowhere else, and that a line that reconnects re-creates its own subscriptions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from stomp.utils import Frame
+
+from boost_tenancy.errors import ConfigError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.base import Delivery, SubscribeRequest
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.transports.stomp.flavour import ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION
+from tests.conftest import Inbox, wait_until
+from tests.unit.test_stomp_connect import RecordingSocket, recording_transport
+
+ARTEMIS = "ActiveMQ-Artemis/2.44.0 ActiveMQ Artemis Messaging Engine"
+CLASSIC = "ActiveMQ/5.17.2"
+_ids = itertools.count(1)
+
+
+def requests(count: int, inbox: Inbox | None = None) -> list[SubscribeRequest]:
+    handler = inbox if inbox is not None else Inbox()
+    return [SubscribeRequest(f"tenant.t{n}.in", None, 1, handler) for n in range(count)]
+
+
+def subscribed(sock: RecordingSocket) -> list[str]:
+    """The subscription ids of the SUBSCRIBE frames written on sock."""
+    return [f.headers["id"] for f in sock.frames() if f.cmd == "SUBSCRIBE"]
+
+
+def frames(sock: RecordingSocket, command: str) -> list[Any]:
+    return [f for f in sock.frames() if f.cmd == command]
+
+
+def deliver(sock: RecordingSocket, sub_id: str) -> None:
+    """A MESSAGE for sub_id arrives on sock, as a broker would send it."""
+    n = next(_ids)
+    headers = {
+        "subscription": sub_id,
+        "message-id": f"m-{n}",
+        "ack": f"ack-{n}",
+        "destination": "/queue/in",
+        "tenantUUID": "t0",
+    }
+    sock.listener.on_message(Frame("MESSAGE", headers, b"body"))
+
+
+def lines_transport(
+    monkeypatch: pytest.MonkeyPatch, server: str, per_connection: int | None
+) -> tuple[StompTransport, list[RecordingSocket]]:
+    settings = StompSettings(
+        confirm_timeout_s=2,
+        reconnect_wait_s=0,
+        reconnect_initial_s=0.01,
+        reconnect_max_s=0.01,
+        subscriptions_per_connection=per_connection,
+    )
+    transport, sockets = recording_transport(monkeypatch, server, settings=settings)
+    transport.connect()
+    return transport, sockets
+
+
+def test_artemis_gets_at_most_its_figure_of_subscriptions_on_each_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, sockets = lines_transport(monkeypatch, ARTEMIS, None)
+    try:
+        per = ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION
+        subs = transport.subscribe_many(requests(2 * per + 7))
+        assert [len(subscribed(sock)) for sock in sockets] == [per, per, 7]
+        assert sorted(s for sock in sockets for s in subscribed(sock)) == sorted(s.id for s in subs)
+        assert all(transport.is_open(sub) for sub in subs)
+        assert transport.is_connected
+    finally:
+        transport.close()
+    assert not any(sock.running for sock in sockets), "close() ends every connection"
+
+
+def test_classic_keeps_every_subscription_on_one_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, sockets = lines_transport(monkeypatch, CLASSIC, None)
+    try:
+        transport.subscribe_many(requests(ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION + 50))
+        assert [len(subscribed(sock)) for sock in sockets] == [150]
+    finally:
+        transport.close()
+
+
+def test_a_delivery_is_acknowledged_on_the_connection_that_made_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    inbox = Inbox()
+    try:
+        subs = transport.subscribe_many(requests(5, inbox))
+        assert [len(subscribed(sock)) for sock in sockets] == [2, 2, 1]
+        deliver(sockets[1], subs[3].id)
+        [delivery] = inbox.items  # handed on on the receiving thread, here the caller's
+        assert delivery.token[0] == 1, "the token names the line"
+        transport.ack(delivery)
+        assert wait_until(lambda: len(frames(sockets[1], "ACK")) == 1), "the ACK on line 1"
+        assert frames(sockets[1], "ACK")[0].headers["id"] == delivery.token[2]
+        assert not frames(sockets[0], "ACK") and not frames(sockets[2], "ACK")
+    finally:
+        transport.close()
+
+
+def test_a_line_that_reconnects_re_creates_its_own_subscriptions_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    inbox = Inbox()
+    try:
+        subs = transport.subscribe_many(requests(5, inbox))
+        deliver(sockets[1], subs[2].id)
+        [stale] = inbox.items
+        sockets[1].running = False
+        sockets[1].listener.on_disconnected()  # line 1's broker connection is lost
+        assert wait_until(lambda: len(sockets) == 4 and transport.is_connected), "reconnected"
+        assert not transport.is_live(stale), "a delivery of the lost connection"
+        assert subscribed(sockets[3]) == [subs[2].id, subs[3].id]
+        assert all(transport.is_open(sub) for sub in subs)
+        transport.ack(stale)  # of the lost connection: the broker has taken it back
+        transport.close()
+        assert not any(frames(sock, "ACK") for sock in sockets), "nothing acked elsewhere"
+    finally:
+        transport.close()
+
+
+def test_an_unsubscribed_place_is_taken_by_the_next_subscription(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    try:
+        subs = transport.subscribe_many(requests(4))
+        transport.unsubscribe(subs[1])
+        assert frames(sockets[0], "UNSUBSCRIBE")[0].headers["id"] == subs[1].id
+        [again] = transport.subscribe_many(requests(1))
+        assert subscribed(sockets[0])[-1] == again.id
+        assert len(sockets) == 2, "no new connection while one has room"
+    finally:
+        transport.close()
+
+
+def test_forwards_of_deliveries_of_two_connections_commit_each_on_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Classic acks inside the transaction (atomic_forward): one per connection, since an ACK
+    commits only on the connection that received its message."""
+    transport, sockets = lines_transport(monkeypatch, CLASSIC, 1)
+    inbox = Inbox()
+    try:
+        subs = transport.subscribe_many(requests(2, inbox))
+        deliver(sockets[0], subs[0].id)
+        deliver(sockets[1], subs[1].id)
+        first, second = sorted(inbox.items, key=lambda d: d.token[0])
+        copy = WireMessage(body="copy", properties={})
+        done = transport.send_then_ack_many([(first, [("out", copy, 0)]), (second, [])])
+        assert done == [first, second]
+        for sock, delivery in zip(sockets, (first, second), strict=True):
+            [ack] = frames(sock, "ACK")
+            assert ack.headers["id"] == delivery.token[2]
+            assert ack.headers["transaction"] == frames(sock, "COMMIT")[0].headers["transaction"]
+    finally:
+        transport.close()
+
+
+def test_a_token_of_another_transport_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport, _ = lines_transport(monkeypatch, ARTEMIS, 2)
+    try:
+        foreign = Delivery(
+            queue="in",
+            body="x",
+            properties={},
+            correlation_id=None,
+            redelivered=False,
+            subscription_id="sub-1",
+            broker_message_id="m",
+            token=(7, 1, "ack"),
+        )
+        with pytest.raises(Exception, match="not made by this STOMP transport"):
+            transport.ack(foreign)
+    finally:
+        transport.close()
+
+
+def test_subscriptions_per_connection_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="subscriptions_per_connection must be at least 1"):
+        StompSettings(subscriptions_per_connection=0)
