@@ -29,6 +29,7 @@ from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.artemis_management import (
     MANAGEMENT_ADDRESS,
+    PLUGIN_DIVERT_PREFIX,
     ManagementError,
     Operation,
     Replies,
@@ -122,6 +123,27 @@ def test_diverts_are_listed_again_and_one_answered_but_not_made_is_an_error() ->
     assert install(made, [route(A), route(B)]) == 0
     with pytest.raises(ManagementError, match=r"has no divert boost\.divert\.tenant\.org-a"):
         install(Scripted(makes_diverts=False), [route(A)])
+
+
+class PluginRouted(Scripted):
+    """A broker whose tenant plugin routes every queue: making a queue's address makes the
+    plugin's divert for it."""
+
+    def run(self, ops: Sequence[Operation]) -> list[object]:
+        for op in ops:
+            if op.name == "createQueue":
+                name = json.loads(str(op.params[0]))["name"]
+                if not name.startswith("tenant."):
+                    self.diverts.append(PLUGIN_DIVERT_PREFIX + name)
+        return super().run(ops)
+
+
+def test_where_the_plugin_routes_every_queue_only_the_shared_queues_are_made() -> None:
+    session = PluginRouted()
+    assert install(session, [route(A), route(B), route(A, "cmd.other")]) == 0
+    assert session.asked == ["getDivertNames", "createQueue", "createQueue", "getDivertNames"]
+    assert install(session, [route(A)]) == 0
+    assert session.asked[4:] == ["getDivertNames"], "a routed queue asks nothing more"
 
 
 def test_a_divert_is_exclusive_anycast_and_filters_on_the_tenant() -> None:
