@@ -43,7 +43,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
@@ -147,13 +147,13 @@ def routes_named(names: Iterable[str]) -> list[SendRoute]:
     return routes
 
 
-def queue_operations(routes: Sequence[SendRoute]) -> list[Operation]:
-    """Every queue the routes need, shared and tenant, made where missing: a divert on an address
-    that does not exist is silently not made, and one whose target has no queue drops what it
-    diverts. Asked every time, also for diverts already there (a target an operator deleted is
-    made again)."""
+def queue_operations(routes: Sequence[SendRoute], *, made: Collection[str] = ()) -> list[Operation]:
+    """Every queue the routes need, shared and tenant, made where missing, but those in made: a
+    divert on an address that does not exist is silently not made, and one whose target has no
+    queue drops what it diverts. Asked every time, also for diverts already there (a target an
+    operator deleted is made again)."""
     queues = [route.source for route in routes] + [route.target for route in routes]
-    return [create_queue(queue) for queue in dict.fromkeys(queues)]
+    return [create_queue(queue) for queue in dict.fromkeys(queues) if queue not in made]
 
 
 def divert_operations(routes: Sequence[SendRoute], existing: Iterable[str]) -> list[Operation]:
@@ -188,13 +188,14 @@ def install(session: Runs, routes: Sequence[SendRoute]) -> int:
     # queue's address is made, and each tenant's queue as its first message comes: the listing
     # after says which the broker now routes itself, and those need nothing more. (Making their
     # tenant queues here too cost a runner of 1,000 tenants 0.5 s at each start.)
-    session.run([create_queue(queue) for queue in dict.fromkeys(r.source for r in routes)])
+    shared = list(dict.fromkeys(route.source for route in routes))
+    session.run([create_queue(queue) for queue in shared])
     existing = divert_names(session.run([list_diverts()])[0])
     by_plugin = plugin_routed(existing)
     routes = [route for route in routes if route.source not in by_plugin]
     if not routes:
         return 0
-    session.run(queue_operations(routes))
+    session.run(queue_operations(routes, made=shared))
     added = divert_operations(routes, existing)
     if not added:
         return 0

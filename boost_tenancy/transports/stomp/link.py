@@ -10,7 +10,6 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any, Final
 
 from boost_tenancy.errors import TransportError
@@ -123,15 +122,6 @@ class Link:
                 raise BlockingIOError("the broker took nothing queued")
             time.sleep(_POLL_S)
         raise TransportError("the connection is closed")
-
-    def subscribe(self, destination: str, sub_id: str, headers: Mapping[str, str]) -> None:
-        try:
-            self._conn.subscribe(
-                destination, sub_id, ack="client-individual", headers=dict(headers)
-            )
-        except Exception:
-            self.drop()  # as for write(): part of the frame may be out
-            raise
 
     def unsubscribe(self, sub_id: str) -> None:
         try:

@@ -30,8 +30,9 @@ from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import Delivery, OnDelivery, SubscribeRequest, Subscription
 from boost_tenancy.transports.stomp.acks import AckWriter
 from boost_tenancy.transports.stomp.connection import StompConnection
-from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, delivery_of
-from boost_tenancy.transports.stomp.link import Link
+from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, delivery_of, encode_frame
+from boost_tenancy.transports.stomp.link import FrameWriter, Link
+from boost_tenancy.transports.stomp.receipts import PendingReceipt
 from boost_tenancy.transports.stomp.settings import StompSettings
 
 StompToken = tuple[int, int, str]
@@ -180,8 +181,13 @@ class Subscriptions:
                 if link is not None:
                     self._subscribed_on[sub.id] = link.generation
                     groups.setdefault(sub.line, (link, []))[1].append(sub)
-        for index, (link, group) in groups.items():
-            self._subscribe_on(self._lines[index], link, group)
+        # Every line's SUBSCRIBE frames go out before any receipt is awaited: one round trip.
+        requested = [
+            (self._lines[index], self._request(self._lines[index], link, group))
+            for index, (link, group) in groups.items()
+        ]
+        for line, waiting in requested:
+            self._await(line, waiting)
         return subs
 
     def _place(self, count: int, limit: int | None) -> list[int]:
@@ -227,26 +233,45 @@ class Subscriptions:
             raise
 
     def _subscribe_on(self, line: Line, link: Link, subs: Sequence[StompSubscription]) -> None:
-        """Send every SUBSCRIBE first, then await the receipts: one round trip, not one each."""
+        self._await(line, self._request(line, link, subs))
+
+    def _request(
+        self, line: Line, link: Link, subs: Sequence[StompSubscription]
+    ) -> list[tuple[PendingReceipt, StompSubscription]]:
+        """Write a SUBSCRIBE for each of subs, together, each asking for a receipt; the
+        receipts to await. A failed write drops the connection (its reconnection makes them)."""
         receipts = line.connection.receipts
-        waiting = []
-        for sub in subs:
-            pending = receipts.expect(link.generation)
-            # The connection's own flavour: a reconnection may reach another broker.
-            headers = link.flavour.prefetch_headers(
-                sub.prefetch, self._settings.artemis_window_bytes
-            )
-            headers["receipt"] = pending.id
-            if sub.selector is not None:
-                headers["selector"] = sub.selector.render()
-            try:
-                link.subscribe(QUEUE_PREFIX + sub.queue, sub.id, headers)
-            except Exception as exc:
+        waiting = [(receipts.expect(link.generation), sub) for sub in subs]
+        writer = FrameWriter(link, f"subscribe to {len(subs)} queue(s)")
+        try:
+            for pending, sub in waiting:
+                # The connection's own flavour: a reconnection may reach another broker.
+                headers = link.flavour.prefetch_headers(
+                    sub.prefetch, self._settings.artemis_window_bytes
+                )
+                if sub.selector is not None:
+                    headers["selector"] = sub.selector.render()
+                frame = {
+                    "destination": QUEUE_PREFIX + sub.queue,
+                    "id": sub.id,
+                    "ack": "client-individual",
+                    **headers,
+                    "receipt": pending.id,
+                }
+                writer.push(encode_frame("SUBSCRIBE", frame))
+            writer.flush()
+        except Exception as exc:
+            for pending, _ in waiting:
                 receipts.discard(pending)
-                raise TransportError(f"subscribe to {sub.queue!r} failed: {exc}") from exc
-            waiting.append((pending, sub))
+            if isinstance(exc, TransportError):
+                raise
+            raise TransportError(f"subscribe to {len(subs)} queue(s) failed: {exc}") from exc
+        return waiting
+
+    @staticmethod
+    def _await(line: Line, waiting: Sequence[tuple[PendingReceipt, StompSubscription]]) -> None:
         for pending, sub in waiting:
-            receipts.wait(pending, f"subscribe to {sub.queue!r}")
+            line.connection.receipts.wait(pending, f"subscribe to {sub.queue!r}")
 
     def unsubscribe(self, subscription: object) -> None:
         sub_id = str(getattr(subscription, "id", ""))
