@@ -40,6 +40,7 @@ KNOWN_VARIABLES: Final = frozenset(
         "BOOST_BROKER_RECONNECT_MAX_S",
         "BOOST_BROKER_HEARTBEAT_S",
         "BOOST_ARTEMIS_WINDOW_BYTES",
+        "BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION",
         # the runner and its policies (application/environment.py)
         "BOOST_TENANTS",
         "BOOST_WORKERS",

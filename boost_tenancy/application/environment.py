@@ -9,6 +9,7 @@ ConnectOptions, and envvars.py parses what it is handed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -138,9 +139,14 @@ def _tls_from_env(env: Mapping[str, str]) -> TlsSettings | None:
     return None if tls.is_default else tls
 
 
+ENV_SUBSCRIPTIONS_PER_CONNECTION: Final = "BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION"
+"""The most subscriptions one STOMP connection carries; 0 or unset: the broker's own figure."""
+
+
 def stomp_settings_from_env(env: Mapping[str, str]) -> StompSettings:
-    """The STOMP settings of BOOST_BROKER_URL (default stomp://127.0.0.1:61613) and the
-    options beside it (connect_options_from_env); errors name the variable."""
+    """The STOMP settings of BOOST_BROKER_URL (default stomp://127.0.0.1:61613), the options
+    beside it (connect_options_from_env) and BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION; errors
+    name the variable."""
     # Imported on use: a process that speaks AMQP only never loads the STOMP client library.
     from boost_tenancy.transports.stomp.settings import SCHEMES, StompSettings  # noqa: PLC0415
 
@@ -149,9 +155,13 @@ def stomp_settings_from_env(env: Mapping[str, str]) -> StompSettings:
         url = registry.parse_transport_url(env.get(ENV_URL, "").strip() or DEFAULT_URL)
         if url.scheme not in SCHEMES:
             raise ConfigError(f"{url.redacted!r} is not a STOMP URL ({', '.join(SCHEMES)})")
-        return StompSettings.from_url(url, options)
+        settings = StompSettings.from_url(url, options)
     except ConfigError as exc:
         raise ConfigError(f"{ENV_URL}: {exc}") from None
+    per_connection = env_int(env, ENV_SUBSCRIPTIONS_PER_CONNECTION, 0, minimum=0)
+    if not per_connection:
+        return settings
+    return dataclasses.replace(settings, subscriptions_per_connection=per_connection)
 
 
 # -- the runner, the stores, metrics and logging ---------------------------------------------------

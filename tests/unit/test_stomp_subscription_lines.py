@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from stomp.utils import Frame
 
+from boost_tenancy.application.environment import stomp_settings_from_env
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.base import Delivery, SubscribeRequest
@@ -194,3 +195,14 @@ def test_a_token_of_another_transport_is_refused(monkeypatch: pytest.MonkeyPatch
 def test_subscriptions_per_connection_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="subscriptions_per_connection must be at least 1"):
         StompSettings(subscriptions_per_connection=0)
+
+
+def test_the_figure_is_read_from_the_environment() -> None:
+    assert stomp_settings_from_env({}).subscriptions_per_connection is None
+    env = {"BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION": "25"}
+    assert stomp_settings_from_env(env).subscriptions_per_connection == 25
+    unset = {"BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION": "0"}
+    assert stomp_settings_from_env(unset).subscriptions_per_connection is None
+    for raw in ("-1", "many"):
+        with pytest.raises(ConfigError, match="BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION"):
+            stomp_settings_from_env({"BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION": raw})
