@@ -39,13 +39,14 @@ class _Connection:
 
 def test_a_start_after_a_timed_out_stop_gets_a_writer_that_writes() -> None:
     socket = _BlockingSocket()
-    writer = AckWriter(_Connection(Link(_Conn(socket), 1, BrokerFlavour.CLASSIC, 30.0)))  # type: ignore[arg-type]
+    connection = _Connection(Link(_Conn(socket), 1, BrokerFlavour.CLASSIC, 30.0))
+    writer = AckWriter(lambda index: connection)  # type: ignore[arg-type,return-value]
     writer.start()
-    writer.put((1, "a"))  # its write blocks: the broker is not reading
+    writer.put((0, 1, "a"))  # its write blocks: the broker is not reading
     writer.flush(0.2, stop=True)  # close(): the flush times out
     writer.start()  # connect() at once
     socket.gate.set()  # the blocked write completes; the old writer reaches its stop marker
-    writer.put((1, "b"))
+    writer.put((0, 1, "b"))
     assert wait_until(lambda: len(socket.written) == 2, timeout=5), socket.written
     # The two writers write concurrently: acknowledgements are individual, order is free.
     assert sorted(frame.split(b"\n")[1] for frame in socket.written) == [b"id:a", b"id:b"]

@@ -9,7 +9,7 @@ from typing import Final
 
 from boost_tenancy.transports.base import TransportCapabilities
 
-ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 100
+ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 500
 """How many subscriptions the transport puts on one connection to Artemis: each SUBSCRIBE there
 wakes every consumer of its connection (stomp/subscriptions.py)."""
 

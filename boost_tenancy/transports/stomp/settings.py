@@ -35,7 +35,7 @@ class StompSettings(ConnectionSettings):
     port: int = DEFAULT_PORT
     subscriptions_per_connection: int | None = None
     """The most subscriptions one connection carries before the transport opens another for
-    more; None: the broker's own figure (Artemis: 100, Classic: no limit; stomp/subscriptions.py
+    more; None: the broker's own figure (Artemis: 500, Classic: no limit; stomp/subscriptions.py
     says why)."""
 
     def __post_init__(self) -> None:
