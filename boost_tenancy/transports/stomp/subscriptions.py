@@ -21,8 +21,10 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import check_queue_name
@@ -34,6 +36,10 @@ from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, delivery_of, enc
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import PendingReceipt
 from boost_tenancy.transports.stomp.settings import StompSettings
+
+_CLOSE_MARGIN_S: Final = 2.0
+"""close() waits for the other lines' closes up to the receipt timeout and this beyond it (a
+close's DISCONNECT receipt wait, connection.py)."""
 
 StompToken = tuple[int, int, str]
 """A STOMP delivery's token: (line, generation of that line's connection, ack id)."""
@@ -119,7 +125,18 @@ class Subscriptions:
         )
         for line in lines:
             line.opened = False
-            line.connection.close()
+        # Each close may wait on its broker (a DISCONNECT written, its receipt): the other lines
+        # close alongside the transport's own, so closing takes about as long as one close.
+        closers = [
+            threading.Thread(target=line.connection.close, name="stomp-close", daemon=True)
+            for line in lines[1:]
+        ]
+        for closer in closers:
+            closer.start()
+        deadline = time.monotonic() + self._settings.receipt_timeout_s + _CLOSE_MARGIN_S
+        self.primary.connection.close()
+        for closer in closers:
+            closer.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def is_connected(self) -> bool:
@@ -127,11 +144,6 @@ class Subscriptions:
         with self._lock:
             lines = list(self._lines)
         return all(line.connection.is_connected for line in lines if line.opened or line.index == 0)
-
-    def line_count(self) -> int:
-        """How many connections the transport has for subscriptions, opened or not."""
-        with self._lock:
-            return len(self._lines)
 
     def connection_of(self, subscription: Subscription) -> StompConnection:
         """The connection that carries subscription."""
