@@ -5,19 +5,22 @@ that made it and nowhere else, and that a line that reconnects re-creates its ow
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from stomp.utils import Frame
 
 from boost_tenancy.application.environment import stomp_settings_from_env
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.base import Delivery, SubscribeRequest
+from boost_tenancy.transports.base import SubscribeRequest
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from boost_tenancy.transports.stomp.flavour import ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION
 from tests.conftest import Inbox, wait_until
+from tests.unit.test_stomp_artemis import delivery
 from tests.unit.test_stomp_connect import RecordingSocket, recording_transport
 
 ARTEMIS = "ActiveMQ-Artemis/2.44.0 ActiveMQ Artemis Messaging Engine"
@@ -67,6 +70,16 @@ def lines_transport(
     return transport, sockets
 
 
+@pytest.fixture
+def lined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[StompTransport, list[RecordingSocket]]]:
+    """A transport to Artemis with at most 2 subscriptions on each connection."""
+    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    yield transport, sockets
+    transport.close()
+
+
 def test_artemis_gets_at_most_its_figure_of_subscriptions_on_each_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -97,59 +110,50 @@ def test_classic_keeps_every_subscription_on_one_connection(
 
 
 def test_a_delivery_is_acknowledged_on_the_connection_that_made_it(
-    monkeypatch: pytest.MonkeyPatch,
+    lined: tuple[StompTransport, list[RecordingSocket]],
 ) -> None:
-    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    transport, sockets = lined
     inbox = Inbox()
-    try:
-        subs = transport.subscribe_many(requests(5, inbox))
-        assert [len(subscribed(sock)) for sock in sockets] == [2, 2, 1]
-        deliver(sockets[1], subs[3].id)
-        [delivery] = inbox.items  # handed on on the receiving thread, here the caller's
-        assert delivery.token[0] == 1, "the token names the line"
-        transport.ack(delivery)
-        assert wait_until(lambda: len(frames(sockets[1], "ACK")) == 1), "the ACK on line 1"
-        assert frames(sockets[1], "ACK")[0].headers["id"] == delivery.token[2]
-        assert not frames(sockets[0], "ACK") and not frames(sockets[2], "ACK")
-    finally:
-        transport.close()
+    subs = transport.subscribe_many(requests(5, inbox))
+    assert [len(subscribed(sock)) for sock in sockets] == [2, 2, 1]
+    deliver(sockets[1], subs[3].id)
+    [delivery] = inbox.items  # handed on on the receiving thread, here the caller's
+    assert delivery.token[0] == 1, "the token names the line"
+    transport.ack(delivery)
+    assert wait_until(lambda: len(frames(sockets[1], "ACK")) == 1), "the ACK on line 1"
+    assert frames(sockets[1], "ACK")[0].headers["id"] == delivery.token[2]
+    assert not frames(sockets[0], "ACK") and not frames(sockets[2], "ACK")
 
 
 def test_a_line_that_reconnects_re_creates_its_own_subscriptions_only(
-    monkeypatch: pytest.MonkeyPatch,
+    lined: tuple[StompTransport, list[RecordingSocket]],
 ) -> None:
-    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
+    transport, sockets = lined
     inbox = Inbox()
-    try:
-        subs = transport.subscribe_many(requests(5, inbox))
-        deliver(sockets[1], subs[2].id)
-        [stale] = inbox.items
-        sockets[1].running = False
-        sockets[1].listener.on_disconnected()  # line 1's broker connection is lost
-        assert wait_until(lambda: len(sockets) == 4 and transport.is_connected), "reconnected"
-        assert not transport.is_live(stale), "a delivery of the lost connection"
-        assert subscribed(sockets[3]) == [subs[2].id, subs[3].id]
-        assert all(transport.is_open(sub) for sub in subs)
-        transport.ack(stale)  # of the lost connection: the broker has taken it back
-        transport.close()
-        assert not any(frames(sock, "ACK") for sock in sockets), "nothing acked elsewhere"
-    finally:
-        transport.close()
+    subs = transport.subscribe_many(requests(5, inbox))
+    deliver(sockets[1], subs[2].id)
+    [stale] = inbox.items
+    sockets[1].running = False
+    sockets[1].listener.on_disconnected()  # line 1's broker connection is lost
+    assert wait_until(lambda: len(sockets) == 4 and transport.is_connected), "reconnected"
+    assert not transport.is_live(stale), "a delivery of the lost connection"
+    assert subscribed(sockets[3]) == [subs[2].id, subs[3].id]
+    assert all(transport.is_open(sub) for sub in subs)
+    transport.ack(stale)  # of the lost connection: the broker has taken it back
+    transport.close()
+    assert not any(frames(sock, "ACK") for sock in sockets), "nothing acked elsewhere"
 
 
 def test_an_unsubscribed_place_is_taken_by_the_next_subscription(
-    monkeypatch: pytest.MonkeyPatch,
+    lined: tuple[StompTransport, list[RecordingSocket]],
 ) -> None:
-    transport, sockets = lines_transport(monkeypatch, ARTEMIS, 2)
-    try:
-        subs = transport.subscribe_many(requests(4))
-        transport.unsubscribe(subs[1])
-        assert frames(sockets[0], "UNSUBSCRIBE")[0].headers["id"] == subs[1].id
-        [again] = transport.subscribe_many(requests(1))
-        assert subscribed(sockets[0])[-1] == again.id
-        assert len(sockets) == 2, "no new connection while one has room"
-    finally:
-        transport.close()
+    transport, sockets = lined
+    subs = transport.subscribe_many(requests(4))
+    transport.unsubscribe(subs[1])
+    assert frames(sockets[0], "UNSUBSCRIBE")[0].headers["id"] == subs[1].id
+    [again] = transport.subscribe_many(requests(1))
+    assert subscribed(sockets[0])[-1] == again.id
+    assert len(sockets) == 2, "no new connection while one has room"
 
 
 def test_forwards_of_deliveries_of_two_connections_commit_each_on_its_own(
@@ -175,23 +179,13 @@ def test_forwards_of_deliveries_of_two_connections_commit_each_on_its_own(
         transport.close()
 
 
-def test_a_token_of_another_transport_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    transport, _ = lines_transport(monkeypatch, ARTEMIS, 2)
-    try:
-        foreign = Delivery(
-            queue="in",
-            body="x",
-            properties={},
-            correlation_id=None,
-            redelivered=False,
-            subscription_id="sub-1",
-            broker_message_id="m",
-            token=(7, 1, "ack"),
-        )
-        with pytest.raises(Exception, match="not made by this STOMP transport"):
-            transport.ack(foreign)
-    finally:
-        transport.close()
+def test_a_token_of_another_transport_is_refused(
+    lined: tuple[StompTransport, list[RecordingSocket]],
+) -> None:
+    transport, _ = lined
+    foreign = dataclasses.replace(delivery("ack"), token=(7, 1, "ack"))
+    with pytest.raises(TransportError, match="not made by this STOMP transport"):
+        transport.ack(foreign)
 
 
 def test_subscriptions_per_connection_must_be_positive() -> None:
