@@ -54,11 +54,7 @@ from boost_tenancy.routing import (
 )
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports import registry
-from boost_tenancy.transports.options import (
-    MAX_ARTEMIS_WINDOW_BYTES,
-    ConnectOptions,
-    TlsSettings,
-)
+from boost_tenancy.transports.options import MAX_ARTEMIS_WINDOW_BYTES, ConnectOptions, TlsSettings
 
 if TYPE_CHECKING:
     from boost_tenancy.transports.stomp import StompSettings
@@ -139,18 +135,14 @@ def _tls_from_env(env: Mapping[str, str]) -> TlsSettings | None:
     return None if tls.is_default else tls
 
 
-ENV_SUBSCRIPTIONS_PER_CONNECTION: Final = "BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION"
-"""The most subscriptions one STOMP connection carries; 0 or unset: the broker's own figure."""
-
-
 def stomp_settings_from_env(env: Mapping[str, str]) -> StompSettings:
     """The STOMP settings of BOOST_BROKER_URL (default stomp://127.0.0.1:61613), the options
-    beside it (connect_options_from_env) and BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION; errors
-    name the variable."""
+    beside it (connect_options_from_env) and BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION."""
     # Imported on use: a process that speaks AMQP only never loads the STOMP client library.
     from boost_tenancy.transports.stomp.settings import SCHEMES, StompSettings  # noqa: PLC0415
 
     options = connect_options_from_env(env)
+    per_connection = env_int(env, "BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION", 0) or None
     try:
         url = registry.parse_transport_url(env.get(ENV_URL, "").strip() or DEFAULT_URL)
         if url.scheme not in SCHEMES:
@@ -158,9 +150,6 @@ def stomp_settings_from_env(env: Mapping[str, str]) -> StompSettings:
         settings = StompSettings.from_url(url, options)
     except ConfigError as exc:
         raise ConfigError(f"{ENV_URL}: {exc}") from None
-    per_connection = env_int(env, ENV_SUBSCRIPTIONS_PER_CONNECTION, 0, minimum=0)
-    if not per_connection:
-        return settings
     return dataclasses.replace(settings, subscriptions_per_connection=per_connection)
 
 
