@@ -30,7 +30,7 @@ from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import Delivery, OnDelivery, SubscribeRequest, Subscription
-from boost_tenancy.transports.stomp.acks import AckWriter
+from boost_tenancy.transports.stomp.acks import AckToken, AckWriter
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, delivery_of, encode_frame
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
@@ -40,9 +40,6 @@ from boost_tenancy.transports.stomp.settings import StompSettings
 _CLOSE_MARGIN_S: Final = 2.0
 """close() waits for the other lines' closes up to the receipt timeout and this beyond it (a
 close's DISCONNECT receipt wait, connection.py)."""
-
-StompToken = tuple[int, int, str]
-"""A STOMP delivery's token: (line, generation of that line's connection, ack id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +111,11 @@ class Subscriptions:
         """Write the acknowledgements queued for every line, within one bounded wait, then close
         every line. Acknowledgements not written are redelivered messages, never lost
         ones."""
-        # Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM,
-        # and a broker that stopped reading must not hold the process beyond its grace period.
         with self._lock:
             lines = list(self._lines)
             self._subscriptions.clear()
             self._subscribed_on.clear()
-        self._acks.flush(
-            min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s), stop=True
-        )
+        self._acks.flush(self._ack_wait_s, stop=True)
         for line in lines:
             line.opened = False
         # Each close may wait on its broker (a DISCONNECT written, its receipt): the other lines
@@ -137,6 +130,13 @@ class Subscriptions:
         self.primary.connection.close()
         for closer in closers:
             closer.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def _ack_wait_s(self) -> float:
+        """How long queued acknowledgements are waited for before closing or unsubscribing.
+        Bounded by the connect timeout, not the receipt timeout: closing happens on SIGTERM, and
+        a broker that stopped reading must not hold the process beyond its grace period."""
+        return min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s)
 
     @property
     def is_connected(self) -> bool:
@@ -294,7 +294,7 @@ class Subscriptions:
         line = self._lines[sub.line]
         # Acknowledgements queued for its deliveries go out first: after UNSUBSCRIBE the broker
         # would take an unacknowledged message back (a re-driven dead letter, a moved backlog).
-        self._acks.flush(min(self._settings.receipt_timeout_s, self._settings.connect_timeout_s))
+        self._acks.flush(self._ack_wait_s)
         with self._lock:
             self._subscriptions.pop(sub_id, None)
             self._subscribed_on.pop(sub_id, None)
@@ -334,7 +334,8 @@ class Subscriptions:
             )
         )
 
-    def token(self, delivery: Delivery) -> StompToken:
+    def token(self, delivery: Delivery) -> AckToken:
+        """A delivery's token, (line, generation of that line's connection, ack id)."""
         token = delivery.token
         if not (
             isinstance(token, tuple)
@@ -361,4 +362,4 @@ class Subscriptions:
         self._acks.put(self.token(delivery))
 
 
-__all__ = ["Line", "StompSubscription", "StompToken", "Subscriptions"]
+__all__ = ["Line", "StompSubscription", "Subscriptions"]
