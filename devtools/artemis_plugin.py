@@ -2,8 +2,10 @@
 
 TenantPlugin routes every tenant of the listed shared queues at send time, quarantines messages
 without a valid tenant and applies each tenant's limits at the broker (docs/fairness.md, "The
-Artemis plugin"). `mvn package` builds it against Artemis's server API from Maven Central, with
-the JDBC drivers it reads the policy store with; a build of the same sources is reused.
+Artemis plugin"); StompLossPlugin gives every unacknowledged message of a lost STOMP connection
+back to its queue (docs/interop.md), on every local broker. `mvn package` builds both against
+Artemis's server API from Maven Central, with the JDBC drivers the first reads the policy store
+with; a build of the same sources is reused.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from boost_tenancy.ops.broker_routes import artemis_tenant_plugin
+from boost_tenancy.ops.broker_routes import artemis_stomp_loss_plugin, artemis_tenant_plugin
 from devtools.broker_settings import LocalBrokerError
 from devtools.commands import run_checked
 
@@ -69,10 +71,15 @@ def plugin_xml(
     *,
     shared: Sequence[str] = (),
 ) -> str:
-    """The <broker-plugins> element of broker.xml that runs the plugin for queues (["*"]: every
-    queue but shared), with its other properties, indented for <core> (what `boost-tenancy
-    broker-routes --broker artemis` prints)."""
-    element = artemis_tenant_plugin(queues, properties, shared=shared, indent="  ")
+    """The <broker-plugins> element of broker.xml that runs the tenant plugin for queues (["*"]:
+    every queue but shared), with its other properties, and the StompLossPlugin, indented for
+    <core> (what `boost-tenancy broker-routes --broker artemis` prints); no queues: the
+    StompLossPlugin alone."""
+    element = (
+        artemis_tenant_plugin(queues, properties, shared=shared, indent="  ")
+        if queues
+        else artemis_stomp_loss_plugin(indent="  ")
+    )
     return "\n".join(f"    {line}" for line in element.splitlines() if not line.startswith("<!--"))
 
 

@@ -280,9 +280,9 @@ def plugin_queues_from_env(
     a backlog sent to any queue by any client is stored per tenant and no tenant waits behind
     another's (docs/fairness.md); where BOOST_ROUTING makes every queue shared, the sample
     pipeline's queues BOOST_ROUTING_OVERRIDES routes (usually none). "pipeline": the sample
-    pipeline's queues alone; "none": no plugin; else a comma-separated list. Never a queue
-    BOOST_ROUTING makes shared: its runners (a Java service's selector consumer) read the shared
-    queue, which the plugin would leave empty; a list naming one is refused."""
+    pipeline's queues alone; "none": no queue (no tenant plugin); else a comma-separated list.
+    Never a queue BOOST_ROUTING makes shared: its runners (a Java service's selector consumer)
+    read the shared queue, which the plugin would leave empty; a list naming one is refused."""
     routing = routing_from_env(env)
     routed = _routed_queues(routing, env.get(variable, "").strip(), variable)
     return routed, shared_queues(routing) if routed == (EVERY_QUEUE,) else ()

@@ -88,7 +88,8 @@ ENV_OFFSET: Final = "BOOST_ARTEMIS_PORT_OFFSET"
 ENV_ROUTED: Final = "BOOST_ARTEMIS_ROUTED_QUEUES"
 """Shared queues the project's tenant plugin routes on this broker, as BOOST_BROKER_ROUTED_QUEUES
 names them: unset, every queue but the shared ones ("*", as docker/artemis/etc-override/broker.xml
-runs it); "pipeline": the sample pipeline's; a comma-separated list; "none": no plugin."""
+runs it); "pipeline": the sample pipeline's; a comma-separated list; "none": no tenant plugin
+(StompLossPlugin, which no broker the STOMP transport uses should lack, runs on every instance)."""
 ENV_KEYSTORE: Final = "BOOST_ARTEMIS_KEYSTORE"
 """A PKCS12 file with the broker's certificate and key: a stomp+ssl acceptor on STOMP_TLS_PORT and
 an amqps one on AMQP_TLS_PORT."""
@@ -160,8 +161,8 @@ class ArtemisSettings:
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
             port_offset=int(offset_text),
-            extra_xml=plugin_xml(routed, shared=shared) if routed else "",
-            lib_jars=build_plugin() if routed else (),
+            extra_xml=plugin_xml(routed, shared=shared),
+            lib_jars=build_plugin(),
             tls_keystore=Path(keystore).expanduser().resolve() if keystore else None,
             tls_password=password or "",
         )

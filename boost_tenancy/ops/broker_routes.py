@@ -45,6 +45,11 @@ ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
 """The Artemis broker plugin of brokers/artemis: routes every tenant of the queues it lists,
 quarantines what names no valid tenant and applies each tenant's limits at the broker."""
 
+ARTEMIS_STOMP_LOSS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.StompLossPlugin"
+"""The Artemis broker plugin of brokers/artemis that gives every unacknowledged message of a lost
+STOMP connection back to its queue; Artemis 2.44 alone may keep some of them from every consumer
+until it restarts (docs/interop.md, "A lost STOMP connection on Artemis")."""
+
 
 def check_routed_at_send(routing: Routing, queue: str) -> str:
     """queue, if its messages may be routed at send time: a valid logical queue the routing does
@@ -142,13 +147,30 @@ def artemis_tenant_plugin(
     return (
         f"<!-- Printed by boost-tenancy broker-routes: every tenant's messages of these queues to "
         f"tenant.<tenant>.<queue>; no valid {TENANT_PROPERTY}, or none, to "
-        "DLQ.<queue>.quarantine. The jar of brokers/artemis goes in the broker's lib/. -->\n"
+        "DLQ.<queue>.quarantine; every unacknowledged message of a lost STOMP connection back "
+        "to its queue. The jar of brokers/artemis goes in the broker's lib/. -->\n"
         "<broker-plugins>\n"
+        f"{_stomp_loss_element(indent)}"
         f"{indent}<broker-plugin class-name={quoteattr(ARTEMIS_PLUGIN_CLASS)}>\n"
         f"{lines}"
         f"{indent}</broker-plugin>\n"
         "</broker-plugins>\n"
     )
+
+
+def artemis_stomp_loss_plugin(*, indent: str = "    ") -> str:
+    """The <broker-plugins> element, for broker.xml's <core>, of a broker that routes nothing at
+    send time: the StompLossPlugin alone, which every Artemis the toolkit's STOMP consumers use
+    should run (artemis_tenant_plugin's element has it too)."""
+    return (
+        "<!-- Every unacknowledged message of a lost STOMP connection back to its queue. The jar "
+        "of brokers/artemis goes in the broker's lib/. -->\n"
+        f"<broker-plugins>\n{_stomp_loss_element(indent)}</broker-plugins>\n"
+    )
+
+
+def _stomp_loss_element(indent: str) -> str:
+    return f"{indent}<broker-plugin class-name={quoteattr(ARTEMIS_STOMP_LOSS_PLUGIN_CLASS)}/>\n"
 
 
 def classic_destination_interceptors(

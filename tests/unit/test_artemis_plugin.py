@@ -18,7 +18,11 @@ import pytest
 from boost_tenancy.application import AppSettings
 from boost_tenancy.cli import build_parser
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.ops.broker_routes import ARTEMIS_PLUGIN_CLASS, artemis_tenant_plugin
+from boost_tenancy.ops.broker_routes import (
+    ARTEMIS_PLUGIN_CLASS,
+    ARTEMIS_STOMP_LOSS_PLUGIN_CLASS,
+    artemis_tenant_plugin,
+)
 from boost_tenancy.routing import MAX_LOGICAL_QUEUE, check_logical_queue
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.artemis_management import (
@@ -128,7 +132,8 @@ def test_broker_routes_prints_the_plugin_element_for_artemis(
     assert args.handler(args, AppSettings.from_env({})) == 0
     printed = capsys.readouterr().out
     element = ET.fromstring(printed.split("-->", 1)[1])
-    (plugin,) = element
+    loss, plugin = element
+    assert loss.get("class-name") == ARTEMIS_STOMP_LOSS_PLUGIN_CLASS
     assert plugin.get("class-name") == ARTEMIS_PLUGIN_CLASS
     assert [(p.get("key"), p.get("value")) for p in plugin] == [("queues", "cmd.a,cmd.b")]
 
@@ -145,7 +150,9 @@ def test_the_devtools_element_is_the_printed_one_inside_core() -> None:
     xml = plugin_xml(["cmd.a"], {"messages-per-second": "5"})
     element = ET.fromstring(xml)
     assert element.tag == "broker-plugins"
-    (plugin,) = element
+    loss, plugin = element
+    assert (loss.get("class-name"), list(loss)) == (ARTEMIS_STOMP_LOSS_PLUGIN_CLASS, [])
+    assert plugin.get("class-name") == ARTEMIS_PLUGIN_CLASS
     assert [(p.get("key"), p.get("value")) for p in plugin] == [
         ("queues", "cmd.a"),
         ("messages-per-second", "5"),

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.errors import ConfigError
-from devtools import artemis_cluster
+from boost_tenancy.ops.broker_routes import ARTEMIS_STOMP_LOSS_PLUGIN_CLASS
+from devtools import artemis_cluster, artemis_pair
 from devtools import local_artemis as la
 from devtools.artemis_pair import ENV_HOME as PAIR_HOME
 from devtools.artemis_pair import ArtemisPair
@@ -114,7 +115,7 @@ def test_the_suites_container_routes_the_pipelines_queues_alone() -> None:
     )
 
 
-def test_the_local_broker_runs_the_plugin_its_settings_name_or_none(
+def test_the_local_broker_runs_the_plugins_its_settings_name(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     jar = tmp_path / "boost-tenancy-artemis.jar"
@@ -128,8 +129,14 @@ def test_the_local_broker_runs_the_plugin_its_settings_name_or_none(
     listed = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a"})
     assert la.render_broker_xml(listed).count("<broker-plugins>") == 1
     assert plugin_xml(["cmd.a"]) in la.render_broker_xml(listed)
+    # Routing nothing, it still runs the StompLossPlugin: a lost STOMP connection's messages
+    # come back on every broker the suites use (docs/interop.md).
     none = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "none"})
-    assert (none.lib_jars, la.render_broker_xml(none).count("broker-plugins")) == ((), 0)
+    assert none.lib_jars == (jar,)
+    assert plugin_xml([]) in la.render_broker_xml(none)
+    assert la.render_broker_xml(none).count("<broker-plugin ") == 1
+    for settings in (default, pipeline, listed, none):
+        assert ARTEMIS_STOMP_LOSS_PLUGIN_CLASS in la.render_broker_xml(settings)
     shared = {la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a", "BOOST_ROUTING": "shared"}
     with pytest.raises(ConfigError, match=re.escape("BOOST_ARTEMIS_ROUTED_QUEUES='cmd.a'")):
         la.ArtemisSettings.from_env(shared)
@@ -180,9 +187,14 @@ def test_a_cached_artifact_is_used_without_asking_maven(
 
 
 def test_the_pair_gives_clients_both_brokers_and_each_broker_its_peer(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    jar = tmp_path / "boost-tenancy-artemis.jar"
+    monkeypatch.setattr(artemis_pair, "build_plugin", lambda: (jar,))
     pair = ArtemisPair(tmp_path, live_offset=100, backup_offset=200)
+    assert pair.live.settings.lib_jars == pair.backup.settings.lib_jars == (jar,)
+    assert plugin_xml([]) in pair.live.settings.extra_xml
+    assert plugin_xml([]) in pair.backup.settings.extra_xml
     assert pair.client_env()["BOOST_BROKER_URL"] == "stomp://127.0.0.1:61813,127.0.0.1:61913"
     live_xml, backup_xml = pair.live.settings.extra_xml, pair.backup.settings.extra_xml
     assert "<primary>" in live_xml and "<backup><allow-failback>true" in backup_xml
