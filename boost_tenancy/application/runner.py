@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.messages import PublishCheck, check_queue_name
+from boost_tenancy.ops.broker_plugins import missing_broker_plugins
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.ops.send_routes import install_send_routes, routes_of
@@ -165,6 +166,13 @@ class ProcessorRunner(TenantWorkers):
             # Before subscribing: the tenants' queues exist, and new messages go there from now.
             self.send_routes_added = install_send_routes(transport, send_routes)
 
+        self.missing_broker_plugins: list[str] | None = []
+        """The plugins the transport needs that start() found the broker without (warned of);
+        None: the broker could not be asked."""
+
+        def check_plugins() -> None:
+            self.missing_broker_plugins = missing_broker_plugins(transport)
+
         super().__init__(
             processor,
             transport,
@@ -176,7 +184,7 @@ class ProcessorRunner(TenantWorkers):
             gate=gate,
             event_loop=event_loop,
             queue_states=queue_states,
-            on_connected=(*on_connected, install_routes),
+            on_connected=(*on_connected, install_routes, check_plugins),
             companions=companions,
         )
 

@@ -30,6 +30,7 @@ from boost_tenancy.errors import ConfigError
 from boost_tenancy.routing import Routing, Topology, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
 
 _ROUTED = Routing(default=Topology.ROUTED)
 
@@ -45,10 +46,10 @@ ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
 """The Artemis broker plugin of brokers/artemis: routes every tenant of the queues it lists,
 quarantines what names no valid tenant and applies each tenant's limits at the broker."""
 
-ARTEMIS_STOMP_LOSS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.StompLossPlugin"
+ARTEMIS_STOMP_LOSS_PLUGIN_CLASS: Final = STOMP_LOSS_PLUGIN
 """The Artemis broker plugin of brokers/artemis that gives every unacknowledged message of a lost
-STOMP connection back to its queue; Artemis 2.44 alone may keep some of them from every consumer
-until it restarts (docs/interop.md, "A lost STOMP connection on Artemis")."""
+STOMP connection back to its queue (docs/interop.md, "A lost connection's messages on
+Artemis")."""
 
 
 def check_routed_at_send(routing: Routing, queue: str) -> str:

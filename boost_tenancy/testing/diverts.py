@@ -6,7 +6,8 @@ the in-memory one (memory.py, STOMP's view) and the AMQP peer (amqp_peer/).
 - createDivert does nothing, and answers success all the same, where a queue or divert already
   has its name or its address has no queue (ActiveMQServerImpl.deployDivert).
 - getDivertNames lists every divert; destroyDivert removes one (AMQ229012 for a name no
-  divert has); any other operation is refused as Artemis refuses an
+  divert has); getBrokerPluginClassNames names the StompLossPlugin, as these brokers give back
+  everything a lost connection held; any other operation is refused as Artemis refuses an
   operation it does not have (AMQ229069).
 - listQueues(options, page, pageSize) answers a JSON text {"data": [...], "count": N} of the
   queues whose name EQUALS or CONTAINS the options' value, every value as text, messageCount
@@ -23,7 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from boost_tenancy.testing import jms_selector
-from boost_tenancy.transports.artemis_management import BROKER_RESOURCE, ManagementError
+from boost_tenancy.transports.artemis_management import (
+    BROKER_RESOURCE,
+    STOMP_LOSS_PLUGIN,
+    ManagementError,
+)
 
 Matches = Callable[[Mapping[str, object]], bool]
 
@@ -89,6 +94,9 @@ class DivertModel:
         names = {name for diverts in self._by_address.values() for name in diverts}
         if operation == "getDivertNames" and not params:
             return sorted(names)
+        if operation == "getBrokerPluginClassNames" and not params:
+            # A lost connection here gives back all it held, as Artemis does with this plugin.
+            return [STOMP_LOSS_PLUGIN]
         if operation == "listQueues" and len(params) == 3:
             return list_queues_answer(params, self._queue_counts())
         if operation == "createQueue" and len(params) == 2:

@@ -64,6 +64,10 @@ PLUGIN_RESOURCE: Final = "boost.tenant-plugin"
 PLUGIN_DIVERT_PREFIX: Final = "boost.tenant-routing."
 """The divert the project's Artemis plugin (brokers/artemis) makes for each shared queue it
 routes, then the queue's name: where it is, the broker routes every tenant of that queue itself."""
+STOMP_LOSS_PLUGIN: Final = "io.boosttenancy.artemis.StompLossPlugin"
+"""The plugin of brokers/artemis that gives every unacknowledged message of a lost STOMP
+connection back to its queue; Artemis 2.44 alone may keep some of them from every consumer until
+it restarts (docs/interop.md)."""
 REPLY_PREFIX: Final = "boost.management.reply."
 """The queue a management session reads its replies from (one per session)."""
 
@@ -243,6 +247,14 @@ def plugin_counts(session: Runs) -> list[BrokerCount] | None:
         raise ManagementError(f"the tenant plugin's counters are unreadable: {result!r}") from exc
 
 
+def broker_plugins(session: Runs) -> list[str]:
+    """The class names of the plugins the broker runs (its brokerPluginClassNames)."""
+    (result,) = session.run([Operation("getBrokerPluginClassNames")])
+    if not isinstance(result, list) or not all(isinstance(n, str) for n in result):
+        raise ManagementError(f"Artemis listed its plugins as {result!r}, not a list of names")
+    return list(result)
+
+
 def listed(session: Runs) -> list[SendRoute]:
     """The routes the broker's diverts make, of the toolkit's own naming."""
     return routes_named(divert_names(session.run([list_diverts()])[0]))
@@ -287,6 +299,10 @@ class ManagedRoutes:
     def broker_counts(self) -> list[BrokerCount] | None:
         """What the broker's tenant plugin counted; None where no plugin runs there."""
         return self.management_session(plugin_counts)
+
+    def broker_plugins(self) -> list[str]:
+        """The class names of the plugins the broker runs (BrokerPluginLister)."""
+        return self.management_session(broker_plugins)
 
 
 class Replies:
@@ -367,6 +383,7 @@ __all__ = [
     "MANAGEMENT_ADDRESS",
     "PLUGIN_DIVERT_PREFIX",
     "PLUGIN_RESOURCE",
+    "STOMP_LOSS_PLUGIN",
     "ManagedRoutes",
     "ManagementError",
     "Operation",

@@ -17,6 +17,16 @@ from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.tenancy import TenantId
 
 
+@dataclass(frozen=True, slots=True)
+class NeededPlugin:
+    """A broker plugin a transport needs on its broker, and what goes wrong without it."""
+
+    class_name: str
+    without_it: str
+    see: str
+    """Where the documentation says why, and how to run it."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportCapabilities:
     """What the broker behind a transport does natively; the toolkit adapts to it.
@@ -67,6 +77,13 @@ class TransportCapabilities:
     divert per tenant, made through its management address). Read by the ProcessorRunner,
     which installs its tenants' routes at start where it holds; elsewhere the TenantRouter
     moves those messages after they are stored (docs/fairness.md)."""
+
+    broker_plugins_needed: tuple[NeededPlugin, ...] = ()
+    """Broker plugins without which one of the transport's guarantees does not hold on its
+    broker (STOMP on Artemis 2.44: the project's StompLossPlugin, without which a lost
+    connection may hold messages until the broker restarts). Read by ops.broker_plugins, which
+    the ProcessorRunner asks at start: it warns, naming each the broker does not run, where the
+    transport implements BrokerPluginLister."""
 
     def guard_selector(self, selector: SelectorLike) -> SelectorLike | None:
         """selector where the broker applies it, else None: for reads kept apart by the tenant
@@ -355,6 +372,17 @@ def broker_counts_reader(transport: Transport) -> BrokerCountsReader | None:
     if transport.capabilities.send_time_routes and isinstance(transport, BrokerCountsReader):
         return transport
     return None
+
+
+@runtime_checkable
+class BrokerPluginLister(Protocol):
+    """The optional operation of a transport whose broker says which plugins it runs (Artemis,
+    through its management address)."""
+
+    def broker_plugins(self) -> list[str]:
+        """The class names of the broker plugins the broker runs. Raises TransportError when
+        the broker refuses (a missing permission) or the connection fails."""
+        ...
 
 
 def send_route_installer(transport: Transport) -> SendRouteInstaller | None:

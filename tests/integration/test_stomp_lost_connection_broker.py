@@ -18,8 +18,11 @@ import uuid
 
 import pytest
 import stomp
+import structlog
 
-from boost_tenancy.transports.stomp import StompSettings
+from boost_tenancy.ops.broker_plugins import missing_broker_plugins
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from tests.conftest import wait_until
 from tests.raw_stomp import send_confirmed
@@ -123,3 +126,23 @@ def test_every_unacknowledged_message_of_lost_connections_comes_back(
             )
     finally:
         producer.disconnect()
+
+
+def test_a_runner_finds_the_plugin_it_needs_on_the_project_broker(
+    stomp_settings: StompSettings, broker_flavour: str
+) -> None:
+    """What a ProcessorRunner asks at start (ops.broker_plugins): on Artemis, the broker names
+    the StompLossPlugin among the plugins it runs (getBrokerPluginClassNames through the
+    management address); Classic needs none."""
+    transport = StompTransport(stomp_settings)
+    transport.connect()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert missing_broker_plugins(transport) == []
+        assert [e for e in logs if e["event"].startswith("broker_plugin")] == []
+        if broker_flavour == "artemis":
+            assert STOMP_LOSS_PLUGIN in transport.broker_plugins()
+        else:
+            assert transport.capabilities.broker_plugins_needed == ()
+    finally:
+        transport.close()

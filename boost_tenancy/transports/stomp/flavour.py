@@ -7,7 +7,8 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from boost_tenancy.transports.base import TransportCapabilities
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
+from boost_tenancy.transports.base import NeededPlugin, TransportCapabilities
 
 ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 500
 """How many subscriptions the transport puts on one connection to Artemis: each SUBSCRIBE there
@@ -97,6 +98,16 @@ class BrokerFlavour(enum.Enum):
         return {"activemq.prefetchSize": str(prefetch)}
 
 
+_ARTEMIS_PLUGINS: Final = (
+    NeededPlugin(
+        STOMP_LOSS_PLUGIN,
+        without_it="a connection lost without DISCONNECT (a killed worker) may leave messages it "
+        "held given to no consumer until the broker restarts",
+        see="docs/interop.md#a-lost-connections-messages-on-artemis",
+    ),
+)
+"""What the STOMP transport needs on Artemis 2.44 beyond the broker itself."""
+
 _CAPABILITIES: Final = {
     flavour: TransportCapabilities(
         server_side_selectors=True,
@@ -118,6 +129,7 @@ _CAPABILITIES: Final = {
         # Artemis's exclusive diverts, made through its management address
         # (stomp/management.py); Classic routes at send time only from its configuration.
         send_time_routes=flavour is BrokerFlavour.ARTEMIS,
+        broker_plugins_needed=_ARTEMIS_PLUGINS if flavour is BrokerFlavour.ARTEMIS else (),
     )
     for flavour in BrokerFlavour
 }
