@@ -346,21 +346,15 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
         time.sleep(2.0)
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.text()[-4000:]
+    # Artemis 2.44 alone, over STOMP, held 2 to 6 messages "in delivery" to no consumer after
+    # the kills in 5 of 8 storms, until it restarted: its two cleanups of a lost connection race
+    # (docs/interop.md). Its own broker runs the StompLossPlugin, as every Artemis of the project
+    # does: none held in 12 storms since. Nothing may be held on any broker.
     stuck = _stuck_in_the_broker(client, stored_in(queue, TENANTS))
-    if stuck and artemis:
-        # Artemis 2.44 over STOMP can leave a few messages "in delivery" with no consumer at
-        # all after consumers are killed around its restarts (seen in 5 of 8 storms here, 2 to
-        # 6 messages, still so 70 s later): stored and unacknowledged, but given to nobody
-        # until the broker restarts. A restart and one more worker prove they are there.
-        print(f"kill storm: {stuck} messages held in delivery by no consumer; restarting")
-        began_at = _line_count(log)
-        storm_broker.node.restart()
-        struck.append(Struck(began_at, _line_count(log), "restart-for-the-held"))
-        worker = workers.start(PROCESSOR, TENANTS, env)
-        wait_until(drained, timeout=WAIT_S, interval=0.2)
-        time.sleep(2.0)
-        worker.signal(signal.SIGTERM)
-        assert worker.wait(30) == 0, worker.text()[-4000:]
+    assert stuck == 0, (
+        f"{stuck} messages held in delivery by no consumer after the storm (an Artemis without "
+        "the StompLossPlugin holds them until it restarts, docs/interop.md)"
+    )
 
     records = _records(log)
     handled = Counter(r.message_id for r in records)
@@ -412,7 +406,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
         f"extra_by_failure={shown} "
         f"acknowledged_then_restored_by_the_node_crash={restored} "
         f"max_attempt={max((r.attempt for r in records), default=0)} "
-        f"held_by_no_consumer_until_a_broker_restart={stuck} "
+        f"held_by_no_consumer={stuck} "
         f"send={send_s:.1f}s storm={storm_s:.1f}s run={run_s:.1f}s"
     )
     if duplicates:
