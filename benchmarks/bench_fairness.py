@@ -73,8 +73,8 @@ from boost_tenancy.transports.base import (
     SubscribeRequest,
     Subscription,
     Transport,
-    TransportCapabilities,
 )
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.stomp import StompTransport
 
 WRITES_TARGET = 1.1

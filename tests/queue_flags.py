@@ -9,8 +9,8 @@ import shutil
 import subprocess
 from typing import NamedTuple
 
-from boost_tenancy.transports.artemis_management import Runs
 from boost_tenancy.transports.artemis_queues import list_queues_operation
+from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import Transport
 
 

@@ -18,12 +18,7 @@ import structlog
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import (
-    Delivery,
-    SubscribeRequest,
-    Subscription,
-    Transport,
-)
+from boost_tenancy.transports.base import Delivery, SubscribeRequest, Subscription, Transport
 
 log = structlog.get_logger("boost_tenancy.processing.draining")
 

@@ -24,12 +24,7 @@ from boost_tenancy.processing.scheduling import FairWorkQueue
 from boost_tenancy.routing import Routing
 from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.base import (
-    ConnectionStatus,
-    Delivery,
-    SubscribeRequest,
-    Transport,
-)
+from boost_tenancy.transports.base import ConnectionStatus, Delivery, SubscribeRequest, Transport
 
 log = structlog.get_logger("boost_tenancy.processing.runner")
 

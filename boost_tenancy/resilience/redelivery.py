@@ -19,7 +19,8 @@ from boost_tenancy.errors import BoostTenancyError
 from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
 from boost_tenancy.resilience.dead_letter import with_error
 from boost_tenancy.resilience.failure import ErrorInfo
-from boost_tenancy.transports.base import Delivery, Outgoing, Transport, TransportCapabilities
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport
+from boost_tenancy.transports.capabilities import TransportCapabilities
 
 
 class RedeliveryStrategy(Protocol):

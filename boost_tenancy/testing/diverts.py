@@ -24,11 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from boost_tenancy.testing import jms_selector
-from boost_tenancy.transports.artemis_management import (
-    BROKER_RESOURCE,
-    STOMP_LOSS_PLUGIN,
-    ManagementError,
-)
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
+from boost_tenancy.transports.artemis_requests import BROKER_RESOURCE, ManagementError
 
 Matches = Callable[[Mapping[str, object]], bool]
 

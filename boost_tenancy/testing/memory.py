@@ -30,13 +30,8 @@ from boost_tenancy.testing.wire import (
     message_headers,
     readdressed,
 )
-from boost_tenancy.transports.artemis_management import ManagementError, Operation
-from boost_tenancy.transports.base import (
-    Delivery,
-    ListedQueue,
-    OnDelivery,
-    QueueStats,
-)
+from boost_tenancy.transports.artemis_requests import ManagementError, Operation
+from boost_tenancy.transports.base import Delivery, ListedQueue, OnDelivery, QueueStats
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import delivery_of
 

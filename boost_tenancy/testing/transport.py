@@ -17,7 +17,8 @@ from boost_tenancy.testing.broker_records import Consumer
 from boost_tenancy.testing.memory import InMemoryBroker
 from boost_tenancy.testing.wire import Sent, as_sent
 from boost_tenancy.transports import artemis_queues
-from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
+from boost_tenancy.transports.artemis_management import ManagedRoutes
+from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
@@ -26,9 +27,9 @@ from boost_tenancy.transports.base import (
     QueueStats,
     SubscribeRequest,
     Subscription,
-    TransportCapabilities,
     check_queue_prefix,
 )
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.options import DEFAULT_ARTEMIS_WINDOW_BYTES
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 

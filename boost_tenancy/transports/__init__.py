@@ -10,8 +10,8 @@ from boost_tenancy.transports.base import (
     SubscribeRequest,
     Subscription,
     Transport,
-    TransportCapabilities,
 )
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.registry import (
     TransportFactory,
     TransportUrl,

@@ -16,14 +16,9 @@ and a message one of them takes reaches no queue of the address.
 
 What Artemis does, read from its source (apache/activemq-artemis; this module is checked against
 an in-memory model of it, testing/memory.py, not against a running Artemis):
-- A management request is a message to `activemq.management` with the properties
-  _AMQ_ResourceName ("broker") and _AMQ_OperationName, a text body holding the JSON array of the
-  operation's parameters, and a reply-to; without a reply-to no reply is sent
-  (ServerSessionImpl.handleManagementMessage). The body must arrive as text: over STOMP, a SEND
-  without content-length. An overload is picked by the operation's name and the number of
-  parameters, booleans as JSON booleans (ManagementServiceImpl.invokeOperation).
-- The reply carries _AMQ_OperationSucceeded and a JSON array of one item, the result or the
-  error's text; an operation that returns nothing has no body.
+- A management request and its reply are artemis_requests.py's. The body must arrive as text:
+  over STOMP, a SEND without content-length. An overload is picked by the operation's name and
+  the number of parameters, booleans as JSON booleans (ManagementServiceImpl.invokeOperation).
 - createDivert on a name some binding (queue or divert) already has does nothing and still
   answers success (ActiveMQServerImpl.deployDivert): divert names here never collide with a
   queue name (`boost.divert.` prefix), and existing diverts are listed first (getDivertNames).
@@ -40,23 +35,19 @@ an in-memory model of it, testing/memory.py, not against a running Artemis):
 from __future__ import annotations
 
 import json
-import threading
-import time
-import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Final, TypeVar
 
-from boost_tenancy.errors import ConfigError, TransportError
+from boost_tenancy.errors import ConfigError
 from boost_tenancy.routing import check_logical_queue, tenant_queue_of
 from boost_tenancy.selectors import tenant_selector
+from boost_tenancy.transports.artemis_requests import (
+    ManagementError,
+    Operation,
+    Runs,
+)
 from boost_tenancy.transports.base import BrokerCount, SendRoute
 
-MANAGEMENT_ADDRESS: Final = "activemq.management"
-RESOURCE_PROPERTY: Final = "_AMQ_ResourceName"
-OPERATION_PROPERTY: Final = "_AMQ_OperationName"
-SUCCEEDED_PROPERTY: Final = "_AMQ_OperationSucceeded"
-BROKER_RESOURCE: Final = "broker"
 DIVERT_PREFIX: Final = "boost.divert."
 """Divert names: the target queue's name under this prefix, which no queue of the toolkit has."""
 PLUGIN_RESOURCE: Final = "boost.tenant-plugin"
@@ -68,30 +59,6 @@ STOMP_LOSS_PLUGIN: Final = "io.boosttenancy.artemis.StompLossPlugin"
 """The plugin of brokers/artemis that gives every unacknowledged message of a lost STOMP
 connection back to its queue; Artemis 2.44 alone may keep some of them from every consumer until
 it restarts (docs/interop.md)."""
-REPLY_PREFIX: Final = "boost.management.reply."
-"""The queue a management session reads its replies from (one per session)."""
-
-
-class ManagementError(TransportError):
-    """The broker refused a management operation or answered with something unreadable."""
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """One operation of Artemis's broker control (ActiveMQServerControl) and its parameters."""
-
-    name: str
-    params: tuple[object, ...] = ()
-    resource: str = BROKER_RESOURCE
-    """The management resource asked: the broker's control, or the tenant plugin's."""
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return {RESOURCE_PROPERTY: self.resource, OPERATION_PROPERTY: self.name}
-
-    @property
-    def body(self) -> str:
-        return json.dumps(list(self.params), separators=(",", ":"))
 
 
 def divert_name(route: SendRoute) -> str:
@@ -166,13 +133,6 @@ def divert_operations(routes: Sequence[SendRoute], existing: Iterable[str]) -> l
     with a queue that failed would be made all the same, and drop its tenant's messages."""
     have = set(existing)
     return [create_divert(route) for route in routes if divert_name(route) not in have]
-
-
-class Runs(Protocol):
-    """A management session: sends operations together and gives their results in order, or
-    raises ManagementError at the first one refused (TransportError when the broker is gone)."""
-
-    def run(self, ops: Sequence[Operation]) -> list[object]: ...
 
 
 def install(session: Runs, routes: Sequence[SendRoute]) -> int:
@@ -305,72 +265,6 @@ class ManagedRoutes:
         return self.management_session(broker_plugins)
 
 
-class Replies:
-    """The replies of a management session by correlation id, put on the transport's receiving
-    thread and taken, read, by the thread that sent the requests."""
-
-    _POLL_S: Final = 0.05
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._replies: dict[str, tuple[Mapping[str, str], str | None]] = {}
-
-    @staticmethod
-    def correlations(ops: Sequence[Operation]) -> list[str]:
-        """A new correlation id for each operation, for its request and its reply."""
-        return [f"management-{uuid.uuid4().hex}" for _ in ops]
-
-    def put(self, correlation: str | None, properties: Mapping[str, str], body: str | None) -> None:
-        """A reply arrived; one without a correlation id answers nothing asked here."""
-        if correlation is None:
-            return
-        with self._cond:
-            self._replies[correlation] = (properties, body or None)
-            self._cond.notify_all()
-
-    def results(
-        self,
-        ops: Sequence[Operation],
-        correlations: Sequence[str],
-        timeout_s: float,
-        alive: Callable[[], bool] = lambda: True,
-    ) -> list[object]:
-        """The results of ops, in order, once every reply came (read_reply: the first refused
-        one raises ManagementError); TransportError when they do not all come within timeout_s
-        or alive() turns false (the connection they would come on is gone)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not all(c in self._replies for c in correlations):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not alive():
-                    raise TransportError(
-                        f"Artemis answered {len(ops)} management request(s) only in part within "
-                        f"{timeout_s}s (the user needs the manage permission on "
-                        f"{MANAGEMENT_ADDRESS})"
-                    )
-                self._cond.wait(min(remaining, self._POLL_S))
-            replies = [self._replies.pop(c) for c in correlations]
-        return [read_reply(op, *reply) for op, reply in zip(ops, replies, strict=True)]
-
-
-def read_reply(operation: Operation, properties: Mapping[str, str], body: str | None) -> object:
-    """The result of operation from its reply (None for an operation that returns nothing);
-    ManagementError with the broker's text when it failed."""
-    succeeded = str(properties.get(SUCCEEDED_PROPERTY, "")).lower()
-    result: object = None
-    if body:
-        try:
-            decoded = json.loads(body)
-        except ValueError as exc:
-            raise ManagementError(
-                f"Artemis management reply to {operation.name} is not JSON: {body[:200]!r}"
-            ) from exc
-        result = decoded[0] if isinstance(decoded, list) and decoded else decoded
-    if succeeded != "true":
-        raise ManagementError(f"Artemis refused management operation {operation.name}: {result}")
-    return result
-
-
 def divert_names(result: object) -> list[str]:
     """getDivertNames's result: a list of names."""
     if not isinstance(result, list) or not all(isinstance(n, str) for n in result):
@@ -380,14 +274,12 @@ def divert_names(result: object) -> list[str]:
 
 __all__ = [
     "DIVERT_PREFIX",
-    "MANAGEMENT_ADDRESS",
     "PLUGIN_DIVERT_PREFIX",
     "PLUGIN_RESOURCE",
     "STOMP_LOSS_PLUGIN",
     "ManagedRoutes",
     "ManagementError",
     "Operation",
-    "Replies",
     "create_divert",
     "create_queue",
     "destroy_divert",
@@ -400,7 +292,6 @@ __all__ = [
     "plugin_counts",
     "plugin_routed",
     "queue_operations",
-    "read_reply",
     "remove",
     "routes_named",
 ]

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from boost_tenancy.transports.artemis_management import ManagementError, Operation, Runs
+from boost_tenancy.transports.artemis_requests import ManagementError, Operation, Runs
 from boost_tenancy.transports.base import ListedQueue, QueueStats
 
 PAGE_SIZE: Final = 1000

@@ -25,12 +25,8 @@ from boost_tenancy.ops.broker_routes import (
 )
 from boost_tenancy.routing import MAX_LOGICAL_QUEUE, check_logical_queue
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.artemis_management import (
-    PLUGIN_DIVERT_PREFIX,
-    Operation,
-    divert_name,
-    install,
-)
+from boost_tenancy.transports.artemis_management import PLUGIN_DIVERT_PREFIX, divert_name, install
+from boost_tenancy.transports.artemis_requests import Operation
 from boost_tenancy.transports.base import SendRoute
 from devtools.artemis_plugin import build_digest, build_plugin, plugin_xml
 

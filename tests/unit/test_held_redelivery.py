@@ -13,7 +13,8 @@ from boost_tenancy.resilience.redelivery import (
     RepublishRedelivery,
     strategy_for,
 )
-from boost_tenancy.transports.base import Delivery, Outgoing, TransportCapabilities
+from boost_tenancy.transports.base import Delivery, Outgoing
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from tests.conftest import wait_until
 
 

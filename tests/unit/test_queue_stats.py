@@ -25,12 +25,8 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_q
 from boost_tenancy.routing import Routing, Topology, parked_queue
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
-from boost_tenancy.transports.base import (
-    QueueStats,
-    Transport,
-    TransportCapabilities,
-    queue_stats_reader,
-)
+from boost_tenancy.transports.base import QueueStats, Transport, queue_stats_reader
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.statistics import classic_queue_stats, decode_map_json
 from tests.conftest import Inbox, unique_queue, wait_until

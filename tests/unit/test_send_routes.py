@@ -28,18 +28,20 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
 from boost_tenancy.testing.amqp_peer import AmqpPeer, PeerFlavour
 from boost_tenancy.transports.artemis_management import (
-    MANAGEMENT_ADDRESS,
     PLUGIN_DIVERT_PREFIX,
-    ManagementError,
-    Operation,
-    Replies,
     create_divert,
     divert_name,
     divert_operations,
     install,
     queue_operations,
-    read_reply,
     routes_named,
+)
+from boost_tenancy.transports.artemis_requests import (
+    MANAGEMENT_ADDRESS,
+    ManagementError,
+    Operation,
+    Replies,
+    read_reply,
 )
 from boost_tenancy.transports.base import SendRoute, send_route_installer
 from boost_tenancy.transports.registry import open_transport

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 from proton import Message
 
 from boost_tenancy.testing.diverts import QueueCount
-from boost_tenancy.transports.artemis_management import (
+from boost_tenancy.transports.artemis_requests import (
     BROKER_RESOURCE,
     OPERATION_PROPERTY,
     RESOURCE_PROPERTY,

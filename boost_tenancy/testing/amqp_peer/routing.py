@@ -11,7 +11,7 @@ from proton import Message, symbol
 
 from boost_tenancy.testing.amqp_peer.state import _Address, _Queue, _Target
 from boost_tenancy.testing.amqp_peer.wire import _Refusal
-from boost_tenancy.transports.artemis_management import MANAGEMENT_ADDRESS
+from boost_tenancy.transports.artemis_requests import MANAGEMENT_ADDRESS
 
 if TYPE_CHECKING:
     from boost_tenancy.testing.amqp_peer.engine import _Engine

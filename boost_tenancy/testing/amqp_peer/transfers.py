@@ -18,7 +18,7 @@ from boost_tenancy.testing.amqp_peer.wire import (
     _TRANSACTIONAL_STATE,
     _binary,
 )
-from boost_tenancy.transports.artemis_management import MANAGEMENT_ADDRESS
+from boost_tenancy.transports.artemis_requests import MANAGEMENT_ADDRESS
 
 if TYPE_CHECKING:
     from boost_tenancy.testing.amqp_peer.engine import _Engine

@@ -8,7 +8,7 @@ import enum
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from boost_tenancy.transports.base import TransportCapabilities
+from boost_tenancy.transports.capabilities import TransportCapabilities
 
 RABBITMQ_QUEUE_PREFIX: Final = "/queue/"
 """RabbitMQ 3.x's AMQP 1.0 plugin names a queue /queue/NAME."""

@@ -25,7 +25,7 @@ from proton import Message
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
-from boost_tenancy.transports.artemis_management import (
+from boost_tenancy.transports.artemis_requests import (
     MANAGEMENT_ADDRESS,
     REPLY_PREFIX,
     Operation,

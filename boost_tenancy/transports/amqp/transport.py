@@ -32,7 +32,8 @@ from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.waiters import all_of, resolve
-from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
+from boost_tenancy.transports.artemis_management import ManagedRoutes
+from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
@@ -41,9 +42,9 @@ from boost_tenancy.transports.base import (
     QueueStats,
     SubscribeRequest,
     Subscription,
-    TransportCapabilities,
     check_queue_prefix,
 )
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 

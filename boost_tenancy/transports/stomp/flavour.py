@@ -8,7 +8,7 @@ import enum
 from typing import Final
 
 from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
-from boost_tenancy.transports.base import NeededPlugin, TransportCapabilities
+from boost_tenancy.transports.capabilities import NeededPlugin, TransportCapabilities
 
 ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 500
 """How many subscriptions the transport puts on one connection to Artemis: each SUBSCRIBE there

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from boost_tenancy.errors import TransportError
-from boost_tenancy.transports.artemis_management import (
+from boost_tenancy.transports.artemis_requests import (
     MANAGEMENT_ADDRESS,
     REPLY_PREFIX,
     Operation,

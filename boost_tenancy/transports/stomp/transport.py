@@ -12,7 +12,8 @@ from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import artemis_queues
-from boost_tenancy.transports.artemis_management import ManagedRoutes, Runs
+from boost_tenancy.transports.artemis_management import ManagedRoutes
+from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import (
     Delivery,
     ListedQueue,
@@ -21,8 +22,8 @@ from boost_tenancy.transports.base import (
     QueueStats,
     SubscribeRequest,
     Subscription,
-    TransportCapabilities,
 )
+from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 from boost_tenancy.transports.stomp.batch import StompBatch
