@@ -349,7 +349,7 @@ def test_kill_storm_loses_nothing_leaks_nothing_and_bounds_duplicates(
     # Artemis 2.44 alone, over STOMP, held 2 to 6 messages "in delivery" to no consumer after
     # the kills in 5 of 8 storms, until it restarted: its two cleanups of a lost connection race
     # (docs/interop.md). Its own broker runs the StompLossPlugin, as every Artemis of the project
-    # does: none held in 12 storms since. Nothing may be held on any broker.
+    # does: none held in 14 storms since. Nothing may be held on any broker.
     stuck = _stuck_in_the_broker(client, stored_in(queue, TENANTS))
     assert stuck == 0, (
         f"{stuck} messages held in delivery by no consumer after the storm (an Artemis without "

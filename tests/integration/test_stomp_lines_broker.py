@@ -4,7 +4,7 @@ acknowledgements, and one that is lost re-creates its subscriptions and gets bac
 
 On Artemis the last needs the broker's StompLossPlugin, which every Artemis of the project runs:
 without it the broker's two cleanups of the lost connection race, and held messages stayed given
-to no one in 3 of about 30 runs (docs/interop.md, test_stomp_lost_connection_broker.py).
+to no one in 3 of 19 runs (docs/interop.md, test_stomp_lost_connection_broker.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
  * before it has closed that consumer, the acknowledgement goes into a transaction that is over:
  * the message stays counted as delivering, to no consumer, and is never delivered again until
  * the broker restarts. Measured here with raw stomp.py (3 subscriptions on one connection,
- * 1 unacknowledged message each, the socket shut down): 11 of 190 drops left 1 to 3 messages so,
+ * 1 unacknowledged message each, the socket shut down): 12 of 230 drops left 1 to 3 messages so,
  * and a later consumer of their queues never got them.
  *
  * This plugin closes every consumer of a failed STOMP session in the first cleanup, before its
