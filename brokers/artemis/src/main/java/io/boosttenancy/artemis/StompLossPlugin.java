@@ -51,11 +51,18 @@ public class StompLossPlugin implements ActiveMQServerPlugin {
         for (ServerConsumer consumer : consumers) {
             try {
                 consumer.close(true);
-            } catch (Exception e) {
-                // doClose closes it again (a closed consumer returns at once) and logs its own
-                // failure; this one is said here so that the cause is not lost.
+            } catch (Throwable e) {
+                // close() marks the consumer closed first, so doClose's own close of it returns
+                // at once and never reaches its fallback: take it off its queue here, as that
+                // fallback does. Nothing may escape: a plugin's exception would end doClose
+                // before its rollback and its other consumers' closes.
                 LOG.warn("boost-tenancy: closing consumer {} of failed STOMP session {} failed",
                         consumer.getID(), session.getName(), e);
+                try {
+                    consumer.removeItself();
+                } catch (Throwable e2) {
+                    LOG.warn("boost-tenancy: removing consumer {} failed", consumer.getID(), e2);
+                }
             }
         }
     }
