@@ -135,7 +135,10 @@ def test_a_line_that_reconnects_re_creates_its_own_subscriptions_only(
     [stale] = inbox.items
     sockets[1].running = False
     sockets[1].listener.on_disconnected()  # line 1's broker connection is lost
-    assert wait_until(lambda: len(sockets) == 4 and transport.is_connected), "reconnected"
+    # The line is connected before its on_open writes the SUBSCRIBE frames: wait for those.
+    assert wait_until(
+        lambda: len(sockets) == 4 and transport.is_connected and len(subscribed(sockets[3])) >= 2
+    ), "reconnected and subscribed again"
     assert not transport.is_live(stale), "a delivery of the lost connection"
     assert subscribed(sockets[3]) == [subs[2].id, subs[3].id]
     assert all(transport.is_open(sub) for sub in subs)
