@@ -34,7 +34,7 @@ from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools, tests: the checkout's, last
 from benchmarks.bench_artemis_routing import send_round_robin
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.local_artemis import (
     HOST,
     PASSWORD,
@@ -120,14 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ArtemisSettings(
                 home=Path(home) / "broker",
                 port_offset=OFFSET,
-                extra_xml=plugin_xml(
+                plugins_xml=plugin_xml(
                     [queue],
                     {
                         "policy-store-url": f"jdbc:sqlite:{policy_db}",
                         "policy-refresh-seconds": str(REFRESH_S),
                     },
                 ),
-                lib_jars=build_plugin(),
             )
         )
         peer = dataclasses.replace(

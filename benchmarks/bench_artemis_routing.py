@@ -37,7 +37,7 @@ from boost_tenancy.transports.base import SendRoute, send_route_installer
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools: the checkout's, last
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 
 OFFSET = 1500
@@ -139,8 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ArtemisSettings(
                 home=Path(home) / "broker",
                 port_offset=OFFSET,
-                extra_xml=plugin_xml(list(plugin_queues.values())),
-                lib_jars=build_plugin(),
+                plugins_xml=plugin_xml(list(plugin_queues.values())),
             )
         )
         broker.start()

@@ -87,7 +87,7 @@ from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools: the checkout's, last
 from devtools.artemis_cluster import ArtemisCluster
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.local_artemis import HOST as ARTEMIS_HOST
 from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
 from devtools.local_artemis import USER as ARTEMIS_USER
@@ -736,8 +736,7 @@ def artemis_broker(home: Path, queues: Sequence[str]) -> Iterator[dict[str, str]
         ArtemisSettings(
             home=home,
             port_offset=ARTEMIS_OFFSET,
-            extra_xml=plugin_xml([EVERY_QUEUE]),
-            lib_jars=build_plugin(),
+            plugins_xml=plugin_xml([EVERY_QUEUE]),
         )
     )
     broker.start()

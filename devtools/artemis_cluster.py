@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.broker_process import command_parser, failed, parse_command, print_exports
 from devtools.broker_settings import LocalBrokerError, find_repo_root, plugin_queues_from_env
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
@@ -75,17 +75,14 @@ class ArtemisCluster:
         self.home = home.expanduser().resolve()
         self.queues = tuple(queues)
         cores = [ArtemisSettings(port_offset=offset).core_port for offset in offsets]
-        jars = build_plugin()
         self.nodes = tuple(
             LocalArtemis(
                 ArtemisSettings(
                     home=self.home / f"node{index + 1}",
                     port_offset=offset,
-                    extra_xml=cluster_xml(cores[index], cores[1 - index])
-                    + "\n"
-                    + plugin_xml(self.queues, plugin_properties, shared=shared),
+                    extra_xml=cluster_xml(cores[index], cores[1 - index]),
+                    plugins_xml=plugin_xml(self.queues, plugin_properties, shared=shared),
                     catch_all_xml=REDISTRIBUTION,
-                    lib_jars=jars,
                 )
             )
             for index, offset in enumerate(offsets)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Final
 
 from boost_tenancy.errors import BoostTenancyError
-from devtools.artemis_plugin import build_plugin, plugin_xml
 from devtools.broker_process import command_parser, failed, parse_command, print_exports
 from devtools.broker_settings import LocalBrokerError, find_repo_root
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
@@ -74,7 +73,6 @@ class ArtemisPair:
     ) -> None:
         self.home = home.expanduser().resolve()
         self.store = self.home / "store"
-        self.jars = build_plugin()
         live_core = ArtemisSettings(port_offset=live_offset).core_port
         backup_core = ArtemisSettings(port_offset=backup_offset).core_port
         self.live = self._member("live", live_offset, live_core, backup_core)
@@ -86,9 +84,7 @@ class ArtemisPair:
             ArtemisSettings(
                 home=self.home / role,
                 port_offset=offset,
-                # The StompLossPlugin, as every broker of the project runs it (docs/interop.md).
-                extra_xml=pair_xml(role, own_core, peer_core) + "\n" + plugin_xml([]),
-                lib_jars=self.jars,
+                extra_xml=pair_xml(role, own_core, peer_core),
                 shared_data=self.store,
                 start_timeout_s=START_TIMEOUT_S,
             )

@@ -42,6 +42,7 @@ from typing import Final
 
 from boost_tenancy.envvars import secret_from_env
 from boost_tenancy.errors import BoostTenancyError
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
 from devtools.artemis_plugin import build_plugin, install_jars, plugin_xml
 from devtools.broker_probes import stomp_login
 from devtools.broker_process import (
@@ -121,8 +122,10 @@ class ArtemisSettings:
     catch_all_xml: str = ""
     """Elements added to the address settings every address gets (match "#"): a cluster's
     redistribution delay."""
-    lib_jars: tuple[Path, ...] = ()
-    """Jars put in the instance's lib/ before it starts (the project's plugin, its drivers)."""
+    plugins_xml: str = field(default_factory=lambda: plugin_xml([]))
+    """The <broker-plugins> element put into <core> (devtools.artemis_plugin.plugin_xml): by
+    default the StompLossPlugin alone, which every Artemis of the project runs (docs/interop.md).
+    The project's jar and its drivers go in the instance's lib/ at every start."""
     start_timeout_s: float = START_TIMEOUT_S
     """How long start() waits for a STOMP login (a backup answers only once it is active)."""
     tls_keystore: Path | None = None
@@ -161,8 +164,7 @@ class ArtemisSettings:
             home=Path(home).expanduser() if home else find_repo_root() / ".artemis",
             cache=_cache_root(env),
             port_offset=int(offset_text),
-            extra_xml=plugin_xml(routed, shared=shared),
-            lib_jars=build_plugin(),
+            plugins_xml=plugin_xml(routed, shared=shared),
             tls_keystore=Path(keystore).expanduser().resolve() if keystore else None,
             tls_password=password or "",
         )
@@ -212,12 +214,13 @@ _COMPOSE_PLUGIN: Final = re.compile(
     r"\n *<!-- The project's tenant plugin.*?</broker-plugins>\n", re.S
 )
 """The plugin element of the compose broker.xml (with its comment), for every queue: an instance
-runs the plugin its settings ask for instead (extra_xml), or none."""
+runs the plugins its settings ask for instead (plugins_xml)."""
 
 
 def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> str:
     """The project's broker.xml without its plugin element, with every acceptor on loopback at
-    this instance's port, and settings.extra_xml (the plugin it runs, if any) added to <core>."""
+    this instance's port, and settings.extra_xml and plugins_xml (the plugins it runs) added to
+    <core>."""
     text = BROKER_XML.read_text(encoding="utf-8") if source is None else source
     text, plugins = _COMPOSE_PLUGIN.subn("", text)
     if plugins != 1:
@@ -238,8 +241,13 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
     if settings.tls_keystore is not None:
         text = _with_tls(text, "stomp", settings.stomp_tls_port, settings)
         text = _with_tls(text, "amqp", settings.amqp_tls_port, settings)
-    if settings.extra_xml:
-        text = text.replace("  </core>", settings.extra_xml + "\n  </core>", 1)
+    if "<broker-plugins>" in settings.extra_xml or STOMP_LOSS_PLUGIN not in settings.plugins_xml:
+        raise LocalBrokerError(
+            "an Artemis of the project runs one <broker-plugins> element, its plugins_xml "
+            "(devtools.artemis_plugin.plugin_xml), with the StompLossPlugin in it"
+        )
+    core = "\n".join(xml for xml in (settings.extra_xml, settings.plugins_xml) if xml)
+    text = text.replace("  </core>", core + "\n  </core>", 1)
     if settings.catch_all_xml:
         text, matched = re.subn(
             r'(<address-setting match="#">)', rf"\g<1>\n{settings.catch_all_xml}", text
@@ -399,8 +407,7 @@ class LocalArtemis(BrokerProcess):
     def _launch(self) -> int:
         assert self._distribution is not None
         self._create(self._distribution)
-        if self.settings.lib_jars:
-            install_jars(self.settings.lib_jars, self.home / "lib")
+        install_jars(build_plugin(), self.home / "lib")
         (self.home / "etc" / "broker.xml").write_text(
             render_broker_xml(self.settings), encoding="utf-8"
         )

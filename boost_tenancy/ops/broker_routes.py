@@ -46,12 +46,6 @@ ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
 """The Artemis broker plugin of brokers/artemis: routes every tenant of the queues it lists,
 quarantines what names no valid tenant and applies each tenant's limits at the broker."""
 
-ARTEMIS_STOMP_LOSS_PLUGIN_CLASS: Final = STOMP_LOSS_PLUGIN
-"""The Artemis broker plugin of brokers/artemis that gives every unacknowledged message of a lost
-STOMP connection back to its queue (docs/interop.md, "A lost connection's messages on
-Artemis")."""
-
-
 def check_routed_at_send(routing: Routing, queue: str) -> str:
     """queue, if its messages may be routed at send time: a valid logical queue the routing does
     not make shared (its consumers, a Java service's selector among them, read the shared queue
@@ -171,7 +165,7 @@ def artemis_stomp_loss_plugin(*, indent: str = "    ") -> str:
 
 
 def _stomp_loss_element(indent: str) -> str:
-    return f"{indent}<broker-plugin class-name={quoteattr(ARTEMIS_STOMP_LOSS_PLUGIN_CLASS)}/>\n"
+    return f"{indent}<broker-plugin class-name={quoteattr(STOMP_LOSS_PLUGIN)}/>\n"
 
 
 def classic_destination_interceptors(

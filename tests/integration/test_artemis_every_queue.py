@@ -23,7 +23,7 @@ from boost_tenancy import ProcessorRunner, RunnerSettings
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.base import send_route_installer
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 from tests.conftest import unavailable, wait_until
 from tests.integration.send_time_support import Recorder
@@ -50,8 +50,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalArtemis]:
     settings = ArtemisSettings(
         home=home / "broker",
         port_offset=OFFSET,
-        extra_xml=plugin_xml(["*"], shared=[SHARED, SHARED_PREFIX]),
-        lib_jars=build_plugin(),
+        plugins_xml=plugin_xml(["*"], shared=[SHARED, SHARED_PREFIX]),
     )
     started = LocalArtemis(settings)
     started.start()
@@ -154,8 +153,7 @@ def test_a_runners_divert_on_a_queue_now_routed_is_removed_at_start(tmp_path: Pa
             ArtemisSettings(
                 home=home,
                 port_offset=OFFSET + 10,
-                extra_xml=plugin_xml(queues),
-                lib_jars=build_plugin(),
+                plugins_xml=plugin_xml(queues),
             )
         )
 

@@ -48,7 +48,7 @@ from boost_tenancy.transports.artemis_management import (
 )
 from boost_tenancy.transports.base import send_route_installer
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.artemis_plugin import build_plugin, plugin_xml
+from devtools.artemis_plugin import plugin_xml
 from devtools.local_artemis import (
     HOST,
     PASSWORD,
@@ -104,14 +104,13 @@ def plugin_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PluginBr
     settings = ArtemisSettings(
         home=home / "broker",
         port_offset=OFFSET,
-        extra_xml=plugin_xml(
+        plugins_xml=plugin_xml(
             [QUEUE],
             {
                 "policy-store-url": f"jdbc:sqlite:{policy_db}",
                 "policy-refresh-seconds": str(REFRESH_S),
             },
         ),
-        lib_jars=build_plugin(),
     )
     broker = LocalArtemis(settings)
     broker.start()

@@ -21,7 +21,6 @@ from boost_tenancy.selectors import tenant_selector
 from boost_tenancy.transports.base import Delivery, Transport
 from boost_tenancy.transports.registry import open_transport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
-from devtools.artemis_plugin import build_plugin, plugin_xml
 from devtools.local_artemis import HOST as ARTEMIS_HOST
 from devtools.local_artemis import PASSWORD as ARTEMIS_PASSWORD
 from devtools.local_artemis import USER as ARTEMIS_USER
@@ -297,8 +296,6 @@ def own_broker(
         ArtemisSettings(
             home=home,
             port_offset=OWN_ARTEMIS_OFFSET,
-            extra_xml=plugin_xml([]),  # the StompLossPlugin, as on every broker of the project
-            lib_jars=build_plugin(),
         )
     )
     try:

@@ -18,14 +18,15 @@ import pytest
 from boost_tenancy.application import AppSettings
 from boost_tenancy.cli import build_parser
 from boost_tenancy.errors import ConfigError, InvalidTenantError
-from boost_tenancy.ops.broker_routes import (
-    ARTEMIS_PLUGIN_CLASS,
-    ARTEMIS_STOMP_LOSS_PLUGIN_CLASS,
-    artemis_tenant_plugin,
-)
+from boost_tenancy.ops.broker_routes import ARTEMIS_PLUGIN_CLASS, artemis_tenant_plugin
 from boost_tenancy.routing import MAX_LOGICAL_QUEUE, check_logical_queue
 from boost_tenancy.tenancy import TenantId
-from boost_tenancy.transports.artemis_management import PLUGIN_DIVERT_PREFIX, divert_name, install
+from boost_tenancy.transports.artemis_management import (
+    PLUGIN_DIVERT_PREFIX,
+    STOMP_LOSS_PLUGIN,
+    divert_name,
+    install,
+)
 from boost_tenancy.transports.artemis_requests import Operation
 from boost_tenancy.transports.base import SendRoute
 from devtools.artemis_plugin import build_digest, build_plugin, plugin_xml
@@ -129,7 +130,7 @@ def test_broker_routes_prints_the_plugin_element_for_artemis(
     printed = capsys.readouterr().out
     element = ET.fromstring(printed.split("-->", 1)[1])
     loss, plugin = element
-    assert loss.get("class-name") == ARTEMIS_STOMP_LOSS_PLUGIN_CLASS
+    assert loss.get("class-name") == STOMP_LOSS_PLUGIN
     assert plugin.get("class-name") == ARTEMIS_PLUGIN_CLASS
     assert [(p.get("key"), p.get("value")) for p in plugin] == [("queues", "cmd.a,cmd.b")]
 
@@ -147,7 +148,7 @@ def test_the_devtools_element_is_the_printed_one_inside_core() -> None:
     element = ET.fromstring(xml)
     assert element.tag == "broker-plugins"
     loss, plugin = element
-    assert (loss.get("class-name"), list(loss)) == (ARTEMIS_STOMP_LOSS_PLUGIN_CLASS, [])
+    assert (loss.get("class-name"), list(loss)) == (STOMP_LOSS_PLUGIN, [])
     assert plugin.get("class-name") == ARTEMIS_PLUGIN_CLASS
     assert [(p.get("key"), p.get("value")) for p in plugin] == [
         ("queues", "cmd.a"),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy.errors import ConfigError
-from boost_tenancy.ops.broker_routes import ARTEMIS_STOMP_LOSS_PLUGIN_CLASS
-from devtools import artemis_cluster, artemis_pair
+from boost_tenancy.transports.artemis_management import STOMP_LOSS_PLUGIN
+from devtools import artemis_cluster
 from devtools import local_artemis as la
 from devtools.artemis_pair import ENV_HOME as PAIR_HOME
 from devtools.artemis_pair import ArtemisPair
@@ -115,13 +115,8 @@ def test_the_suites_container_routes_the_pipelines_queues_alone() -> None:
     )
 
 
-def test_the_local_broker_runs_the_plugins_its_settings_name(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    jar = tmp_path / "boost-tenancy-artemis.jar"
-    monkeypatch.setattr(la, "build_plugin", lambda: (jar,))
+def test_the_local_broker_runs_the_plugins_its_settings_name(tmp_path: Path) -> None:
     default = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path)})
-    assert default.lib_jars == (jar,)
     assert la.render_broker_xml(default).count("<broker-plugins>") == 1
     assert plugin_xml(["*"]) in la.render_broker_xml(default)
     pipeline = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "pipeline"})
@@ -132,11 +127,18 @@ def test_the_local_broker_runs_the_plugins_its_settings_name(
     # Routing nothing, it still runs the StompLossPlugin: a lost STOMP connection's messages
     # come back on every broker the suites use (docs/interop.md).
     none = la.ArtemisSettings.from_env({la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "none"})
-    assert none.lib_jars == (jar,)
     assert plugin_xml([]) in la.render_broker_xml(none)
     assert la.render_broker_xml(none).count("<broker-plugin ") == 1
-    for settings in (default, pipeline, listed, none):
-        assert ARTEMIS_STOMP_LOSS_PLUGIN_CLASS in la.render_broker_xml(settings)
+    made = la.ArtemisSettings(home=tmp_path, extra_xml="    <ha-policy/>")
+    for settings in (default, pipeline, listed, none, made):
+        assert STOMP_LOSS_PLUGIN in la.render_broker_xml(settings)
+    for refused in (
+        la.ArtemisSettings(home=tmp_path, plugins_xml=""),
+        la.ArtemisSettings(home=tmp_path, plugins_xml=plugin_xml([]).replace("Stomp", "Other")),
+        la.ArtemisSettings(home=tmp_path, extra_xml=plugin_xml(["cmd.a"])),
+    ):
+        with pytest.raises(LocalBrokerError, match="one <broker-plugins> element"):
+            la.render_broker_xml(refused)
     shared = {la.ENV_HOME: str(tmp_path), la.ENV_ROUTED: "cmd.a", "BOOST_ROUTING": "shared"}
     with pytest.raises(ConfigError, match=re.escape("BOOST_ARTEMIS_ROUTED_QUEUES='cmd.a'")):
         la.ArtemisSettings.from_env(shared)
@@ -144,7 +146,28 @@ def test_the_local_broker_runs_the_plugins_its_settings_name(
 
 def test_extra_configuration_goes_into_core() -> None:
     settings = la.ArtemisSettings(home=Path("/x"), extra_xml="    <ha-policy/>")
-    assert "    <ha-policy/>\n  </core>" in la.render_broker_xml(settings)
+    assert "    <ha-policy/>\n" + plugin_xml([]) + "\n  </core>" in la.render_broker_xml(settings)
+
+
+def test_every_start_installs_the_projects_jars_and_lists_the_loss_plugin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """However the instance was made (the pair, the cluster, a test's own), the StompLossPlugin's
+    jar is in its lib/ and its broker.xml names the plugin."""
+    jar = tmp_path / "build" / "boost-tenancy-artemis.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"jar")
+    monkeypatch.setattr(la, "build_plugin", lambda: (jar,))
+    monkeypatch.setattr(
+        la.LocalArtemis, "_create", lambda self, _d: (self.home / "etc").mkdir(parents=True)
+    )
+    monkeypatch.setattr(la.LocalArtemis, "_spawn", lambda self, _argv: 4242)
+    broker = la.LocalArtemis(la.ArtemisSettings(home=tmp_path / "home", extra_xml="<x/>"))
+    broker._distribution = tmp_path
+    assert broker._launch() == 4242
+    assert (tmp_path / "home" / "lib" / jar.name).read_bytes() == b"jar"
+    written = (tmp_path / "home" / "etc" / "broker.xml").read_text(encoding="utf-8")
+    assert written.count(STOMP_LOSS_PLUGIN) == 1
 
 
 def test_settings_from_the_environment_and_their_refusals(tmp_path: Path) -> None:
@@ -189,12 +212,8 @@ def test_a_cached_artifact_is_used_without_asking_maven(
 def test_the_pair_gives_clients_both_brokers_and_each_broker_its_peer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    jar = tmp_path / "boost-tenancy-artemis.jar"
-    monkeypatch.setattr(artemis_pair, "build_plugin", lambda: (jar,))
     pair = ArtemisPair(tmp_path, live_offset=100, backup_offset=200)
-    assert pair.live.settings.lib_jars == pair.backup.settings.lib_jars == (jar,)
-    assert plugin_xml([]) in pair.live.settings.extra_xml
-    assert plugin_xml([]) in pair.backup.settings.extra_xml
+    assert pair.live.settings.plugins_xml == pair.backup.settings.plugins_xml == plugin_xml([])
     assert pair.client_env()["BOOST_BROKER_URL"] == "stomp://127.0.0.1:61813,127.0.0.1:61913"
     live_xml, backup_xml = pair.live.settings.extra_xml, pair.backup.settings.extra_xml
     assert "<primary>" in live_xml and "<backup><allow-failback>true" in backup_xml
@@ -228,12 +247,11 @@ def test_the_suites_container_gets_a_readable_copy_of_etc_override() -> None:
 def test_the_cluster_routes_every_queue_by_default_or_the_queues_named(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(artemis_cluster, "build_plugin", lambda: (tmp_path / "plugin.jar",))
     home = {artemis_cluster.ENV_HOME: str(tmp_path)}
 
     def plugins(env: dict[str, str]) -> set[str]:
         cluster = artemis_cluster.ArtemisCluster.from_env({**home, **env})
-        return {node.settings.extra_xml.split("\n", 1)[1] for node in cluster.nodes}
+        return {node.settings.plugins_xml for node in cluster.nodes}
 
     every = plugins({})
     assert every == plugins({"BOOST_ARTEMIS_CLUSTER_QUEUES": "*"})
