@@ -46,6 +46,7 @@ ARTEMIS_PLUGIN_CLASS: Final = "io.boosttenancy.artemis.TenantPlugin"
 """The Artemis broker plugin of brokers/artemis: routes every tenant of the queues it lists,
 quarantines what names no valid tenant and applies each tenant's limits at the broker."""
 
+
 def check_routed_at_send(routing: Routing, queue: str) -> str:
     """queue, if its messages may be routed at send time: a valid logical queue the routing does
     not make shared (its consumers, a Java service's selector among them, read the shared queue

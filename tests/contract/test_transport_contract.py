@@ -390,6 +390,23 @@ def test_aborted_atomic_batch_stores_nothing_even_after_streaming_a_chunk(
     assert inbox.bodies() == ["after"]
 
 
+def test_an_aborted_plain_batch_stores_nothing(transport_factory: TransportFactory) -> None:
+    """A plain batch writes nothing before commit: aborted (its block raised), none of it is
+    stored, on every broker."""
+    queue = unique_queue()
+    transport = transport_factory()
+    batch = transport.open_batch(atomic=False)
+    for index in range(200):
+        batch.add(queue, wire("t1", f"{index}" + "y" * 1024))
+    batch.abort()
+    transport.send(queue, wire("t1", "after"))
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=500, on_delivery=inbox)
+    assert wait_until(lambda: len(inbox) >= 1)
+    time.sleep(0.5)
+    assert inbox.bodies() == ["after"]
+
+
 def test_forward_many_moves_every_delivery_and_acknowledges_the_originals(
     transport_factory: TransportFactory,
 ) -> None:

@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Sequence
 
-from boost_tenancy.messages import WireMessage, check_queue_name
-from boost_tenancy.transports.base import Outgoing
+from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.stomp.connection import StompConnection
-from boost_tenancy.transports.stomp.frames import check_bodies, encode_frame, send_frame
+from boost_tenancy.transports.stomp.frames import encode_frame, send_frame, with_receipt
 from boost_tenancy.transports.stomp.link import FrameWriter
 from boost_tenancy.transports.stomp.receipts import new_receipt
-
-SendBatch = Callable[[Sequence[tuple[str, WireMessage]]], None]
-"""Sends plain (non-atomic) batches, all confirmed on return."""
 
 
 class StompBatch:
     """Atomic: a transaction whose frames stream out in chunks while the batch fills. Otherwise:
-    plain sends written at commit, one receipt on the last."""
+    plain sends, each encoded as it is added and all written at commit, one receipt on the last
+    (nothing is written if the block fails)."""
 
-    def __init__(self, connection: StompConnection, send_plain: SendBatch, *, atomic: bool) -> None:
+    def __init__(self, connection: StompConnection, *, atomic: bool) -> None:
         self._connection = connection
-        self._send_plain = send_plain
         self._link = connection.current()
         self._writer = FrameWriter(self._link, "batch write")
         self._tx = f"tx-{uuid.uuid4().hex}" if atomic else None
-        self._items: list[tuple[str, WireMessage]] = []
+        self._plain: list[bytes] = []
         self._count = 0
         self._began = False
 
@@ -35,10 +30,8 @@ class StompBatch:
         """Add one message; a body that cannot be encoded raises MessageEncodeError here, with
         nothing of it written, and the batch stays usable."""
         if self._tx is None:
-            check_queue_name(queue)
-            # Checked now so the error names this add, not the commit (which encodes again).
-            check_bodies([Outgoing(queue, message)])
-            self._items.append((queue, message))
+            # Encoded now, once: an error names this add, and commit only writes.
+            self._plain.append(send_frame(queue, message, 0, {}))
             return
         # Encoded before BEGIN (the queue name and the body checked): a first message that cannot
         # be encoded leaves nothing written.
@@ -51,7 +44,7 @@ class StompBatch:
 
     def commit(self) -> None:
         if self._tx is None:
-            self._send_plain(self._items)
+            self._commit_plain()
             return
         if not self._began:
             return
@@ -65,9 +58,22 @@ class StompBatch:
             writer=self._writer,
         )
 
+    def _commit_plain(self) -> None:
+        """Every plain send, the last asking for the receipt that confirms them all: a
+        connection's frames are handled in order. Written on the connection live now, since
+        nothing of the batch went out before."""
+        if not self._plain:
+            return
+        receipt = new_receipt()
+        frames = self._plain
+        frames[-1] = with_receipt(frames[-1], receipt)
+        self._plain = []
+        what = f"batch of {len(frames)} message(s)"
+        self._connection.confirm(self._connection.current(), frames, receipt, what)
+
     def abort(self) -> None:
         if self._tx is None or not self._began:
-            self._items.clear()
+            self._plain.clear()
             return
         self._writer.clear()
         # Nothing of an aborted transaction is stored; a dead connection aborts it anyway.

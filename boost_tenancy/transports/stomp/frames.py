@@ -121,6 +121,13 @@ def encode_frame(command: str, headers: Mapping[str, str], body: bytes = b"") ->
     return f"{command}\n{head}\n".encode() + body + b"\x00"
 
 
+def with_receipt(frame: bytes, receipt: str) -> bytes:
+    """A frame encode_frame wrote, asking for receipt too: the header goes right after the
+    command line, so a batch's frames are encoded once each, before it is known which is last."""
+    command, rest = frame.split(b"\n", 1)
+    return b"%s\nreceipt:%s\n%s" % (command, _escape(receipt).encode(), rest)
+
+
 def ack_frame(ack_id: str) -> bytes:
     """encode_frame("ACK", {"id": ack_id}): the frame written for every message consumed.
 

@@ -148,9 +148,7 @@ class StompTransport(ManagedRoutes):
             self._send_confirmed(outgoing, f"batch of {len(items)} message(s)")
 
     def open_batch(self, *, atomic: bool = True) -> StompBatch:
-        return StompBatch(
-            self._connection, lambda items: self.send_batch(items, atomic=False), atomic=atomic
-        )
+        return StompBatch(self._connection, atomic=atomic)
 
     # -- consuming -------------------------------------------------------------------------------
     def subscribe(
