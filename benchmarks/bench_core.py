@@ -392,11 +392,15 @@ def consume_toolkit(cfg: Config, messages: int, workers: int) -> Sample:
 Confirm = Literal["last", "each", "transaction"]
 
 
-def publish_raw(cfg: Config, messages: int, *, confirm: Confirm) -> Sample:
-    """Raw sends with the toolkit's headers and body.
+def publish_raw(
+    cfg: Config, messages: int, *, confirm: Confirm, trace_and_type: bool = False
+) -> Sample:
+    """Raw sends with the toolkit's properties and body.
 
     confirm: "last" puts a receipt on the last send only, "each" on every send (each awaited),
     "transaction" sends inside one transaction whose COMMIT carries the receipt.
+    trace_and_type: also the two headers every SEND of the toolkit carries besides them, a new
+    traceparent and the text content-type, so the broker stores the same message.
     """
     tenant = "tenant-publish"
     # Where TenantProducer sends under the default (routed) topology: the tenant's own queue.
@@ -419,6 +423,9 @@ def publish_raw(cfg: Config, messages: int, *, confirm: Confirm) -> Sample:
             }
             if tx is not None:
                 headers["transaction"] = tx
+            if trace_and_type:
+                headers["traceparent"] = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+                headers["content-type"] = "text/plain;charset=utf-8"
             event: threading.Event | None = None
             if confirm == "each" or (confirm == "last" and index == messages - 1):
                 receipt = f"r-{uuid.uuid4().hex}"
@@ -606,6 +613,11 @@ def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
                 lambda: publish_raw(cfg, n, confirm="transaction"),
             ),
             (
+                "raw_tx_same",
+                "raw stomp.py, one transaction, + traceparent, content-type (info)",
+                lambda: publish_raw(cfg, n, confirm="transaction", trace_and_type=True),
+            ),
+            (
                 "batch",
                 "TenantProducer.batch(atomic=False), receipt on last (info)",
                 lambda: publish_toolkit(cfg, n, batch=True, atomic=False),
@@ -634,6 +646,11 @@ def bench_publish(cfg: Config) -> tuple[list[Series], list[str]]:
         target,
         ratio("batch(atomic=False) / raw receipt-on-last", rates["batch"], rates["raw"]),
         ratio("batch() / raw transaction (info)", rates["batch_tx"], rates["raw_tx"]),
+        ratio(
+            "batch() / raw transaction, same headers (info)",
+            rates["batch_tx"],
+            rates["raw_tx_same"],
+        ),
         ratio("send / raw receipt-on-each (info)", rates["send"], rates["raw_each"]),
         *cpu.values(),
         ratio("CPU per message: batch() / raw receipt-on-last", cpu["batch_tx"], cpu["raw"]),
