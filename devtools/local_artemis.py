@@ -406,11 +406,10 @@ class LocalArtemis(BrokerProcess):
 
     def _launch(self) -> int:
         assert self._distribution is not None
+        broker_xml = render_broker_xml(self.settings)  # refused before anything is made or built
         self._create(self._distribution)
         install_jars(build_plugin(), self.home / "lib")
-        (self.home / "etc" / "broker.xml").write_text(
-            render_broker_xml(self.settings), encoding="utf-8"
-        )
+        (self.home / "etc" / "broker.xml").write_text(broker_xml, encoding="utf-8")
         return self._spawn([str(self.home / "bin" / "artemis"), "run"])
 
     def restart(self) -> bool:

@@ -372,9 +372,7 @@ def test_open_batch_commit_stores_every_message_in_order(
 
 
 @pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "plain"])
-def test_an_aborted_batch_stores_nothing_even_after_streaming_a_chunk(
-    transport_factory: TransportFactory, atomic: bool
-) -> None:
+def test_an_aborted_batch_stores_nothing(transport_factory: TransportFactory, atomic: bool) -> None:
     """200 messages of 1 KiB exceed the 64 KiB write chunk, so part of an atomic batch went out
     before abort; a plain batch writes nothing before commit. Either way none of it is stored."""
     queue = unique_queue()

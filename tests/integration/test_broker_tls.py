@@ -95,7 +95,7 @@ def _artemis(home: Path, keystore: Path, ca_file: Path, other_ca_file: Path) -> 
         unavailable("Java and Maven are needed to run an Artemis of the test's own")
     password_file = home / "artemis-keystore-password"
     password_file.write_text(f"{KEYSTORE_PASSWORD}\n")
-    # The variables scripts/artemis reads; no tenant plugin, so nothing is built with Maven.
+    # The variables scripts/artemis reads; no tenant plugin (the StompLossPlugin runs anyway).
     settings = ArtemisSettings.from_env(
         {
             "BOOST_ARTEMIS_HOME": str(home / "artemis"),

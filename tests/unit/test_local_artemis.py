@@ -169,6 +169,16 @@ def test_every_start_installs_the_projects_jars_and_lists_the_loss_plugin(
     written = (tmp_path / "home" / "etc" / "broker.xml").read_text(encoding="utf-8")
     assert written.count(STOMP_LOSS_PLUGIN) == 1
 
+    def no_build() -> tuple[Path, ...]:
+        raise AssertionError("built for a configuration that is refused")
+
+    monkeypatch.setattr(la, "build_plugin", no_build)
+    refused = la.LocalArtemis(la.ArtemisSettings(home=tmp_path / "other", plugins_xml=""))
+    refused._distribution = tmp_path
+    with pytest.raises(LocalBrokerError, match="one <broker-plugins> element"):
+        refused._launch()
+    assert not (tmp_path / "other").exists()
+
 
 def test_settings_from_the_environment_and_their_refusals(tmp_path: Path) -> None:
     settings = la.ArtemisSettings.from_env(

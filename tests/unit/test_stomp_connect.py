@@ -582,6 +582,27 @@ def test_an_atomic_batch_stays_usable_after_an_unencodable_message(
     assert [f.body for f in frames[1:3]] == [b"first", b"second"]
 
 
+def test_a_plain_batch_writes_at_commit_with_one_receipt_on_its_last_send(
+    recorded: tuple[StompTransport, RecordingSocket],
+) -> None:
+    transport, sock = recorded
+    batch = transport.open_batch(atomic=False)
+    with pytest.raises(MessageEncodeError):
+        batch.add("out", wire(LONE_HIGH))
+    for body in ("m0", "m1", "m2"):
+        batch.add("out", wire(body))
+    assert sock.writes == [], "nothing is written before commit"
+    batch.commit()
+    frames = sock.frames()
+    assert [(f.cmd, f.body) for f in frames] == [("SEND", b"m0"), ("SEND", b"m1"), ("SEND", b"m2")]
+    assert ["receipt" in f.headers for f in frames] == [False, False, True]
+    assert all(f.headers["tenantUUID"] == "org-A" for f in frames)
+    assert len(transport._connection.receipts) == 0, "the receipt was awaited and answered"
+    written = len(sock.writes)
+    transport.open_batch(atomic=False).commit()  # an empty plain batch writes nothing
+    assert len(sock.writes) == written
+
+
 def test_a_body_decoded_with_surrogateescape_goes_out_as_the_same_bytes(
     recorded: tuple[StompTransport, RecordingSocket],
 ) -> None:
