@@ -6,7 +6,7 @@ application properties.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
@@ -18,7 +18,7 @@ from boost_tenancy.messages import (
     check_queue_name,
     has_surrogates,
 )
-from boost_tenancy.transports.base import Delivery, Outgoing
+from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 
 FRAME_HEADERS: Final = FRAME_LEVEL_HEADERS | frozenset(
@@ -168,13 +168,6 @@ def text_body_bytes(queue: str, text: str) -> bytes:
             f"position {exc.start} ({exc.reason}: a lone surrogate has no UTF-8 form); send "
             "bytes or valid text"
         ) from exc
-
-
-def check_bodies(items: Iterable[Outgoing]) -> None:
-    """Raise MessageEncodeError for the first body that cannot be sent, before any is sent."""
-    for queue, message, _ in items:
-        if isinstance(message.body, str):
-            text_body_bytes(queue, message.body)
 
 
 def body_headers(body: Body) -> dict[str, str]:
