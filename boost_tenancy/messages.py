@@ -16,13 +16,13 @@ from boost_tenancy.errors import (
 )
 from boost_tenancy.expiry import check_expiry
 from boost_tenancy.frozen import fast_init
+from boost_tenancy.header_values import check_id, new_id
 from boost_tenancy.json_bodies import (
     DataclassInstance,
     PydanticModel,
     encode_json_body,
     json_object,
 )
-from boost_tenancy.message_ids import check_id, new_id
 from boost_tenancy.selectors import TENANT_PROPERTY, check_property_name
 from boost_tenancy.tenancy import TenantId
 
@@ -69,16 +69,6 @@ with it is filed under a transaction nobody commits, and is lost although its re
 (shared BROKERS.md, 2026-11-28)."""
 
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_ATTEMPT_RE: Final = re.compile(r"[1-9][0-9]{0,6}")
-MAX_ATTEMPT: Final = 1_000_000
-"""The largest boostAttempt trusted off the wire; beyond it a value is foreign (it would overflow
-the error store's INTEGER column long before any real retry policy got there)."""
-HEADER_TEXT_LIMIT: Final = 2_000
-"""Characters of free text (an error) the toolkit writes into one header."""
-# Characters no header can carry: NUL ends a STOMP frame, other C0 controls and lone surrogates
-# are refused or mangled by brokers and JMS clients. TAB is kept: it survives everywhere.
-_UNSAFE_HEADER_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
-
 Body = str | bytes
 """A body as it travels: text (a JMS TextMessage) or bytes (a BytesMessage)."""
 
@@ -118,44 +108,6 @@ def _refuse_queue_name(name: object) -> NoReturn:
     raise ConfigError(
         f"invalid queue name {name!r}: expected 1-200 characters from A-Z a-z 0-9 . _ -"
     )
-
-
-def parse_attempt(raw: str | None) -> int | None:
-    """The attempt a boostAttempt value claims: 1 when absent, None when malformed or out of
-    range (1..MAX_ATTEMPT), so a foreign value is never trusted."""
-    if raw is None:
-        return 1
-    if not isinstance(raw, str) or _ATTEMPT_RE.fullmatch(raw) is None:
-        return None
-    value = int(raw)
-    return value if value <= MAX_ATTEMPT else None
-
-
-def _safe_text(value: str) -> str:
-    """Text every broker, client and log carries intact: control characters but TAB, and lone
-    surrogates, become U+FFFD."""
-    if value.isascii() and value.isprintable():
-        return value  # the common case, checked in C
-    return _UNSAFE_HEADER_RE.sub("\ufffd", value)
-
-
-def header_text(value: str, limit: int = HEADER_TEXT_LIMIT) -> str:
-    """Free text made fit for a header: unsafe characters replaced by U+FFFD, length capped."""
-    if len(value) > limit:
-        value = value[: limit - 1] + "\u2026"
-    return _safe_text(value)
-
-
-def has_surrogates(text: str) -> bool:
-    """Whether text holds surrogates (invalid UTF-8 it was decoded from, with surrogateescape):
-    it has no string form on any wire, only its bytes."""
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def wire_body(body: Body) -> bytes:

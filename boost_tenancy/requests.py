@@ -24,7 +24,7 @@ import structlog
 
 from boost_tenancy.codec import decode
 from boost_tenancy.errors import ConfigError, RequestTimeoutError
-from boost_tenancy.message_ids import new_id
+from boost_tenancy.header_values import new_id
 from boost_tenancy.messages import (
     REPLY_QUEUE_PREFIX,
     REPLY_TO_PROPERTY,

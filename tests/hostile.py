@@ -18,7 +18,8 @@ from typing import ClassVar, Final
 from hypothesis import strategies as st
 
 from boost_tenancy import HandlerContext, IncomingMessage, PermanentError, TenantProcessor
-from boost_tenancy.messages import WireMessage, parse_attempt
+from boost_tenancy.header_values import parse_attempt
+from boost_tenancy.messages import WireMessage
 
 KEY: Final = "hostileKey"
 BEHAVIOUR: Final = "hostileBehaviour"

@@ -24,14 +24,13 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     TenantMismatchError,
 )
-from boost_tenancy.message_ids import check_id
+from boost_tenancy.header_values import check_id, header_text
 from boost_tenancy.messages import (
     ERROR_TEXT_PROPERTY,
     ERROR_TYPE_PROPERTY,
     Body,
     WireMessage,
     body_text,
-    header_text,
 )
 from boost_tenancy.ops.dead_letters import _Collector, known_empty
 from boost_tenancy.processing.inbound import Adopted, adopt

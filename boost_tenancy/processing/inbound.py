@@ -13,14 +13,18 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from boost_tenancy.frozen import fast_init
-from boost_tenancy.message_ids import derived_id, is_valid_id, sanitized_id
+from boost_tenancy.header_values import (
+    derived_id,
+    header_text,
+    is_valid_id,
+    parse_attempt,
+    sanitized_id,
+)
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
     MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
-    header_text,
-    parse_attempt,
 )
 from boost_tenancy.transports.base import Delivery
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 from boost_tenancy.errors import ConfigError, PermanentError
 from boost_tenancy.expiry import ExpiryPolicy
 from boost_tenancy.frozen import fast_init
-from boost_tenancy.message_ids import derived_id
+from boost_tenancy.header_values import derived_id
 from boost_tenancy.messages import IncomingMessage, M, MessageBody, PublishCheck
 from boost_tenancy.models import binding_for
 from boost_tenancy.observability.trace_context import TraceContext

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+from boost_tenancy.header_values import header_text
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
@@ -19,7 +20,6 @@ from boost_tenancy.messages import (
     MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
     WireMessage,
-    header_text,
 )
 from boost_tenancy.routing import DLQ_PREFIX, QUARANTINE_SUFFIX
 from boost_tenancy.selectors import TENANT_PROPERTY

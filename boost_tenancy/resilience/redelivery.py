@@ -16,7 +16,8 @@ from typing import Protocol
 import structlog
 
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage, parse_attempt
+from boost_tenancy.header_values import parse_attempt
+from boost_tenancy.messages import ATTEMPT_PROPERTY, WireMessage
 from boost_tenancy.resilience.dead_letter import with_error
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.transports.base import Delivery, Outgoing, Transport

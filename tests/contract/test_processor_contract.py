@@ -228,7 +228,7 @@ def test_published_output_carries_tenant_correlation_and_a_stable_derived_id(
     assert result.correlation_id == "corr-7"
     assert '"tenantUUID":"org-B"' in str(result.body)
     assert result.properties["boostMessageId"] != sent.message_id
-    from boost_tenancy.message_ids import derived_id
+    from boost_tenancy.header_values import derived_id
 
     assert result.properties["boostMessageId"] == derived_id(sent.message_id, queue + ".out", 0)
 

@@ -27,7 +27,7 @@ from boost_tenancy import (
     TenantProducer,
     TransportError,
 )
-from boost_tenancy.message_ids import new_id
+from boost_tenancy.header_values import new_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.transports.base import Transport

@@ -14,8 +14,8 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     TenantMismatchError,
 )
+from boost_tenancy.header_values import check_id, derived_id, new_id
 from boost_tenancy.json_bodies import decode_json_body, encode_json_body
-from boost_tenancy.message_ids import check_id, derived_id, new_id
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     MESSAGE_ID_PROPERTY,

@@ -27,7 +27,7 @@ from boost_tenancy import (
     TransientError,
 )
 from boost_tenancy.errors import ErrorStoreError, MessageDecodeError
-from boost_tenancy.message_ids import derived_id
+from boost_tenancy.header_values import derived_id
 from boost_tenancy.messages import ATTEMPT_PROPERTY, MESSAGE_ID_PROPERTY
 from boost_tenancy.processing.dispatcher import Dispatcher
 from boost_tenancy.processing.outcomes import Ack, DeadLetter, Outcome, Retry

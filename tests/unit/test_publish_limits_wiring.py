@@ -38,7 +38,7 @@ from boost_tenancy import (
 )
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.application.wiring import FairnessWiring
-from boost_tenancy.message_ids import derived_id
+from boost_tenancy.header_values import derived_id
 from boost_tenancy.messages import MESSAGE_ID_PROPERTY, WireMessage
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore

@@ -23,7 +23,7 @@ from boost_tenancy.errors import (
     MessageEncodeError,
     TransportError,
 )
-from boost_tenancy.message_ids import check_id
+from boost_tenancy.header_values import check_id
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.ops.router import TenantRouter
 from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_queue

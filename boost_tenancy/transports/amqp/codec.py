@@ -15,13 +15,12 @@ from typing import Any, Final
 from proton import Message, symbol
 
 from boost_tenancy.expiry import now_ms, read_expiry
-from boost_tenancy.message_ids import new_id, sanitized_id
+from boost_tenancy.header_values import has_surrogates, new_id, sanitized_id
 from boost_tenancy.messages import (
     FRAME_LEVEL_HEADERS,
     MESSAGE_ID_PROPERTY,
     Body,
     WireMessage,
-    has_surrogates,
     wire_body,
 )
 from boost_tenancy.transports.stomp.frames import (

@@ -11,13 +11,8 @@ from typing import Final
 
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.expiry import read_expiry
-from boost_tenancy.messages import (
-    FRAME_LEVEL_HEADERS,
-    Body,
-    WireMessage,
-    check_queue_name,
-    has_surrogates,
-)
+from boost_tenancy.header_values import has_surrogates
+from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, check_queue_name
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 

@@ -25,7 +25,7 @@ from boost_tenancy import (
     TenantId,
     TenantProducer,
 )
-from boost_tenancy.message_ids import derived_id
+from boost_tenancy.header_values import derived_id
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.routing import Routing, Topology

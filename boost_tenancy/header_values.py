@@ -1,5 +1,8 @@
-"""Message and correlation ids: the check every id passes, fresh ones, ones derived for what a
-handler publishes, and valid ones made from foreign ids."""
+"""What a toolkit header's value may be: message and correlation ids (the check every id passes,
+fresh ones, ones derived for what a handler publishes, valid ones made from foreign ids), the
+bounded attempt count, and free text made fit for a header.
+
+Everything adoption asks of a delivery's headers is here, in one module below the envelope."""
 
 from __future__ import annotations
 
@@ -10,6 +13,15 @@ from typing import Final
 
 from boost_tenancy.errors import ConfigError
 
+_ATTEMPT_RE: Final = re.compile(r"[1-9][0-9]{0,6}")
+MAX_ATTEMPT: Final = 1_000_000
+"""The largest boostAttempt trusted off the wire; beyond it a value is foreign (it would overflow
+the error store's INTEGER column long before any real retry policy got there)."""
+HEADER_TEXT_LIMIT: Final = 2_000
+"""Characters of free text (an error) the toolkit writes into one header."""
+# Characters no header can carry: NUL ends a STOMP frame, other C0 controls and lone surrogates
+# are refused or mangled by brokers and JMS clients. TAB is kept: it survives everywhere.
+_UNSAFE_HEADER_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _FOREIGN_ID_RE: Final = re.compile(r"[^A-Za-z0-9._:-]")
 _DERIVED_NAMESPACE: Final = uuid.UUID("6f1d4d7e-3b1c-4a55-9a55-0b8f3f2c9e10")
@@ -64,3 +76,41 @@ def derived_id(parent_id: str, queue: str, index: int) -> str:
     A retried handler publishes the same ids again, so downstream idempotency holds across retries.
     """
     return str(uuid.uuid5(_DERIVED_NAMESPACE, f"{parent_id}/{queue}/{index}"))
+
+
+def parse_attempt(raw: str | None) -> int | None:
+    """The attempt a boostAttempt value claims: 1 when absent, None when malformed or out of
+    range (1..MAX_ATTEMPT), so a foreign value is never trusted."""
+    if raw is None:
+        return 1
+    if not isinstance(raw, str) or _ATTEMPT_RE.fullmatch(raw) is None:
+        return None
+    value = int(raw)
+    return value if value <= MAX_ATTEMPT else None
+
+
+def _safe_text(value: str) -> str:
+    """Text every broker, client and log carries intact: control characters but TAB, and lone
+    surrogates, become U+FFFD."""
+    if value.isascii() and value.isprintable():
+        return value  # the common case, checked in C
+    return _UNSAFE_HEADER_RE.sub("\ufffd", value)
+
+
+def header_text(value: str, limit: int = HEADER_TEXT_LIMIT) -> str:
+    """Free text made fit for a header: unsafe characters replaced by U+FFFD, length capped."""
+    if len(value) > limit:
+        value = value[: limit - 1] + "\u2026"
+    return _safe_text(value)
+
+
+def has_surrogates(text: str) -> bool:
+    """Whether text holds surrogates (invalid UTF-8 it was decoded from, with surrogateescape):
+    it has no string form on any wire, only its bytes."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
