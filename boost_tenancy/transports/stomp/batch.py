@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
+import os
 
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.frames import encode_frame, send_frame, with_receipt
 from boost_tenancy.transports.stomp.link import FrameWriter
 from boost_tenancy.transports.stomp.receipts import new_receipt
+
+
+def new_transaction() -> str:
+    """A fresh transaction id, as random as a receipt's (new_receipt)."""
+    return "tx-" + os.urandom(16).hex()
 
 
 class StompBatch:
@@ -21,7 +26,7 @@ class StompBatch:
         self._connection = connection
         self._link = connection.current()
         self._writer = FrameWriter(self._link, "batch write")
-        self._tx = f"tx-{uuid.uuid4().hex}" if atomic else None
+        self._tx = new_transaction() if atomic else None
         self._plain: list[bytes] = []
         self._count = 0
         self._began = False

@@ -4,7 +4,6 @@ Artemis. Sends are confirmed by receipt, deliveries acknowledged one by one.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
@@ -26,7 +25,7 @@ from boost_tenancy.transports.base import (
 from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
-from boost_tenancy.transports.stomp.batch import StompBatch
+from boost_tenancy.transports.stomp.batch import StompBatch, new_transaction
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import encode_frame, send_frame
@@ -118,7 +117,7 @@ class StompTransport(ManagedRoutes):
         the connection that made those deliveries, else on the transport's own."""
         for queue, _, _ in items:
             check_queue_name(queue)
-        tx = f"tx-{uuid.uuid4().hex}"
+        tx = new_transaction()
         in_tx = {"transaction": tx}
         # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
         # alone (MessageEncodeError), not as half a transaction on a healthy connection.
