@@ -15,15 +15,11 @@ from boost_tenancy.transports.amqp.loop import EventLoop
 
 
 class LoopHandler(Handler):
-    """The two calls EventLoop asks of its handler, and nothing else."""
+    """The one call EventLoop asks of its handler, and nothing else."""
 
     def __init__(self) -> None:
         super().__init__()
         self.loop: EventLoop | None = None
-
-    def on_boost_tasks(self, event: Event) -> None:
-        assert self.loop is not None
-        self.loop.run_tasks()
 
     def on_reactor_quiesced(self, event: Event) -> None:
         assert self.loop is not None
@@ -69,13 +65,13 @@ def test_every_posted_task_runs_in_order_from_many_threads() -> None:
 def test_tasks_posted_while_the_loop_is_busy_run_without_waking_it() -> None:
     loop = started_loop()
     triggers: list[object] = []
-    real_trigger = loop._injector.trigger  # the test reaches in to count the wake-ups
+    real_trigger = loop._wakeup.trigger  # the test reaches in to count the wake-ups
 
-    def counted_trigger(event: Any) -> None:
-        triggers.append(event)
-        real_trigger(event)
+    def counted_trigger() -> None:
+        triggers.append(None)
+        real_trigger()
 
-    loop._injector.trigger = counted_trigger  # type: ignore[method-assign]
+    loop._wakeup.trigger = counted_trigger  # type: ignore[method-assign]
     busy = threading.Event()
     release = threading.Event()
     ran: list[int] = []
@@ -105,7 +101,7 @@ def open_descriptors() -> int:
 
 
 def test_a_stopped_loop_leaves_no_descriptor_open() -> None:
-    """proton's EventInjector opens a pipe it never closes: every AMQP transport closed left
+    """The wake-up pipe is never closed by proton: every AMQP transport closed left
     two descriptors behind, until a long process passed 1,024 and proton's select() failed."""
     before = open_descriptors()
     for _ in range(20):
@@ -128,7 +124,7 @@ def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_
 
     handler = LoopHandler()
     loop = EventLoop(handler, "test-amqp-loop", on_failure=lambda exc: None)
-    loop.stop(timeout_s=1.0)  # never started: this closes the injector's pipe
+    loop.stop(timeout_s=1.0)  # never started: this closes the wake-up pipe
     sparing = loop.container.global_handler
     overrides = sparing._base
     assert isinstance(overrides, proton_reactor.GlobalOverrides), "proton's layout as expected"

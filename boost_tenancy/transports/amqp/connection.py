@@ -83,9 +83,6 @@ class AmqpConnection(LinkEvents, Handler):
         return self._conn
 
     # -- the loop's passes ----------------------------------------------------------------------
-    def on_boost_tasks(self, event: Event) -> None:
-        self.loop.run_tasks()
-
     def on_reactor_quiesced(self, event: Event) -> None:
         # The last call of a pass before the loop waits: what other threads posted meanwhile
         # runs now, without a wake-up of its own, then credit and deliveries go out together.
