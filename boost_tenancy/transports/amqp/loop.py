@@ -112,9 +112,10 @@ class _Wakeup:
     """The pipe other threads wake the loop through: the container selects on its read end, and
     a byte written to it runs the loop's waiting functions straight from the readable event.
 
-    proton's EventInjector does the same through a locked queue and an application event,
-    wrapped and dispatched through the handlers before the functions run: three events and two
-    queue operations more for every wake-up, which every confirmed send takes."""
+    proton's EventInjector does the same through an application event, put on a locked queue by
+    the waking thread, taken off it on the loop thread, then wrapped by proton and dispatched
+    through the handlers before the functions run: for every wake-up, which every confirmed send
+    takes."""
 
     def __init__(self, on_wake: Callable[[], None]) -> None:
         self.pipe = os.pipe()
