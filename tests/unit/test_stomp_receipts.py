@@ -17,11 +17,20 @@ from boost_tenancy.transports.stomp.receipts import RECEIPT_PREFIX, Receipts, ne
 def test_a_receipt_answered_by_another_thread_wakes_its_waiter() -> None:
     receipts = Receipts(timeout_s=5.0)
     pending = receipts.expect(generation=1)
+    assert not pending.wait(0.01), "nothing answered it yet"
     threading.Timer(0.05, receipts.resolve, args=(pending.id, None)).start()
     started = time.monotonic()
     receipts.wait(pending, "send")
     assert time.monotonic() - started < 4.0
     assert len(receipts) == 0
+
+
+def test_a_refusal_from_another_thread_reaches_the_waiter_with_its_reason() -> None:
+    receipts = Receipts(timeout_s=5.0)
+    pending = receipts.expect(generation=1)
+    threading.Timer(0.05, receipts.resolve, args=(pending.id, "not authorized")).start()
+    with pytest.raises(TransportError, match="send: not authorized"):
+        receipts.wait(pending, "send")
 
 
 def test_a_refused_receipt_raises_with_the_broker_s_reason() -> None:
