@@ -12,6 +12,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -41,14 +43,65 @@ def broker(
     yield from own_broker(request.param, home, 62613, 62616)
 
 
+def thread_states(pid: int) -> dict[str, int]:
+    """How many of the process's threads are in each state (T: stopped), from /proc."""
+    states: dict[str, int] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):
+            text = stat.read_text(encoding="ascii")
+            state = text[text.rindex(")") + 2]
+            states[state] = states.get(state, 0) + 1
+    return states
+
+
+def listening_pids(port: int) -> set[int]:
+    """The processes holding a socket that listens on port, from /proc (any address)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+                fields = row.split()
+                # local address "ADDR:PORT" in hex; state 0A is LISTEN
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    owners: set[int] = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                owners.add(int(fd.parts[2]))
+    return owners
+
+
+@dataclasses.dataclass
+class Frozen:
+    """The frozen broker's pid and port, and what /proc says of them when asked."""
+
+    pid: int
+    ports: tuple[int, ...]
+
+    def witness(self) -> str:
+        listeners = {port: sorted(listening_pids(port)) for port in self.ports}
+        return f"broker pid {self.pid}: threads by state {thread_states(self.pid)}; {listeners=}"
+
+
 @contextlib.contextmanager
-def frozen(broker: OwnBroker) -> Iterator[None]:
-    """The broker process stopped (SIGSTOP) while the block runs, continued after."""
+def frozen(broker: OwnBroker) -> Iterator[Frozen]:
+    """The broker process stopped (SIGSTOP) while the block runs, continued after. The block
+    starts once every thread of it is stopped, and the port the transports use is its own."""
     pid = broker.process.status()["pid"]
     assert isinstance(pid, int)
+    amqp_port = urlsplit(broker.amqp_url).port if broker.amqp_url else None
+    state = Frozen(pid, (broker.settings.port, *([amqp_port] if amqp_port else [])))
     os.kill(pid, signal.SIGSTOP)
     try:
-        yield
+        deadline = time.monotonic() + 5
+        while set(thread_states(pid)) - {"T"} and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert set(thread_states(pid)) == {"T"}, f"not stopped after 5 s: {state.witness()}"
+        for port in state.ports:
+            assert listening_pids(port) == {pid}, f"not the broker's port: {state.witness()}"
+        yield state
     finally:
         os.kill(pid, signal.SIGCONT)
 
@@ -66,9 +119,10 @@ def message(body: str) -> WireMessage:
     return WireMessage(body=body, properties={"tenantUUID": "org-frozen"})
 
 
-def failure_of(action: Callable[[], object], within_s: float) -> TransportError:
+def failure_of(action: Callable[[], object], within_s: float, broker: Frozen) -> TransportError:
     """The TransportError action raised, which it must within within_s."""
     raised: list[BaseException] = []
+    started = time.monotonic()
 
     def run() -> None:
         try:
@@ -79,8 +133,11 @@ def failure_of(action: Callable[[], object], within_s: float) -> TransportError:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(within_s)
-    assert not thread.is_alive(), f"still blocked after {within_s}s"
-    assert len(raised) == 1 and isinstance(raised[0], TransportError), raised
+    took = time.monotonic() - started
+    assert not thread.is_alive(), f"still blocked after {within_s}s; {broker.witness()}"
+    assert len(raised) == 1 and isinstance(raised[0], TransportError), (
+        f"{raised or 'returned'} after {took:.3f}s; {broker.witness()}"
+    )
     return raised[0]
 
 
@@ -100,9 +157,9 @@ def test_a_write_to_a_frozen_broker_fails_in_bounded_time_and_loses_nothing_conf
     transport = transport_to(broker)
     try:
         transport.send(queue, message("confirmed before"))
-        with frozen(broker):
+        with frozen(broker) as stopped:
             started = time.monotonic()
-            error = failure_of(lambda: transport.send_batch(items, atomic=False), 60)
+            error = failure_of(lambda: transport.send_batch(items, atomic=False), 60, stopped)
             took = time.monotonic() - started
         assert says in str(error), error
         if says == "no receipt":
@@ -129,9 +186,9 @@ def test_what_a_frozen_broker_held_unacknowledged_comes_back_once_it_runs(
         inbox = Inbox()
         transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
         assert wait_until(lambda: len(inbox) == 1, timeout=20)
-        with frozen(broker):
+        with frozen(broker) as stopped:
             started = time.monotonic()
-            failure_of(lambda: transport.send(queue, message("while frozen")), 30)
+            failure_of(lambda: transport.send(queue, message("while frozen")), 30, stopped)
             took = time.monotonic() - started
         assert took < CONFIRM_S + 5, took
         # The send that failed may be stored too (the broker read it before it froze), and
