@@ -11,7 +11,12 @@ import pytest
 from boost_tenancy import TransportError
 from boost_tenancy.errors import NotConfirmedError
 from boost_tenancy.transports.stomp.batch import new_transaction
-from boost_tenancy.transports.stomp.receipts import RECEIPT_PREFIX, Receipts, new_receipt
+from boost_tenancy.transports.stomp.receipts import (
+    RECEIPT_PREFIX,
+    PendingReceipt,
+    Receipts,
+    new_receipt,
+)
 
 
 def test_a_receipt_answered_by_another_thread_wakes_its_waiter() -> None:
@@ -48,6 +53,28 @@ def test_an_unanswered_receipt_times_out_and_is_no_longer_awaited() -> None:
         receipts.wait(pending, "send")
     assert len(receipts) == 0
     receipts.resolve(pending.id, None)  # a late RECEIPT finds nothing to answer
+
+
+def test_a_receipt_taken_out_at_the_deadline_counts_as_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The RECEIPT is taken out of Receipts just before the waiter's deadline and answered just
+    # after it: the send was confirmed, and the waiter says so instead of "no receipt".
+    answer = PendingReceipt.answer
+
+    def late_answer(self: PendingReceipt, error: str | None) -> None:
+        time.sleep(0.2)
+        answer(self, error)
+
+    monkeypatch.setattr(PendingReceipt, "answer", late_answer)
+    receipts = Receipts(timeout_s=0.1)
+    pending = receipts.expect(generation=1)
+    answering = threading.Thread(target=receipts.resolve, args=(pending.id, None))
+    answering.start()
+    receipts.wait(pending, "send")
+    answering.join()
+    assert pending.error is None
+    assert len(receipts) == 0
 
 
 def test_a_receipt_is_answered_once_whoever_answers_it_next() -> None:

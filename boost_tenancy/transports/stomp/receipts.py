@@ -33,7 +33,8 @@ class PendingReceipt:
     """One receipt awaited on the connection of the given generation.
 
     The waiter blocks on a lock held from the start, released once when the receipt is answered:
-    0.3 us made, answered and waited for, against 2.4 us for a threading.Event, on every
+    this object alone, made, answered and waited for, takes 0.3 us against 2.4 us with a
+    threading.Event (1.9 us against 5.1 with Receipts' bookkeeping around it), on every
     confirmed send."""
 
     id: str
@@ -78,9 +79,15 @@ class Receipts:
     def wait(self, pending: PendingReceipt, what: str) -> None:
         """Wait for the broker's answer; NotConfirmedError when none comes in time, TransportError
         when the broker refused or the connection was lost."""
-        confirmed = pending.wait(self._timeout_s)
-        self.discard(pending)
-        if not confirmed:
+        answered = pending.wait(self._timeout_s)
+        with self._lock:
+            taken = self._pending.pop(pending.id, None) is None
+        if not answered and taken:
+            # Its answer was taken out at the deadline and is being given (resolve and fail answer
+            # right after taking): a receipt that came is a send confirmed, never one reported
+            # unconfirmed, whose connection would be dropped and whose message sent again.
+            answered = pending.wait(self._timeout_s)
+        if not answered:
             raise NotConfirmedError(f"{what}: no receipt within {self._timeout_s}s")
         if pending.error is not None:
             raise TransportError(f"{what}: {pending.error}")
