@@ -4,6 +4,7 @@ busy runs at the end of the pass, without waking it again."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import threading
@@ -92,6 +93,32 @@ def test_tasks_posted_while_the_loop_is_busy_run_without_waking_it() -> None:
         release.set()
         assert finished.wait(30)
         assert ran == list(range(100))
+    finally:
+        loop.stop(5.0)
+
+
+def test_a_task_that_raises_ends_the_loop_and_the_tasks_after_it_still_run() -> None:
+    """A posted task that raises ends the loop (on_failure hears it); the tasks waiting behind
+    it in the same round still run as the loop ends (a transport's own tasks fail their futures
+    there), where they were dropped, and their callers waited for their timeouts."""
+    failures: list[BaseException] = []
+    handler = LoopHandler()
+    loop = EventLoop(handler, "test-amqp-loop", on_failure=failures.append)
+    handler.loop = loop
+    gate = threading.Event()
+    loop.post(lambda: gate.wait(30) and None)  # holds the loop while the round is queued
+    loop.start()
+
+    def broken() -> None:
+        raise RuntimeError("a task's own bug")
+
+    try:
+        loop.post(broken)
+        behind = [loop.submit(lambda: "ran") for _ in range(3)]
+        gate.set()
+        not_done = concurrent.futures.wait(behind, timeout=10).not_done
+        assert not not_done, f"{len(not_done)} of {len(behind)} tasks dropped"
+        assert [type(exc) for exc in failures] == [RuntimeError]
     finally:
         loop.stop(5.0)
 

@@ -267,8 +267,7 @@ class EventLoop:
             self._awake = True
             tasks = list(self._tasks)
             self._tasks.clear()
-        for task in tasks:
-            task()
+        self._run_in_order(tasks)
 
     def run_tasks_before_waiting(self) -> None:
         """Run every waiting task, until none is left; from then on a post wakes the loop (the
@@ -280,8 +279,19 @@ class EventLoop:
                     return
                 tasks = list(self._tasks)
                 self._tasks.clear()
-            for task in tasks:
+            self._run_in_order(tasks)
+
+    def _run_in_order(self, tasks: list[Callable[[], None]]) -> None:
+        """Run tasks; when one raises (which ends the loop), those after it wait again, first,
+        so that the loop's end still runs them and each fails its future at once instead of
+        leaving its caller to time out."""
+        for index, task in enumerate(tasks):
+            try:
                 task()
+            except BaseException:
+                with self._lock:
+                    self._tasks.extendleft(reversed(tasks[index + 1 :]))
+                raise
 
     def stop(self, timeout_s: float) -> None:
         """Stop the container and wait for the thread, at most timeout_s; then close the
