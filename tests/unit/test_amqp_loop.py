@@ -143,6 +143,26 @@ def test_a_stopped_loop_leaves_no_descriptor_open() -> None:
     assert open_descriptors() <= before + 2  # a descriptor or two of pytest's own at most
 
 
+def test_a_loop_stopped_while_busy_closes_its_descriptors_once_it_ends() -> None:
+    """stop() waits at most its timeout; a loop still busy then closes the wake-up pipe itself
+    as it ends, where the two descriptors were left open for good."""
+    before = open_descriptors()
+    loop = started_loop()
+    busy, release = threading.Event(), threading.Event()
+
+    def long_task() -> None:
+        busy.set()
+        release.wait(30)
+
+    loop.post(long_task)
+    assert busy.wait(10)
+    loop.stop(0.05)
+    assert open_descriptors() == before + 2  # the loop still runs: its pipe is open
+    release.set()
+    loop._thread.join(10)  # the test reaches in to wait for the thread's end
+    assert open_descriptors() == before
+
+
 def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_overrides() -> None:
     from proton import _reactor as proton_reactor
     from proton.handlers import IOHandler

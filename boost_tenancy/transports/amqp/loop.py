@@ -190,6 +190,9 @@ class EventLoop:
         """The loop thread runs waiting tasks before it next waits: a post need not wake it.
         Set True on the loop thread only; set False only under the lock, with no task waiting."""
         self._stopped = False
+        self._finished = False
+        self._close_when_finished = False
+        """stop() gave up waiting for the thread: the thread closes the pipe as it ends."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._failure: BaseException | None = None
         self._on_failure = on_failure
@@ -211,6 +214,11 @@ class EventLoop:
                 self._tasks.clear()
             for task in left:
                 task()  # tasks check is_stopped and fail their futures
+            with self._lock:
+                self._finished = True
+                close = self._close_when_finished
+            if close:
+                self._close_pipe()
 
     @property
     def is_stopped(self) -> bool:
@@ -296,7 +304,7 @@ class EventLoop:
     def stop(self, timeout_s: float) -> None:
         """Stop the container and wait for the thread, at most timeout_s; then close the
         wake-up pipe, which the container never closes (two descriptors per transport, leaked on
-        every close before)."""
+        every close before), or have the thread close it as it ends, if it is still running."""
         if not self._thread.is_alive():
             self._stopped = True
             self._close_pipe()
@@ -304,8 +312,11 @@ class EventLoop:
         self.post(self.container.stop)
         self._wakeup.close()
         self._thread.join(timeout_s)
-        if not self._thread.is_alive():
-            self._close_pipe()
+        with self._lock:
+            if not self._finished:  # still selecting on the pipe: closed when it ends
+                self._close_when_finished = True
+                return
+        self._close_pipe()
 
     def _close_pipe(self) -> None:
         with self._lock:
