@@ -118,7 +118,8 @@ class _Wakeup:
     takes."""
 
     def __init__(self, on_wake: Callable[[], None]) -> None:
-        self.pipe = os.pipe()
+        self.pipe: tuple[int, ...] = os.pipe()
+        """Read end, write end; empty once EventLoop closed them."""
         self._on_wake = on_wake
         self._closed = False
         self._transport = None
@@ -310,7 +311,9 @@ class EventLoop:
             self._close_pipe()
             return
         self.post(self.container.stop)
-        self._wakeup.close()
+        with self._lock:
+            if not self._stopped:  # the pipe is still open
+                self._wakeup.close()
         self._thread.join(timeout_s)
         with self._lock:
             if not self._finished:  # still selecting on the pipe: closed when it ends
@@ -319,8 +322,11 @@ class EventLoop:
         self._close_pipe()
 
     def _close_pipe(self) -> None:
+        """Close the wake-up pipe once: a second close could end a descriptor the process has
+        opened since under the same number."""
         with self._lock:
             self._stopped = True  # no post writes to the pipe from now on
-            for fd in self._wakeup.pipe:
+            fds, self._wakeup.pipe = self._wakeup.pipe, ()
+            for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
