@@ -183,10 +183,10 @@ class AmqpTransport(ManagedRoutes):
         try:
             done.result(timeout)
         except FutureTimeout:
-            done.cancel()
-            raise TransportError(
-                f"{what}: no confirmation from the broker within {timeout} s"
-            ) from None
+            if done.cancel():
+                text = f"{what}: no confirmation from the broker within {timeout} s"
+                raise TransportError(text) from None
+            done.result(0)  # its outcome came as the wait ended: a confirmed send stays confirmed
         except CancelledError:
             raise TransportError(f"{what}: abandoned") from None
 
