@@ -71,17 +71,17 @@ class Receipts:
             self._pending[pending.id] = pending
         return pending
 
-    def discard(self, pending: PendingReceipt) -> None:
-        """Stop awaiting a receipt whose frame was never written."""
+    def discard(self, pending: PendingReceipt) -> bool:
+        """Stop awaiting a receipt (one whose frame was never written, or waited for); False
+        when it was no longer awaited: resolve or fail took it out to answer it."""
         with self._lock:
-            self._pending.pop(pending.id, None)
+            return self._pending.pop(pending.id, None) is not None
 
     def wait(self, pending: PendingReceipt, what: str) -> None:
         """Wait for the broker's answer; NotConfirmedError when none comes in time, TransportError
         when the broker refused or the connection was lost."""
         answered = pending.wait(self._timeout_s)
-        with self._lock:
-            taken = self._pending.pop(pending.id, None) is None
+        taken = not self.discard(pending)
         if not answered and taken:
             # Its answer was taken out at the deadline and is being given (resolve and fail answer
             # right after taking): a receipt that came is a send confirmed, never one reported
