@@ -191,9 +191,6 @@ class EventLoop:
         """The loop thread runs waiting tasks before it next waits: a post need not wake it.
         Set True on the loop thread only; set False only under the lock, with no task waiting."""
         self._stopped = False
-        self._finished = False
-        self._close_when_finished = False
-        """stop() gave up waiting for the thread: the thread closes the pipe as it ends."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._failure: BaseException | None = None
         self._on_failure = on_failure
@@ -215,11 +212,9 @@ class EventLoop:
                 self._tasks.clear()
             for task in left:
                 task()  # tasks check is_stopped and fail their futures
-            with self._lock:
-                self._finished = True
-                close = self._close_when_finished
-            if close:
-                self._close_pipe()
+            # Nothing selects on the pipe now, and nothing writes to it once stopped: it is
+            # closed here, also where stop() gave up waiting for this thread.
+            self._close_pipe()
 
     @property
     def is_stopped(self) -> bool:
@@ -303,11 +298,10 @@ class EventLoop:
                 raise
 
     def stop(self, timeout_s: float) -> None:
-        """Stop the container and wait for the thread, at most timeout_s; then close the
-        wake-up pipe, which the container never closes (two descriptors per transport, leaked on
-        every close before), or have the thread close it as it ends, if it is still running."""
+        """Stop the container and wait for the thread, at most timeout_s. The thread closes the
+        wake-up pipe as it ends (the container never closes it: two descriptors per transport,
+        leaked on every close before); a loop never started closes it here."""
         if not self._thread.is_alive():
-            self._stopped = True
             self._close_pipe()
             return
         self.post(self.container.stop)
@@ -315,11 +309,6 @@ class EventLoop:
             if not self._stopped:  # the pipe is still open
                 self._wakeup.close()
         self._thread.join(timeout_s)
-        with self._lock:
-            if not self._finished:  # still selecting on the pipe: closed when it ends
-                self._close_when_finished = True
-                return
-        self._close_pipe()
 
     def _close_pipe(self) -> None:
         """Close the wake-up pipe once: a second close could end a descriptor the process has
