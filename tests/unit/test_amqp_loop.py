@@ -97,6 +97,52 @@ def test_tasks_posted_while_the_loop_is_busy_run_without_waking_it() -> None:
         loop.stop(5.0)
 
 
+class HoldingTimer(Handler):
+    """A timer's event that holds the loop thread mid-pass until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy = threading.Event()
+        self.release = threading.Event()
+
+    def on_timer_task(self, event: Event) -> None:
+        self.busy.set()
+        assert self.release.wait(30)
+
+
+def test_tasks_posted_in_a_pass_no_wake_up_began_run_without_waking_the_loop() -> None:
+    """A pass begun by the sockets or a timer (a broker's answer, a heart-beat), not by a
+    wake-up: what other threads post during it runs at its end too. A confirmed send's caller,
+    woken by its outcome, posts its next send while the loop is still in that pass; it wrote a
+    wake-up byte each time, and the loop made one more pass for it."""
+    loop = started_loop()
+    triggers: list[object] = []
+    real_trigger = loop._wakeup.trigger  # the test reaches in to count the wake-ups
+
+    def counted_trigger() -> None:
+        triggers.append(None)
+        real_trigger()
+
+    loop._wakeup.trigger = counted_trigger  # type: ignore[method-assign]
+    timer = HoldingTimer()
+    finished = threading.Event()
+    ran: list[int] = []
+    try:
+        loop.post(lambda: loop.container.schedule(0.05, timer) and None)
+        assert timer.busy.wait(30)
+        woken_before = len(triggers)
+        for n in range(10):
+            loop.post(functools.partial(ran.append, n))
+        loop.post(finished.set)
+        assert len(triggers) == woken_before  # in a pass: nobody woke the loop
+        timer.release.set()
+        assert finished.wait(30)
+        assert ran == list(range(10))
+    finally:
+        timer.release.set()
+        loop.stop(5.0)
+
+
 def test_a_task_that_raises_ends_the_loop_and_the_tasks_after_it_still_run() -> None:
     """A posted task that raises ends the loop (on_failure hears it); the tasks waiting behind
     it in the same round still run as the loop ends (a transport's own tasks fail their futures
@@ -189,5 +235,5 @@ def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_
     # overrides first, through GlobalOverrides.
     assert not hasattr(sparing, "on_transport") and not hasattr(sparing, "on_connection_bound")
     # Around any other global handler, every event takes the general way.
-    other = loop_module._SparingGlobalHandler(Handler())
+    other = loop_module._SparingGlobalHandler(Handler(), lambda: None)
     assert not any(method in vars(other) for method in loop_module._STRAIGHT_TO_IO)

@@ -40,10 +40,10 @@ _STRAIGHT_TO_IO: Final = (
     "on_selectable_updated",
     "on_selectable_readable",
     "on_selectable_writable",
-    "on_reactor_quiesced",
 )
-"""The events of a pass that concern no connection: proton's GlobalOverrides hands them to its
-IOHandler after looking for the event's connection, which they never have."""
+"""The socket events of a pass, which concern no connection: proton's GlobalOverrides hands them
+to its IOHandler after looking for the event's connection, which they never have (so does it
+on_reactor_quiesced, where the IOHandler waits for the sockets)."""
 _GLOBAL_OVERRIDES: Final[type | None] = getattr(proton_reactor, "GlobalOverrides", None)
 
 
@@ -52,12 +52,15 @@ class _SparingGlobalHandler(Handler):
     does nothing with: every delivery and flow event went through three dispatches there, for
     nothing (5 % of the loop thread's time when consuming, profiled).
 
-    The socket and pass events of _STRAIGHT_TO_IO go to proton's IOHandler directly, where the
-    global handler is GlobalOverrides around it (proton 0.39 and 0.40): about a dozen such events
-    per confirmed send, each of which went through two more dispatches and a connection lookup
-    on the way. Any other layout takes every event the general way."""
+    The socket events of _STRAIGHT_TO_IO and the end of a pass go to proton's IOHandler directly,
+    where the global handler is GlobalOverrides around it (proton 0.39 and 0.40): about a dozen
+    such events per confirmed send, each of which went through two more dispatches and a
+    connection lookup on the way. Any other layout takes every event the general way."""
 
-    def __init__(self, base: Handler) -> None:
+    def __init__(self, base: Handler, waited: Callable[[], None]) -> None:
+        """waited is called on the loop thread each time proton's IOHandler has waited for the
+        sockets (or found the pass not over): the loop then runs its handler's
+        on_reactor_quiesced before it waits again."""
         super().__init__()
         self._base = base
         io = getattr(base, "base", None)
@@ -68,6 +71,13 @@ class _SparingGlobalHandler(Handler):
         ):
             for method in _STRAIGHT_TO_IO:
                 setattr(self, method, getattr(io, method))
+            wait = io.on_reactor_quiesced
+
+            def on_reactor_quiesced(event: Event) -> None:
+                wait(event)
+                waited()
+
+            self.on_reactor_quiesced = on_reactor_quiesced
 
     def on_delivery(self, event: Event) -> None:
         pass
@@ -179,7 +189,9 @@ class EventLoop:
         ):
             self.container._collector = _ShortcutCollector(delivery_shortcut)
             self.shortcut_installed = True
-        self.container.global_handler = _SparingGlobalHandler(self.container.global_handler)
+        self.container.global_handler = _SparingGlobalHandler(
+            self.container.global_handler, self.awake
+        )
         self._wakeup = _Wakeup(self.run_tasks)
         # proton's annotation names its own two handlers; any object with a fileno and these
         # selectable events is one (its IOHandler selects on fileno()).
@@ -261,7 +273,8 @@ class EventLoop:
 
     def awake(self) -> None:
         """The loop thread is in a pass that ends with run_tasks_before_waiting: posts until
-        then need not wake it (called by the handler where a busy pass starts)."""
+        then need not wake it. Called as each wait for the sockets returns (the global
+        handler), and by the connection's handler where a busy pass starts."""
         self._awake = True
 
     def run_tasks(self) -> None:
