@@ -13,6 +13,14 @@ Producers of the default (routed) and shared rows send the way a BOOST Java serv
 stomp.py SENDs to the shared queue with persistent:true, the tenantUUID header and a JSON body.
 The per_tenant rows need the toolkit's TenantProducer (only it knows the per-tenant queues).
 
+The routed and per_tenant rows run on AMQP 1.0 too, when BOOST_BROKER_URL is amqp:// (the local
+RabbitMQ with rabbitmq_amqp1_0: amqp://guest:guest@127.0.0.1:5672): the runners and the
+TenantProducer on the toolkit's AMQP transport, the routed rows' producer sending as a JMS service
+over AMQP 1.0 does: plain python-qpid-proton (proton.utils' BlockingSender) to the shared queue, a
+durable message with the tenantUUID application property and the same JSON body, each send
+settled before the next (noisy_amqp.py). The other rows stay on STOMP and are refused there;
+without --only an AMQP run is routed,per_tenant.
+
 On a routed queue the heavy backlog is sent all at once either while the runners run (their
 routers move it as it arrives) or before any runner starts (the routers move it first, the modest
 tenant's messages behind it on the shared queue); a third case sends the heavy tenant's messages
@@ -38,9 +46,9 @@ producers sending to node 1, the modest tenant's runner on node 2 and the heavy 
 nodes; artemis_cluster_far the same with the heavy tenant's runner on node 2 only, so its whole
 backlog crosses the cluster bridge, which every tenant's crossing messages share in order.
 
-The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613), its login from
-BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when set (`eval "$(scripts/artemis env)"` runs the
-default rows on the project's Artemis).
+The broker is read from BOOST_BROKER_URL (default stomp://127.0.0.1:61613; stomp:// or amqp://),
+its login from the URL or BOOST_BROKER_USER and BOOST_BROKER_PASSWORD when set (`eval
+"$(scripts/artemis env)"` runs the default rows on the project's Artemis over STOMP).
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import stomp
+from noisy_amqp import STOMP_ONLY, AmqpClients
 
 from boost_tenancy import (
     HandlerContext,
@@ -83,6 +92,8 @@ from boost_tenancy.observability import configure_logging
 from boost_tenancy.ops.broker_routes import EVERY_QUEUE, classic_destination_interceptors
 from boost_tenancy.ops.parking import ParkingSweeper
 from boost_tenancy.routing import Routing, Topology, parked_queue
+from boost_tenancy.transports.base import Transport
+from boost_tenancy.transports.registry import parse_transport_url
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools: the checkout's, last
@@ -97,6 +108,7 @@ MODEST, HEAVY = "modest", "heavy"
 HEAVY_WORK_S = 0.005
 """What the heavy tenant's handler does per message."""
 P99_TARGET = 2.0
+DEFAULT_ONLY = ("routed", "shared", "per_tenant")
 TOPOLOGIES = (
     "routed",
     "shared",
@@ -141,10 +153,12 @@ def broker_env(**extra: str) -> dict[str, str]:
 
 
 def app_settings(env: Mapping[str, str]) -> AppSettings:
-    """AppSettings.from_env(env), with a receipt timeout that survives a busy 2-core machine."""
+    """AppSettings.from_env(env), with a confirm timeout (STOMP receipt, AMQP outcome) that
+    survives a busy 2-core machine."""
     settings = AppSettings.from_env(env)
+    settings = replace(settings, broker=replace(settings.broker, confirm_timeout_s=60.0))
     if settings.stomp is None:
-        raise SystemExit("the benchmark runs over STOMP: BOOST_BROKER_URL must be stomp://")
+        return settings
     return replace(settings, stomp=replace(settings.stomp, confirm_timeout_s=60.0))
 
 
@@ -209,8 +223,8 @@ class JavaStyleSender:
 class ToolkitSender:
     """TenantProducer: straight to the broker queue the routing names for the tenant."""
 
-    def __init__(self, settings: StompSettings, routing: Routing) -> None:
-        self._transport = StompTransport(settings)
+    def __init__(self, transport: Transport, routing: Routing) -> None:
+        self._transport = transport
         self._transport.connect()
         self._producer = TenantProducer(self._transport, routing=routing)
 
@@ -260,6 +274,69 @@ def drain(settings: StompSettings, queues: Sequence[str], idle_s: float = 1.0) -
     return count
 
 
+# -- the protocol ---------------------------------------------------------------------------------
+class BrokerClients(Protocol):
+    """What a scenario needs of the broker, in the protocol of its URL."""
+
+    @property
+    def protocol(self) -> str: ...
+
+    @property
+    def topologies(self) -> tuple[str, ...]:
+        """The --only names that run over this protocol."""
+
+    def transport(self) -> Transport:
+        """The toolkit's transport, not connected."""
+
+    def java_style_sender(self) -> Sender:
+        """The producer of the rows that send to the shared queue, as a Java service does."""
+
+    def drain(self, queues: Sequence[str]) -> int: ...
+
+    def describe(self) -> str | None:
+        """A line for the header (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StompClients:
+    """The clients of a scenario on a STOMP broker: every topology runs."""
+
+    settings: StompSettings
+
+    @property
+    def protocol(self) -> str:
+        return "STOMP"
+
+    @property
+    def topologies(self) -> tuple[str, ...]:
+        return TOPOLOGIES
+
+    def transport(self) -> Transport:
+        return StompTransport(self.settings)
+
+    def java_style_sender(self) -> Sender:
+        return JavaStyleSender(self.settings)
+
+    def drain(self, queues: Sequence[str]) -> int:
+        return drain(self.settings, queues)
+
+    def describe(self) -> str | None:
+        return None
+
+
+def broker_clients(settings: AppSettings) -> BrokerClients:
+    """The clients of the protocol BOOST_BROKER_URL's scheme names: the one place it is chosen."""
+    url = parse_transport_url(settings.broker_url)
+    if url.scheme == "amqp":
+        return AmqpClients(settings.broker_url, settings.broker)
+    if settings.stomp is None:
+        raise SystemExit(
+            "the benchmark runs over STOMP or AMQP 1.0: BOOST_BROKER_URL must be stomp:// or "
+            f"amqp://, not {url.redacted}"
+        )
+    return StompClients(settings.stomp)
+
+
 # -- the tenants' runner processes ----------------------------------------------------------------
 def timed_processor(queue: str, out: Any, work_s: float) -> TenantProcessor:
     """Puts each message's send-to-handler latency on out (None: records nothing), then works
@@ -297,7 +374,7 @@ def run_tenant(  # noqa: PLR0917  # a multiprocessing target takes its arguments
         store = open_error_store(str(Path(tmp) / "errors.sqlite3"))
         runner = ProcessorRunner(
             timed_processor(queue, out, work_s),
-            StompTransport(settings.stomp),
+            broker_clients(settings).transport(),
             [tenant],
             error_store=store,
             settings=settings.runner,
@@ -495,10 +572,11 @@ def queue_heavy(sender: Sender, queue: str, count: int) -> float:
 def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: float) -> Result:
     queue = s.queue or f"nn.{uuid.uuid4().hex[:8]}"
     settings = app_settings(s.sender_env)
+    clients = broker_clients(settings)
     sender: Sender = (
-        JavaStyleSender(settings.stomp)
+        clients.java_style_sender()
         if s.java_style
-        else ToolkitSender(settings.stomp, settings.routing)
+        else ToolkitSender(clients.transport(), settings.routing)
     )
     heavy_count = modest_n * ratio if s.heavy != "none" else 0
     heavy_queued_s = 0.0
@@ -515,7 +593,7 @@ def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: fl
         if s.parking:
             active = [MODEST] + ([HEAVY] if s.heavy == "running" else [])
             sweeper = ParkingSweeper(
-                StompTransport(settings.stomp),
+                clients.transport(),
                 [queue],
                 active,
                 error_store=open_error_store(str(Path(tmp) / "parking.sqlite3")),
@@ -528,7 +606,7 @@ def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: fl
         if sweeper is not None:
             sweeper.stop()
     sender.close()
-    drain(settings.stomp, leftover_queues(s, queue))
+    clients.drain(leftover_queues(s, queue))
     return Result(
         s,
         latencies,
@@ -772,6 +850,25 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def chosen_topologies(
+    parser: argparse.ArgumentParser, only: str | None, clients: BrokerClients
+) -> list[str]:
+    """The topologies --only names (without it, those of DEFAULT_ONLY the protocol runs); exits
+    with a usage error for an unknown one or one the protocol does not run."""
+    if only is None:
+        return [name for name in DEFAULT_ONLY if name in clients.topologies]
+    names = [name.strip() for name in only.split(",") if name.strip()]
+    if unknown := set(names) - set(TOPOLOGIES):
+        parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
+    if refused := [name for name in names if name not in clients.topologies]:
+        parser.error(
+            f"--only {', '.join(refused)}: {'run' if len(refused) > 1 else 'runs'} over STOMP "
+            f"only ({STOMP_ONLY}); over {clients.protocol} the benchmark runs "
+            f"{', '.join(clients.topologies)}"
+        )
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--modest", type=int, default=100, help="modest tenant's messages")
@@ -780,8 +877,8 @@ def main() -> int:
     parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait after sending")
     parser.add_argument(
         "--only",
-        default="routed,shared,per_tenant",
-        help="topologies to run, comma-separated (routed is the default configuration); "
+        help="topologies to run, comma-separated (default routed,shared,per_tenant; over AMQP "
+        "1.0 routed,per_tenant, the only ones it runs; routed is the default configuration); "
         "broker_routes starts a Classic broker of its own routing the two tenants at send time, "
         "plugin one whose tenant routing plugin routes every tenant of the queue; "
         "artemis_plugin an Artemis of its own with the tenant plugin, artemis_cluster two "
@@ -791,10 +888,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
-    only = [name.strip() for name in args.only.split(",") if name.strip()]
-    if unknown := set(only) - set(TOPOLOGIES):
-        parser.error(f"--only: unknown topology {', '.join(sorted(unknown))}")
     defaults = app_settings(broker_env())
+    clients = broker_clients(defaults)
+    only = chosen_topologies(parser, args.only, clients)
     fairness = defaults.fairness
     print(
         f"noisy neighbour: modest {args.modest} messages at {args.rate:g}/s, heavy "
@@ -810,6 +906,8 @@ def main() -> int:
         )
         + f"; latency send->handler in ms; waited {args.wait:g} s after the last send"
     )
+    if (described := clients.describe()) is not None:
+        print(described)
     print(
         f"{'configuration':<{CONFIG_WIDTH}} {'scenario':<{SCENARIO_WIDTH}} {'heavy':<8} "
         f"{'p50':>7} {'p99':>7} {'max':>7} {'delivered':>10} {'stuck':>5}  {'held m/h':>9}"
