@@ -453,9 +453,10 @@ def collect_modest(
     rate: float,
     wait_s: float,
     heavy_each: int = 0,
-) -> list[float]:
+) -> tuple[list[float], float]:
     """Send the modest tenant's messages at rate (heavy_each of the heavy tenant's before each);
-    its latencies as they arrive, for up to wait_s after the last send."""
+    its latencies as they arrive, for up to wait_s after the last send, and how long the sending
+    took (longer than modest_n / rate where the sends could not keep up)."""
     latencies: list[float] = []
     collector_done = threading.Event()
 
@@ -474,10 +475,11 @@ def collect_modest(
             sender.send(queue, HEAVY, {"n": n * heavy_each + h, "sentAt": time.time()})
         sender.send(queue, MODEST, {"n": n, "sentAt": time.time()})
         time.sleep(max(0.0, began + (n + 1) / rate - time.monotonic()))
+    sending_s = time.monotonic() - began
     collector.join(wait_s)
     collector_done.set()
     collector.join(1)
-    return list(latencies)
+    return list(latencies), sending_s
 
 
 # -- scenarios ------------------------------------------------------------------------------------
@@ -535,7 +537,8 @@ class Result:
     """Held events (held_concurrency + held_rate) of each tenant's gate."""
     expired: dict[str, int] = field(default_factory=dict)
     heavy_queued_s: float = 0.0
-    """How long queueing the heavy backlog took."""
+    """How long queueing the heavy backlog took (sent alongside: sending both tenants' messages,
+    modest_n / rate where the sends kept up)."""
 
     def percentile(self, p: float) -> float | None:
         if not self.latencies:
@@ -601,7 +604,12 @@ def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: fl
             sweeper.start()
         if heavy_count and s.backlog == "during":
             heavy_queued_s = queue_heavy(sender, queue, heavy_count)  # the runners already run
-        latencies = collect_modest(sender, queue, modest_out, modest_n, rate=rate, wait_s=wait_s)
+        alongside = ratio if heavy_count and s.backlog == "alongside" else 0
+        latencies, sending_s = collect_modest(
+            sender, queue, modest_out, modest_n, rate=rate, wait_s=wait_s, heavy_each=alongside
+        )
+        if alongside:
+            heavy_queued_s = sending_s  # the heavy tenant's messages went out with the modest's
         events = runners.stop()
         if sweeper is not None:
             sweeper.stop()
@@ -952,13 +960,18 @@ def main() -> int:
         print()
         for result in timed:
             s = result.scenario
+            what = (
+                "sending both tenants' messages"
+                if s.backlog == "alongside"
+                else "queueing the heavy backlog"
+            )
             print(
-                f"queueing the heavy backlog took {result.heavy_queued_s:.1f} s "
-                f"({s.label}, {s.name}, heavy {s.heavy})"
+                f"{what} took {result.heavy_queued_s:.1f} s ({s.label}, {s.name}, heavy {s.heavy})"
             )
     if args.json:
         rows = [
             {
+                "protocol": clients.protocol,
                 "configuration": r.scenario.label,
                 "topology": r.scenario.topology.value,
                 "scenario": r.scenario.name,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bench_amqp import QueueCapability
+from bench_amqp import QueueCapability, connect_options
 from proton import Connection, Event, Message, byte, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
@@ -43,18 +43,8 @@ JMS_ANNOTATIONS: Final = {
 }
 """The message annotations Qpid JMS puts on a TextMessage sent to a queue."""
 DRAIN_CREDIT: Final = 1000
-
-
-def connection_options(settings: AmqpSettings) -> dict[str, Any]:
-    """What proton needs to connect as the transport does (SASL PLAIN with credentials)."""
-    return {
-        "heartbeat": settings.heartbeat_s,
-        "user": settings.username,
-        "password": settings.password,
-        "allowed_mechs": "PLAIN" if settings.username is not None else "ANONYMOUS",
-        "allow_insecure_mechs": True,
-        "virtual_host": settings.vhost,
-    }
+DRAIN_LIMIT_S: Final = 300.0
+"""The longest a drain may run: a backlog of the benchmark's takes seconds."""
 
 
 def broker_properties(conn: Connection | None) -> Mapping[object, object]:
@@ -67,7 +57,7 @@ def blocking_connection(settings: AmqpSettings) -> tuple[BlockingConnection, Amq
     """A proton.utils connection whose waits, sends included, last up to confirm_timeout_s; and
     the broker it reached (which decides a queue's address)."""
     conn = BlockingConnection(
-        settings.url, timeout=settings.confirm_timeout_s, **connection_options(settings)
+        settings.url, timeout=settings.confirm_timeout_s, **connect_options(settings)
     )
     return conn, AmqpFlavour.from_open(broker_properties(conn.conn))
 
@@ -110,7 +100,9 @@ class JmsStyleSender:
 
 
 class Drainer(MessagingHandler):
-    """Accepts whatever arrives from the queues until none has for idle_s; counts it."""
+    """Accepts whatever arrives from the queues until none has for idle_s; counts it. Fails
+    when the broker refuses the connection, a session or a link, or when draining has not ended
+    within DRAIN_LIMIT_S."""
 
     def __init__(self, settings: AmqpSettings, queues: Sequence[str], idle_s: float) -> None:
         super().__init__(prefetch=DRAIN_CREDIT, auto_accept=True)
@@ -122,11 +114,13 @@ class Drainer(MessagingHandler):
         self._began = self._last = 0.0
         self._opened = False
         self._conn: Connection | None = None
+        self._container: Container | None = None
 
     def on_start(self, event: Event) -> None:
         self._began = time.monotonic()
+        self._container = event.container
         self._conn = event.container.connect(
-            url=self.settings.url, reconnect=False, **connection_options(self.settings)
+            url=self.settings.url, reconnect=False, **connect_options(self.settings)
         )
         event.container.schedule(0.1, self)
 
@@ -156,6 +150,8 @@ class Drainer(MessagingHandler):
             self._close()
         elif not self._opened and now - self._began >= self.settings.confirm_timeout_s:
             self._fail(f"no connection within {self.settings.confirm_timeout_s:g} s")
+        elif now - self._began >= DRAIN_LIMIT_S:
+            self._fail(f"still receiving after {DRAIN_LIMIT_S:g} s")
         else:
             event.container.schedule(0.1, self)
 
@@ -167,13 +163,20 @@ class Drainer(MessagingHandler):
         conn = event.connection
         self._fail(f"connection error: {None if conn is None else conn.remote_condition}")
 
+    def on_session_error(self, event: Event) -> None:
+        session = event.session
+        self._fail(f"session error: {None if session is None else session.remote_condition}")
+
     def on_link_error(self, event: Event) -> None:
         link = event.link
         self._fail(f"link error: {None if link is None else link.remote_condition}")
 
     def _fail(self, text: str) -> None:
+        """Ends the run at once: a broker that never answers the close must not hold it."""
         self.problems.append(text)
         self._close()
+        if self._container is not None:
+            self._container.stop()
 
     def _close(self) -> None:
         if self._conn is not None:

@@ -60,7 +60,8 @@ class _SparingGlobalHandler(Handler):
     def __init__(self, base: Handler, waited: Callable[[], None]) -> None:
         """waited is called on the loop thread each time proton's IOHandler has waited for the
         sockets (or found the pass not over): the loop then runs its handler's
-        on_reactor_quiesced before it waits again."""
+        on_reactor_quiesced before it waits again. Around any other global handler it is never
+        called, and every post made while the loop is not marked awake wakes it."""
         super().__init__()
         self._base = base
         io = getattr(base, "base", None)
