@@ -27,7 +27,7 @@ tenant's messages behind it on the shared queue); a third case sends the heavy t
 alongside the modest tenant's instead, at 50x its rate, so the volume is the same but spread.
 
     .venv/bin/python benchmarks/bench_noisy_neighbour.py [--modest 100] [--ratio 50]
-        [--rate 20] [--wait 30]
+        [--rate 20] [--wait 30] [--producer-nodelay]
         [--only routed,shared,per_tenant,broker_routes,plugin,artemis_plugin,artemis_cluster,
                artemis_cluster_far]
         [--json out.json]
@@ -189,9 +189,12 @@ class JavaStyleSender:
     """Sends the way the BOOST Java services do: a plain STOMP SEND to the shared queue, with
     persistent:true and the tenantUUID header; no toolkit code on the way."""
 
-    def __init__(self, settings: StompSettings) -> None:
+    def __init__(self, settings: StompSettings, *, nodelay: bool = False) -> None:
+        """nodelay: TCP_NODELAY on the socket (stomp.py leaves Nagle's algorithm on, so a small
+        SEND written just after others may wait for their acknowledgement)."""
         # No content-length: the broker stores a TextMessage, as a Java service's would be.
         self._settings = settings
+        self._nodelay = nodelay
         self._conn = self._connect()
 
     def _connect(self) -> stomp.Connection12:
@@ -199,6 +202,8 @@ class JavaStyleSender:
             [(self._settings.host, self._settings.port)], auto_content_length=False
         )
         conn.connect(self._settings.username, self._settings.password, wait=True)
+        if self._nodelay:
+            conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     def send(self, queue: str, tenant: str, body: dict[str, Any]) -> None:
@@ -288,8 +293,9 @@ class BrokerClients(Protocol):
     def transport(self) -> Transport:
         """The toolkit's transport, not connected."""
 
-    def java_style_sender(self) -> Sender:
-        """The producer of the rows that send to the shared queue, as a Java service does."""
+    def java_style_sender(self, *, nodelay: bool = False) -> Sender:
+        """The producer of the rows that send to the shared queue, as a Java service does;
+        nodelay sets TCP_NODELAY on its socket (STOMP)."""
 
     def drain(self, queues: Sequence[str]) -> int: ...
 
@@ -314,8 +320,8 @@ class StompClients:
     def transport(self) -> Transport:
         return StompTransport(self.settings)
 
-    def java_style_sender(self) -> Sender:
-        return JavaStyleSender(self.settings)
+    def java_style_sender(self, *, nodelay: bool = False) -> Sender:
+        return JavaStyleSender(self.settings, nodelay=nodelay)
 
     def drain(self, queues: Sequence[str]) -> int:
         return drain(self.settings, queues)
@@ -572,12 +578,20 @@ def queue_heavy(sender: Sender, queue: str, count: int) -> float:
     return time.perf_counter() - began
 
 
-def run_scenario(s: Scenario, modest_n: int, ratio: int, rate: float, wait_s: float) -> Result:
+def run_scenario(
+    s: Scenario,
+    modest_n: int,
+    ratio: int,
+    rate: float,
+    wait_s: float,
+    *,
+    producer_nodelay: bool = False,
+) -> Result:
     queue = s.queue or f"nn.{uuid.uuid4().hex[:8]}"
     settings = app_settings(s.sender_env)
     clients = broker_clients(settings)
     sender: Sender = (
-        clients.java_style_sender()
+        clients.java_style_sender(nodelay=producer_nodelay)
         if s.java_style
         else ToolkitSender(clients.transport(), settings.routing)
     )
@@ -893,6 +907,12 @@ def main() -> int:
         "clustered Artemis nodes with it (producers on node 1, the modest runner on node 2, "
         "the heavy on both), artemis_cluster_far the heavy runner on node 2 only",
     )
+    parser.add_argument(
+        "--producer-nodelay",
+        action="store_true",
+        help="set TCP_NODELAY on the plain STOMP producer's socket (stomp.py leaves Nagle's "
+        "algorithm on); the AMQP producer's connection is proton's",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     configure_logging("console", "WARNING")  # the parking sweeper's info lines stay out
@@ -926,7 +946,14 @@ def main() -> int:
         own_brokers(scenarios(only, args.ratio), Path(home)) as chosen,
     ):
         for scenario in chosen:
-            result = run_scenario(scenario, args.modest, args.ratio, args.rate, args.wait)
+            result = run_scenario(
+                scenario,
+                args.modest,
+                args.ratio,
+                args.rate,
+                args.wait,
+                producer_nodelay=args.producer_nodelay,
+            )
             results.append(result)
             print(row_text(result), flush=True)
     print()

@@ -220,7 +220,8 @@ class AmqpClients:
         """The transport the toolkit's registry opens for the URL (an AmqpTransport)."""
         return open_transport(self.url, self.options)
 
-    def java_style_sender(self) -> JmsStyleSender:
+    def java_style_sender(self, *, nodelay: bool = False) -> JmsStyleSender:
+        """nodelay concerns the STOMP producer's socket; proton's connection is left as is."""
         return JmsStyleSender(self.settings)
 
     def drain(self, queues: Sequence[str], idle_s: float = 1.0) -> int:
