@@ -38,6 +38,20 @@ def started_loop() -> EventLoop:
     return loop
 
 
+def counted_wake_ups(loop: EventLoop) -> list[object]:
+    """A list that gets an item each time a post writes the loop's wake-up byte (the test
+    reaches into the loop's wake-up to count them)."""
+    triggers: list[object] = []
+    real_trigger = loop._wakeup.trigger
+
+    def counted_trigger() -> None:
+        triggers.append(None)
+        real_trigger()
+
+    loop._wakeup.trigger = counted_trigger  # type: ignore[method-assign]
+    return triggers
+
+
 def test_every_posted_task_runs_in_order_from_many_threads() -> None:
     loop = started_loop()
     ran: list[tuple[int, int]] = []
@@ -65,14 +79,7 @@ def test_every_posted_task_runs_in_order_from_many_threads() -> None:
 
 def test_tasks_posted_while_the_loop_is_busy_run_without_waking_it() -> None:
     loop = started_loop()
-    triggers: list[object] = []
-    real_trigger = loop._wakeup.trigger  # the test reaches in to count the wake-ups
-
-    def counted_trigger() -> None:
-        triggers.append(None)
-        real_trigger()
-
-    loop._wakeup.trigger = counted_trigger  # type: ignore[method-assign]
+    triggers = counted_wake_ups(loop)
     busy = threading.Event()
     release = threading.Event()
     ran: list[int] = []
@@ -116,19 +123,16 @@ def test_tasks_posted_in_a_pass_no_wake_up_began_run_without_waking_the_loop() -
     woken by its outcome, posts its next send while the loop is still in that pass; it wrote a
     wake-up byte each time, and the loop made one more pass for it."""
     loop = started_loop()
-    triggers: list[object] = []
-    real_trigger = loop._wakeup.trigger  # the test reaches in to count the wake-ups
-
-    def counted_trigger() -> None:
-        triggers.append(None)
-        real_trigger()
-
-    loop._wakeup.trigger = counted_trigger  # type: ignore[method-assign]
+    triggers = counted_wake_ups(loop)
     timer = HoldingTimer()
     finished = threading.Event()
     ran: list[int] = []
     try:
-        loop.post(lambda: loop.container.schedule(0.05, timer) and None)
+
+        def schedule() -> None:
+            loop.container.schedule(0.05, timer)
+
+        loop.post(schedule)
         assert timer.busy.wait(30)
         woken_before = len(triggers)
         for n in range(10):
