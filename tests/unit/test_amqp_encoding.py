@@ -65,3 +65,16 @@ def test_a_large_message_keeps_its_body_and_properties() -> None:
 def test_a_lone_surrogate_in_the_body_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(MessageEncodeError):
         encode_message(WireMessage(body="\ud83d", properties={}))
+
+
+def test_property_names_encoded_once_give_the_same_bytes_and_are_kept_up_to_a_bound() -> None:
+    from boost_tenancy.transports.amqp import encoding
+
+    message = WireMessage(body="x", properties={"tenantUUID": "org-a", "ünïcode": "v"})
+    first = encode_message(message, 0, 1, "m-1").data
+    assert "ünïcode" in encoding._NAMES
+    assert encode_message(message, 0, 1, "m-1").data == first
+    assert first == bytes(to_amqp(message, 0, 1, "m-1").encode())
+    many = WireMessage(body="x", properties={f"name-{i}": "v" for i in range(1_500)})
+    assert encode_message(many, 0, 1, "m-2").data == bytes(to_amqp(many, 0, 1, "m-2").encode())
+    assert len(encoding._NAMES) <= encoding._MAX_NAMES

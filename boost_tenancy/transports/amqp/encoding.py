@@ -48,6 +48,13 @@ _NULLS_BEFORE_CORRELATION: Final = b"\x40" * 4
 """user-id, to, subject, reply-to: unset."""
 _NULLS_BEFORE_EXPIRY: Final = b"\x40" * 2
 """content-type, content-encoding: unset."""
+_STR8: Final = tuple(b"\xa1" + bytes((size,)) for size in range(256))
+"""A str8-utf8 string's constructor and one-byte size, by size."""
+_NAMES: dict[str, bytes] = {}
+"""Application-property names already encoded, shared by every sending thread (a dict's get
+and set are atomic; a name encoded twice at once is the same bytes)."""
+_MAX_NAMES: Final = 1024
+"""Names kept at most: an application with more distinct names encodes the others each time."""
 
 
 class EncodedMessage:
@@ -137,7 +144,11 @@ def _variable(data: bytes, small: bytes, large: bytes) -> bytes:
 
 
 def _string(text: str) -> bytes:
-    return _variable(text.encode("utf-8"), b"\xa1", b"\xb1")
+    data = text.encode("utf-8")
+    size = len(data)
+    if size < 256:
+        return _STR8[size] + data
+    return b"\xb1" + _U32(size) + data
 
 
 def _list(elements: bytes, count: int) -> bytes:
@@ -148,6 +159,22 @@ def _list(elements: bytes, count: int) -> bytes:
 
 
 def _string_map(entries: dict[str, str]) -> bytes:
-    """A map of strings, in four-byte size and count, as proton writes every map."""
-    encoded = b"".join(_string(key) + _string(value) for key, value in entries.items())
+    """A map of strings, in four-byte size and count, as proton writes every map. The names
+    come from _NAMES once encoded (the same few on every message); the values are encoded in
+    line: this runs for every message sent, on the sender's thread."""
+    parts: list[bytes] = []
+    append = parts.append
+    names = _NAMES
+    for key, value in entries.items():
+        name = names.get(key)
+        if name is None:
+            name = _string(key)
+            if len(names) < _MAX_NAMES:
+                names[key] = name
+        append(name)
+        data = value.encode("utf-8")
+        size = len(data)
+        append(_STR8[size] if size < 256 else b"\xb1" + _U32(size))
+        append(data)
+    encoded = b"".join(parts)
     return b"\xd1" + _U32(len(encoded) + 4) + _U32(2 * len(entries)) + encoded
