@@ -12,7 +12,7 @@ from proton import Connection, Endpoint, Event, Handler, ProtonException, SSLDom
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
-from boost_tenancy.transports.amqp.events import Timer, describe, given
+from boost_tenancy.transports.amqp.events import describe, given
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.amqp.link_events import LinkEvents
 from boost_tenancy.transports.amqp.loop import EventLoop
@@ -144,9 +144,7 @@ class AmqpConnection(LinkEvents, Handler):
             self._lost(None, f"cannot connect to {url}: {exc}")
             return
         self._conn = conn
-        self.loop.container.schedule(
-            s.connect_timeout_s, Timer(lambda: self._connect_timed_out(conn))
-        )
+        self.loop.schedule(s.connect_timeout_s, lambda: self._connect_timed_out(conn))
 
     def _connect_timed_out(self, conn: Connection) -> None:
         if conn == self._conn and not self.is_open:
@@ -272,7 +270,7 @@ class AmqpConnection(LinkEvents, Handler):
         if was_open:
             log.warning("amqp_connection_lost", reason=reason, generation=self.generation, url=url)
         delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max_s)
-        self.loop.container.schedule(delay, Timer(self._open_connection))
+        self.loop.schedule(delay, self._open_connection)
 
     def _fail_waiting(self, error: TransportError) -> None:
         """Fail every send and attach waiting on the connection, and forget its deliveries:

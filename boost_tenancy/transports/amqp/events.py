@@ -33,11 +33,23 @@ def describe(condition: Condition | None) -> str:
 
 
 class Timer(Handler):
-    """Calls callback when the timer it is scheduled with fires (Container.schedule)."""
+    """Calls callback when the timer it is scheduled with fires (Container.schedule), then
+    fired(self); once disarmed, neither, and it holds neither any more."""
 
-    def __init__(self, callback: Callable[[], None]) -> None:
+    def __init__(
+        self, callback: Callable[[], None], fired: Callable[[Timer], None] | None = None
+    ) -> None:
         super().__init__()
-        self._callback = callback
+        self._callback: Callable[[], None] | None = callback
+        self._fired = fired
+
+    def disarm(self) -> None:
+        self._callback = self._fired = None
 
     def on_timer_task(self, event: Event) -> None:
-        self._callback()
+        callback, fired = self._callback, self._fired
+        self.disarm()
+        if fired is not None:
+            fired(self)
+        if callback is not None:
+            callback()
