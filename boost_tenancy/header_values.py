@@ -6,6 +6,7 @@ Everything adoption asks of a delivery's headers is here, in one module below th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -51,9 +52,17 @@ def sanitized_id(value: str) -> str:
     if not cleaned or not cleaned[0].isalnum() or not cleaned[0].isascii():
         cleaned = "x" + cleaned
     if len(cleaned) > 128 or cleaned != value:
-        digest = uuid.uuid5(_DERIVED_NAMESPACE, value).hex[:12]
-        cleaned = f"{cleaned[:110]}-{digest}"
+        cleaned = f"{cleaned[:110]}-{_digest(value)}"
     return cleaned
+
+
+def _digest(value: str) -> str:
+    """Twelve hex digits of value's name-based UUID (uuid5 in the toolkit's namespace), also
+    for text no UTF-8 can encode: a lone surrogate, as text read with surrogateescape holds,
+    made uuid5 raise UnicodeEncodeError. The same digits as uuid5 wherever it gives any (the
+    first six bytes of the SHA-1, before the version and variant bits)."""
+    data = value.encode("utf-8", "surrogatepass")
+    return hashlib.sha1(_DERIVED_NAMESPACE.bytes + data, usedforsecurity=False).hexdigest()[:12]
 
 
 def new_id() -> str:

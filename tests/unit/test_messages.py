@@ -7,6 +7,8 @@ import json
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from boost_tenancy.errors import (
     ConfigError,
@@ -14,7 +16,7 @@ from boost_tenancy.errors import (
     MessageDecodeError,
     TenantMismatchError,
 )
-from boost_tenancy.header_values import check_id, derived_id, new_id
+from boost_tenancy.header_values import check_id, derived_id, is_valid_id, new_id, sanitized_id
 from boost_tenancy.json_bodies import decode_json_body, encode_json_body
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
@@ -313,3 +315,30 @@ def test_new_id_is_a_random_version_4_uuid_in_its_usual_text_form() -> None:
     # Every digit that is not fixed takes every value: the bits come from the random bytes.
     assert {value[19] for value in ids} == set("89ab")
     assert {value[0] for value in ids} == set("0123456789abcdef")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.binary(max_size=60).map(lambda raw: raw.decode("utf-8", "surrogateescape")),
+    )
+)
+def test_a_foreign_id_becomes_a_valid_one_with_the_digest_it_always_had(value: str) -> None:
+    """Any text, a lone surrogate included (uuid5 raised UnicodeEncodeError on it), becomes a
+    valid id; text uuid5 can digest keeps the id it had, digest and all."""
+    made = sanitized_id(value)
+    assert is_valid_id(made)
+    assert sanitized_id(value) == made
+    if made != value:
+        try:
+            before = uuid.uuid5(uuid.UUID("6f1d4d7e-3b1c-4a55-9a55-0b8f3f2c9e10"), value)
+        except UnicodeEncodeError:
+            assert any("\ud800" <= c <= "\udfff" for c in value)
+        else:
+            assert made.endswith("-" + before.hex[:12])
+
+
+def test_lone_surrogates_in_a_foreign_id_give_an_id_of_their_own() -> None:
+    assert sanitized_id("\udc80") != sanitized_id("\udc81")
+    assert is_valid_id(sanitized_id("id-\udcff"))
