@@ -29,20 +29,30 @@ def run_until_stopped(
     """Start, block until SIGTERM/SIGINT (when handlers are installed) or stop_requested, stop.
 
     tick runs about twice a second while waiting (a supervisor); returns what stop returned.
+
+    The signal handler only notes the signal. A Python handler runs on the main thread between
+    two of its bytecodes, wherever that thread is: one that logged or set an Event could wait
+    for a lock the interrupted code holds (structlog's write lock, the Event's own), and the
+    process would never stop (a SIGTERM during a log line's write did, in
+    tests/unit/test_stop_signals.py). The loop below sees the note within half a second and
+    does the rest.
     """
+    received: list[int] = []
     if install_signal_handlers:
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("stop_signal_received", signal=signal.Signals(signum).name)
-            stop_requested.set()
+            received.append(signum)  # no lock taken: see above
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     start()
     # A bounded wait: the main thread wakes regularly, so signal handlers always get to run.
-    while not stop_requested.wait(0.5):
+    while not received and not stop_requested.wait(0.5):
         if tick is not None:
             tick()
+    if received:
+        log.info("stop_signal_received", signal=signal.Signals(received[0]).name)
+        stop_requested.set()
     return stop()
 
 

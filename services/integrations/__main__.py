@@ -198,13 +198,13 @@ def _serve(settings: IntegrationsSettings) -> int:
             threaded=True,
             request_handler=request_handler(in_flight),
         )
-        stop = threading.Event()
         received: list[str] = []
 
         def request_stop(signum: int, _frame: FrameType | None) -> None:
-            # Only noted here: the stopping (and its logging) happens on the main thread's loop.
+            # Only noted here, taking no lock (an Event's set() could wait for good on the lock
+            # of the wait it interrupted, boost_tenancy.lifecycle.run_until_stopped): the
+            # stopping, and its logging, happen on the main thread's loop.
             received.append(signal.Signals(signum).name)
-            stop.set()
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
@@ -213,7 +213,8 @@ def _serve(settings: IntegrationsSettings) -> int:
         serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
         serving.start()
         logger.info("integrations_listening", host=settings.host, port=server.port)
-        while not stop.wait(1.0):
+        while not received:
+            time.sleep(0.5)  # a noted signal is seen within half a second
             if not serving.is_alive():
                 logger.error("integrations_server_died")
                 server.server_close()
