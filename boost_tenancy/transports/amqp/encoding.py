@@ -160,10 +160,9 @@ def _list(elements: bytes, count: int) -> bytes:
 
 def _string_map(entries: dict[str, str]) -> bytes:
     """A map of strings, in four-byte size and count, as proton writes every map. The names
-    come from _NAMES once encoded (the same few on every message); the values are encoded in
-    line: this runs for every message sent, on the sender's thread."""
+    come from _NAMES once encoded (the same few on every message, which is sent from the
+    sender's thread)."""
     parts: list[bytes] = []
-    append = parts.append
     names = _NAMES
     for key, value in entries.items():
         name = names.get(key)
@@ -171,10 +170,7 @@ def _string_map(entries: dict[str, str]) -> bytes:
             name = _string(key)
             if len(names) < _MAX_NAMES:
                 names[key] = name
-        append(name)
-        data = value.encode("utf-8")
-        size = len(data)
-        append(_STR8[size] if size < 256 else b"\xb1" + _U32(size))
-        append(data)
+        parts.append(name)
+        parts.append(_string(value))
     encoded = b"".join(parts)
     return b"\xd1" + _U32(len(encoded) + 4) + _U32(2 * len(entries)) + encoded
