@@ -129,20 +129,6 @@ class QueueCapability(LinkOption):
             terminus.durability = Terminus.CONFIGURATION
 
 
-def connect_options(settings: AmqpSettings) -> dict[str, Any]:
-    """How a raw proton connection logs in as AmqpTransport does: SASL PLAIN with credentials,
-    the virtual host as RabbitMQ reads it from the open frame ("vhost:NAME"; a bare name reaches
-    the default virtual host)."""
-    return {
-        "heartbeat": settings.heartbeat_s,
-        "user": settings.username,
-        "password": settings.password,
-        "allowed_mechs": "PLAIN" if settings.username is not None else "ANONYMOUS",
-        "allow_insecure_mechs": True,
-        "virtual_host": None if settings.vhost is None else f"vhost:{settings.vhost}",
-    }
-
-
 class RawClient(MessagingHandler):  # type: ignore[misc]
     """One raw proton connection run to completion on the calling thread.
 
@@ -165,7 +151,7 @@ class RawClient(MessagingHandler):  # type: ignore[misc]
     def on_start(self, event: Event) -> None:
         s = self.cfg.settings
         self._timer = event.container.schedule(self.cfg.timeout_s, self)
-        self._conn = event.container.connect(url=s.url, reconnect=False, **connect_options(s))
+        self._conn = event.container.connect(url=s.url, reconnect=False, **s.login_options())
 
     def on_connection_opened(self, event: Event) -> None:
         self.started_at, self.started_cpu = time.perf_counter(), time.process_time()
@@ -332,7 +318,7 @@ def publish_blocking(cfg: AmqpConfig, queue: str, tenant: str, messages: int) ->
     TenantProducer.send's hop to an event-loop thread and back."""
     s = cfg.settings
     try:
-        conn = BlockingConnection(s.url, timeout=cfg.timeout_s, **connect_options(s))
+        conn = BlockingConnection(s.url, timeout=cfg.timeout_s, **s.login_options())
     except ProtonException as exc:
         raise BenchmarkError(f"raw blocking publisher to {queue}: {exc}") from exc
     body = text_body(cfg.body_bytes)

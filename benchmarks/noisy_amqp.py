@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bench_amqp import QueueCapability, connect_options
+from bench_amqp import QueueCapability
 from proton import Connection, Event, Message, byte, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
@@ -57,7 +57,7 @@ def blocking_connection(settings: AmqpSettings) -> tuple[BlockingConnection, Amq
     """A proton.utils connection whose waits, sends included, last up to confirm_timeout_s; and
     the broker it reached (which decides a queue's address)."""
     conn = BlockingConnection(
-        settings.url, timeout=settings.confirm_timeout_s, **connect_options(settings)
+        settings.url, timeout=settings.confirm_timeout_s, **settings.login_options()
     )
     return conn, AmqpFlavour.from_open(broker_properties(conn.conn))
 
@@ -120,7 +120,7 @@ class Drainer(MessagingHandler):
         self._began = time.monotonic()
         self._container = event.container
         self._conn = event.container.connect(
-            url=self.settings.url, reconnect=False, **connect_options(self.settings)
+            url=self.settings.url, reconnect=False, **self.settings.login_options()
         )
         event.container.schedule(0.1, self)
 

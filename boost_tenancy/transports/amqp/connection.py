@@ -128,17 +128,9 @@ class AmqpConnection(LinkEvents, Handler):
             conn = self.loop.container.connect(
                 url=url,
                 reconnect=False,
-                heartbeat=s.heartbeat_s,
                 ssl_domain=self._ssl_domain(),
-                user=s.username,
-                password=s.password,
-                allowed_mechs="PLAIN" if s.username is not None else "ANONYMOUS",
-                allow_insecure_mechs=True,
-                # RabbitMQ takes the virtual host from the open frame's hostname as
-                # "vhost:NAME" and ignores a bare name (measured on 3.10: "novhost" reached the
-                # default virtual host, "vhost:novhost" was refused for want of permissions).
-                virtual_host=None if s.vhost is None else f"vhost:{s.vhost}",
                 sni=s.addresses[self._address][0] if s.tls is not None else None,
+                **s.login_options(),
             )
         except (ProtonException, OSError) as exc:
             self._lost(None, f"cannot connect to {url}: {exc}")
