@@ -1,6 +1,7 @@
 """Running a long-lived component: in the foreground, start, wait for SIGTERM/SIGINT, stop
-(the processor runner and the parking sweeper); in the background, a step repeated on a thread
-of its own until closed (Periodic: the readers of broker statistics).
+(the processor runner, the parking sweeper, the sample integrations service); in the
+background, a step repeated on a thread of its own until closed (Periodic: the readers of
+broker statistics).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boost_tenancy import TenantId
+from boost_tenancy import TenantId, TenantProcessor
 from boost_tenancy.resilience import SQLiteErrorStore
 from services.demo.stack import FINAL_STATES, PROCESSORS, Stack, environment
 from services.extractor.processor import DocumentExtractor
@@ -44,7 +44,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
     ("cmd.thumbnail.generate", "dead_letter"): "cannot read PDF",
 }
-SERVICES = {
+SERVICES: dict[str, type[TenantProcessor]] = {
     "manager": DocumentManager,
     "extractor": DocumentExtractor,
     "professor": DocumentProfessor,

@@ -6,7 +6,6 @@ Serves on werkzeug's threaded server until SIGTERM/SIGINT, then lets in-flight r
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -14,7 +13,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,6 +22,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from boost_tenancy import BoostTenancyError, ConfigError, PublishGuard, TenantProducer
 from boost_tenancy.application import AppSettings, open_broker, open_policies
 from boost_tenancy.envvars import env_int
+from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.observability import configure_logging
 from boost_tenancy.quotas import BrokerBacklog, RedisPublishBuckets, effective_ttl
 from services.common.auth import JwtSettings, TenantAuthenticator
@@ -198,34 +197,37 @@ def _serve(settings: IntegrationsSettings) -> int:
             threaded=True,
             request_handler=request_handler(in_flight),
         )
-        received: list[str] = []
-
-        def request_stop(signum: int, _frame: FrameType | None) -> None:
-            # Only noted here, taking no lock (an Event's set() could wait for good on the lock
-            # of the wait it interrupted, boost_tenancy.lifecycle.run_until_stopped): the
-            # stopping, and its logging, happen on the main thread's loop.
-            received.append(signal.Signals(signum).name)
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
         # serve_forever runs on its own thread: shutdown() waits for it to return, which would
-        # deadlock if called from a signal handler running on the serving thread itself.
+        # deadlock if called from the main thread's signal handling while it served.
         serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-        serving.start()
-        logger.info("integrations_listening", host=settings.host, port=server.port)
-        while not received:
-            time.sleep(0.5)  # a noted signal is seen within half a second
+        stop_requested = threading.Event()
+        died: list[bool] = []
+
+        def start() -> None:
+            serving.start()
+            logger.info("integrations_listening", host=settings.host, port=server.port)
+
+        def check_serving() -> None:
             if not serving.is_alive():
+                died.append(True)
+                stop_requested.set()
+
+        def stop() -> int:
+            if died:
                 logger.error("integrations_server_died")
                 server.server_close()
                 return 1
-        logger.info("integrations_stopping", signal=received[0])
-        server.shutdown()
-        if not in_flight.wait_idle(settings.app.runner.shutdown_grace_s):
-            logger.warning("integrations_stopped_with_requests_in_flight")
-        server.server_close()
-        logger.info("integrations_stopped")
-        return 0
+            logger.info("integrations_stopping")
+            server.shutdown()
+            if not in_flight.wait_idle(settings.app.runner.shutdown_grace_s):
+                logger.warning("integrations_stopped_with_requests_in_flight")
+            server.server_close()
+            logger.info("integrations_stopped")
+            return 0
+
+        return run_until_stopped(
+            start, stop, stop_requested, install_signal_handlers=True, tick=check_serving
+        )
     finally:
         transport.close()
         documents.close()

@@ -219,3 +219,49 @@ def test_serves_http_and_stops_cleanly_on_sigterm(
         store.close()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+# The serving thread's exception is what the test makes happen.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_server_thread_that_dies_ends_the_service_with_1(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    restore_signals: None,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    broker = InMemoryBroker()
+    monkeypatch.setattr(entry, "open_broker", lambda _settings, _env: InMemoryTransport(broker))
+    real_make_server = entry.make_server
+    closed: list[bool] = []
+
+    def failing_server(*args: Any, **kwargs: Any) -> Any:
+        server = real_make_server(*args, **kwargs)
+
+        def serve_forever() -> None:
+            raise OSError("the listening socket failed")
+
+        def server_close() -> None:
+            closed.append(True)
+            type(server).server_close(server)
+
+        server.serve_forever = serve_forever  # type: ignore[method-assign]
+        server.server_close = server_close  # type: ignore[method-assign]
+        return server
+
+    monkeypatch.setattr(entry, "make_server", failing_server)
+    for name, value in {
+        **ENV,
+        "BOOST_HTTP_PORT": str(_free_port()),
+        "BOOST_BLOB_DIR": str(tmp_path / "blobs"),
+        "BOOST_DOCUMENT_STORE": f"sqlite:///{tmp_path / 'documents.sqlite3'}",
+        "BOOST_LOG_LEVEL": "WARNING",
+    }.items():
+        monkeypatch.setenv(name, value)
+    started = time.monotonic()
+    code = entry.main()
+    broker.close()
+    assert code == 1
+    assert closed == [True]
+    assert "integrations_server_died" in capfd.readouterr().err
+    # Seen by the wait loop's next tick, not after a stop signal that never comes.
+    assert time.monotonic() - started < 5
