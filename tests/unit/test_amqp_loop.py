@@ -244,7 +244,7 @@ def test_pass_events_go_straight_to_protons_io_handler_and_the_rest_through_its_
     # overrides first, through GlobalOverrides.
     assert not hasattr(sparing, "on_transport") and not hasattr(sparing, "on_connection_bound")
     # Around any other global handler, every event takes the general way.
-    other = loop_module._SparingGlobalHandler(Handler(), lambda: None)
+    other = loop_module._SparingGlobalHandler(Handler(), lambda: None, lambda _exc: False)
     assert not any(
         method in vars(other) for method in (*loop_module._STRAIGHT_TO_IO, "on_reactor_quiesced")
     )

@@ -46,7 +46,11 @@ class AmqpConnection(LinkEvents, Handler):
         self.receiving = Receiving(self)
         self.sending = Sending(self)
         self.loop = EventLoop(
-            self, name, on_failure=self.loop_failed, delivery_shortcut=self.delivered
+            self,
+            name,
+            on_failure=self.loop_failed,
+            delivery_shortcut=self.delivered,
+            connect_failed=self.connect_failed,
         )
         self.generation = 0
         self.is_open = False
@@ -62,7 +66,9 @@ class AmqpConnection(LinkEvents, Handler):
         """The session that proves a virtual host before the first connection counts as open."""
         self._closed: Future[None] = Future()
         self._delay = settings.reconnect_initial_s
-        self._waiting_for_open: list[Callable[[], None]] = []
+        self._waiting_for_open: dict[Callable[[], None], None] = {}
+        """Tasks to run once the connection is open, in order (a dict: one a caller gave up on
+        is forgotten at once, forget_waiting)."""
         self._address = 0
         """Index in settings.addresses of the broker connected to, or to try next."""
         self._first_errors: list[str] = []
@@ -138,6 +144,22 @@ class AmqpConnection(LinkEvents, Handler):
         self._conn = conn
         self.loop.schedule(s.connect_timeout_s, lambda: self._connect_timed_out(conn))
 
+    def connect_failed(self, exc: OSError) -> bool:
+        """proton raised exc while it connected the socket of the attempt under way (the
+        EventLoop's connect_failed): the attempt ends here, as one refused does, and True says
+        so. With no attempt under way, the error is none of a connection's: False."""
+        conn = self._conn
+        if conn is None or self.is_open or conn.transport is None:
+            return False
+        self._reason = f"cannot connect to {self.url}: {exc}"
+        transport = conn.transport
+        # What proton sets just after its connect, and its IOHandler reads when the transport
+        # closes: no socket was ever selected for it.
+        transport._selectable = None
+        transport.close_tail()
+        transport.close_head()
+        return True
+
     def _connect_timed_out(self, conn: Connection) -> None:
         if conn == self._conn and not self.is_open:
             self._reason = (
@@ -202,7 +224,7 @@ class AmqpConnection(LinkEvents, Handler):
             "amqp_connected", broker=self.remote_product, generation=self.generation, url=self.url
         )
         self.receiving.attach_all()
-        waiting, self._waiting_for_open = self._waiting_for_open, []
+        waiting, self._waiting_for_open = self._waiting_for_open, {}
         resolve(self._first_open)
         for task in waiting:
             task()
@@ -283,7 +305,7 @@ class AmqpConnection(LinkEvents, Handler):
         self._closing = True
         self._conn = None
         self._fail_waiting(TransportError(f"the AMQP event loop failed: {exc!r}"))
-        waiting, self._waiting_for_open = self._waiting_for_open, []
+        waiting, self._waiting_for_open = self._waiting_for_open, {}
         for task in waiting:
             task()  # they see is_open False and fail
         resolve(self._first_open, TransportError(f"the AMQP event loop failed: {exc!r}"))
@@ -307,17 +329,24 @@ class AmqpConnection(LinkEvents, Handler):
         self._lost(conn, reason)
 
     def when_open(self, task: Callable[[], None]) -> None:
-        """Run task now if the connection is open, else once it is (or fail it when closing)."""
-        if self.is_open:
+        """Run task now if the connection is open, else once it is. It runs now too, to fail,
+        when the connection is closing or its loop has ended (nothing would run it later), and
+        when reconnect_wait_s is 0 (fail at once)."""
+        if self.is_open or self._closing or self.settings.reconnect_wait_s <= 0:
             task()
         else:
-            self._waiting_for_open.append(task)
+            self._waiting_for_open[task] = None
+
+    def forget_waiting(self, task: Callable[[], None]) -> None:
+        """The caller of task gave up waiting: it holds what it would have sent, and must not stay
+        for as long as the connection stays lost."""
+        self._waiting_for_open.pop(task, None)
 
     def close(self) -> Future[None]:
         """Close the connection cleanly (unsettled deliveries go back uncounted); the future
         resolves once the socket is closed."""
         self._closing = True
-        waiting, self._waiting_for_open = self._waiting_for_open, []
+        waiting, self._waiting_for_open = self._waiting_for_open, {}
         for task in waiting:
             task()  # they see is_open False and _closing, and fail
         if self._conn is None:

@@ -58,13 +58,22 @@ class _SparingGlobalHandler(Handler):
     such events per confirmed send, each of which went through two more dispatches and a
     connection lookup on the way. Any other layout takes every event the general way."""
 
-    def __init__(self, base: Handler, waited: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        base: Handler,
+        waited: Callable[[], None],
+        connect_failed: Callable[[OSError], bool],
+    ) -> None:
         """waited is called on the loop thread each time proton's IOHandler has waited for the
         sockets (or found the pass not over): the loop then runs its handler's
         on_reactor_quiesced before it waits again. Around any other global handler it is never
-        called, and every post made while the loop is not marked awake wakes it."""
+        called, and every post made while the loop is not marked awake wakes it.
+
+        connect_failed takes an OSError proton raised while it connected a socket, and returns
+        whether it ended that connection attempt (see on_unhandled)."""
         super().__init__()
         self._base = base
+        self._connect_failed = connect_failed
         io = getattr(base, "base", None)
         if (
             _GLOBAL_OVERRIDES is not None
@@ -76,7 +85,11 @@ class _SparingGlobalHandler(Handler):
             wait = io.on_reactor_quiesced
 
             def on_reactor_quiesced(event: Event) -> None:
-                wait(event)
+                try:
+                    wait(event)
+                except OSError as exc:
+                    if not connect_failed(exc):
+                        raise
                 waited()
 
             self.on_reactor_quiesced = on_reactor_quiesced
@@ -88,8 +101,18 @@ class _SparingGlobalHandler(Handler):
         pass
 
     def on_unhandled(self, method: str, *args: Any) -> None:
+        """proton connects a socket on the loop thread, where the connection is bound (and, when
+        the first address refused, to the next address as the pass ends): a failure other than
+        "in progress" (a network or host unreachable, an address family not supported) raises
+        there, out of the container, and would end the loop for good. It is the connection
+        attempt's failure, and ends that attempt alone: the next address, or a later attempt,
+        follows as after any other."""
         event = args[0]
-        event.dispatch(self._base)
+        try:
+            event.dispatch(self._base)
+        except OSError as exc:
+            if not self._connect_failed(exc):
+                raise
 
 
 DeliveryShortcut = Callable[[Any], bool]
@@ -168,7 +191,9 @@ class EventLoop:
 
     The handler must call run_tasks_before_waiting() from its on_reactor_quiesced(event) method
     (a wake-up runs the waiting tasks itself); on_failure is called
-    on the loop thread when the container ends on an error.
+    on the loop thread when the container ends on an error. connect_failed is given an OSError
+    proton raised while connecting a socket, and returns whether it ended that attempt (the
+    loop goes on); when it returns False, the error ends the loop.
     """
 
     def __init__(
@@ -177,6 +202,7 @@ class EventLoop:
         name: str,
         on_failure: Callable[[BaseException], None],
         delivery_shortcut: DeliveryShortcut | None = None,
+        connect_failed: Callable[[OSError], bool] = lambda _exc: False,
     ) -> None:
         self.container = Container(handler)
         self.shortcut_installed = False
@@ -192,7 +218,7 @@ class EventLoop:
             self.container._collector = _ShortcutCollector(delivery_shortcut)
             self.shortcut_installed = True
         self.container.global_handler = _SparingGlobalHandler(
-            self.container.global_handler, self.awake
+            self.container.global_handler, self.awake, connect_failed
         )
         self._wakeup = _Wakeup(self.run_tasks)
         # proton's annotation names its own two handlers; any object with a fileno and these

@@ -184,6 +184,7 @@ class AmqpTransport(ManagedRoutes):
             done.result(timeout)
         except FutureTimeout:
             if done.cancel():
+                engine.loop.post(lambda: engine.forget_waiting(start))
                 text = f"{what}: no confirmation from the broker within {timeout} s"
                 raise TransportError(text) from None
             done.result(0)  # its outcome came as the wait ended: a confirmed send stays confirmed
