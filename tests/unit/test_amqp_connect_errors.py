@@ -171,3 +171,37 @@ def run_within(seconds: float, call: Callable[[], object]) -> None:
     assert outcome, f"still waiting after {seconds} s"
     if outcome[0] is not None:
         raise outcome[0]
+
+
+def test_a_transaction_under_way_when_the_connection_is_lost_fails_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No coordinator callback comes for a transaction whose connection is gone: it used to
+    wait out reconnect_wait_s + confirm_timeout_s (80 s here) before its caller heard."""
+    with AmqpPeer() as peer:
+        declared: list[bool] = []
+        # The broker takes the declare and never answers it, then the network fails.
+        monkeypatch.setattr(
+            peer._engine.transfers, "on_control", lambda *_args: declared.append(True)
+        )
+        waits = {**WAITS, "BOOST_BROKER_CONFIRM_TIMEOUT_S": "60"}
+        transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
+        transport.connect()
+        try:
+            batch = [("tenant.org-A.q", message("one")), ("tenant.org-A.q", message("two"))]
+
+            def send_then_lose() -> None:
+                network_fails = threading.Thread(
+                    target=lambda: (wait_until(lambda: bool(declared)), peer.drop_connections())
+                )
+                network_fails.start()
+                try:
+                    transport.send_batch(batch, atomic=True)
+                finally:
+                    network_fails.join()
+
+            with pytest.raises(TransportError, match="lost"):
+                run_within(10, send_then_lose)
+            assert peer.depth("tenant.org-A.q") == 0
+        finally:
+            transport.close()

@@ -287,10 +287,11 @@ class AmqpConnection(LinkEvents, Handler):
         self.loop.schedule(delay, self._open_connection)
 
     def _fail_waiting(self, error: TransportError) -> None:
-        """Fail every send and attach waiting on the connection, and forget its deliveries:
-        the broker takes them back."""
+        """Fail every send, transaction and attach waiting on the connection, and forget its
+        deliveries: the broker takes them back."""
         self.sending.fail_all(error)
         self.sending.forget_senders()
+        self.transactions.connection_lost(error)
         self.receiving.connection_lost(error)
 
     @property

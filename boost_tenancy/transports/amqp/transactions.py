@@ -97,6 +97,16 @@ class Transactions:
 
     def __init__(self, engine: AmqpConnection) -> None:
         self._engine = engine
+        self._pending: list[TransactionWork] = []
+        """Begun and not finished: failed when the connection is lost (connection_lost), since
+        no callback of the coordinator comes for them then."""
+
+    def connection_lost(self, error: TransportError) -> None:
+        """Fail every transaction under way: the broker rolls back what it had not committed, and
+        each caller hears now rather than at the end of its wait."""
+        pending, self._pending = self._pending, []
+        for work in pending:
+            work.finish(error)
 
     def start(
         self,
@@ -111,6 +121,8 @@ class Transactions:
             return
         conn = engine.live_connection()
         work = TransactionWork(sends, accepts, future, conn)
+        self._pending = [w for w in self._pending if not (w.done or w.future.done())]
+        self._pending.append(work)
         engine.loop.container.declare_transaction(
             conn, handler=_TransactionHandler(self, work), settle_before_discharge=True
         )
@@ -140,6 +152,9 @@ class Transactions:
         engine = self._engine
         if error is None and any(not engine.receiving.is_live(token) for token in work.accepts):
             error = TransportError("a delivery belongs to a lost connection")
+        if error is None and work.future.cancelled():
+            # Its caller gave up and reported it failed: committing now could only duplicate it.
+            error = TransportError("the caller stopped waiting before the commit")
         if error is not None:
             if work.connection == engine.connection:
                 transaction.abort()
