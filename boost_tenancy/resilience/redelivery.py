@@ -83,12 +83,17 @@ class RepublishRedelivery:
     def retry(
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
     ) -> None:
-        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1, error)
+        copy = _copy_with_attempt(delivery, self._attempt(delivery) + 1, error)
         transport.send_then_ack(delivery, [Outgoing(delivery.queue, copy, delay_ms)])
 
     def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
-        copy = _copy_with_attempt(delivery, _attempt_property(delivery))
+        copy = _copy_with_attempt(delivery, self._attempt(delivery))
         transport.send_then_ack(delivery, [Outgoing(delivery.queue, copy, delay_ms)])
+
+    def _attempt(self, delivery: Delivery) -> int:
+        """The attempt this delivery was, as the copy carries it on: with the broker's count,
+        the deliveries a crash ended stay counted (the copy starts the broker's count anew)."""
+        return self.attempt_of(delivery, _attempt_property(delivery))
 
 
 log = structlog.get_logger("boost_tenancy.resilience")
@@ -138,11 +143,11 @@ class HeldRedelivery(RepublishRedelivery):
     def retry(
         self, transport: Transport, delivery: Delivery, delay_ms: int, error: ErrorInfo
     ) -> None:
-        copy = _copy_with_attempt(delivery, _attempt_property(delivery) + 1, error)
+        copy = _copy_with_attempt(delivery, self._attempt(delivery) + 1, error)
         self._later(transport, delivery, Outgoing(delivery.queue, copy), delay_ms)
 
     def defer(self, transport: Transport, delivery: Delivery, delay_ms: int) -> None:
-        copy = _copy_with_attempt(delivery, _attempt_property(delivery))
+        copy = _copy_with_attempt(delivery, self._attempt(delivery))
         self._later(transport, delivery, Outgoing(delivery.queue, copy), delay_ms)
 
     def _later(

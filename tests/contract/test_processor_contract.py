@@ -53,9 +53,11 @@ class Recorder(TenantProcessor):
         with self._lock:
             self.seen.append((ctx.tenant.value, message.data, ctx.attempt))
         mode = message.data.get("mode")
-        if mode == "crash":
+        if mode == "crash" or (mode == "crash-then-fail" and ctx.attempt == 1):
             self.crash()
             return  # its ack is stale: the broker has the message back
+        if mode == "crash-then-fail":
+            raise RuntimeError("fails after the crash")
         if mode == "fail":
             raise RuntimeError("always fails")
         if mode == "permanent":
@@ -173,6 +175,40 @@ def test_a_message_that_kills_its_worker_is_counted_and_dead_lettered_after_the_
     assert dead.properties["boostMessageId"] == sent.message_id
     assert dead.properties["boostDeadLetterReason"] == "exhausted"
     assert "ended without an outcome" in dead.properties["boostError"]
+
+
+def test_a_retry_after_a_crash_keeps_the_crash_counted(
+    transport_factory: TransportFactory, store: ErrorStore
+) -> None:
+    """The first delivery ends in a crash, which the broker counts; the second fails and is
+    retried. The retry's copy carries the attempt after the second, crash included: the handler
+    sees 1, 2, 3 (not 1, 2, 2, 3, the broker's count lost with the original), and the cap holds."""
+    needs_selectors(transport_factory)
+    if not transport_factory().capabilities.native_delivery_count:
+        pytest.skip("the broker counts no deliveries (native_delivery_count): docs/resilience.md")
+    queue = unique_queue("cmd")
+    processor = Recorder(queue)
+    runner_transport = transport_factory()
+    processor.crash = lambda: lose_connection_now(runner_transport)
+    runner = ProcessorRunner(
+        processor,
+        runner_transport,
+        ["org-A"],
+        error_store=store,
+        settings=RunnerSettings(workers=1, prefetch=1, dispatch=DispatchSettings(retry=FAST_RETRY)),
+        routing=SHARED,
+    )
+    runner.start()
+    dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
+    TenantProducer(transport_factory(), routing=SHARED).send(
+        queue, "org-A", {"mode": "crash-then-fail"}
+    )
+    assert wait_until(lambda: len(dlq) == 1, timeout=20)
+    runner.stop(grace_s=5)
+    assert [seen[2] for seen in processor.seen] == [1, 2, 3]
+    dead = dlq.items[0]
+    assert dead.properties["boostAttempt"] == "3"
+    assert dead.properties["boostDeadLetterReason"] == "exhausted"
 
 
 def test_permanent_error_is_dead_lettered_at_once(
