@@ -261,7 +261,8 @@ class Dispatcher:
                 model = self._model.validate(data)
             except ModelValidationError as exc:
                 return DeadLetter(error=ErrorInfo.of(exc), reason=DeadLetterReason.INVALID)
-            except Exception as exc:  # the model's own code failed: the retry policy decides
+            except BaseException as exc:  # the model's own code failed: the retry policy decides
+                # (SystemExit and the like too, as from a handler: a validator is user code)
                 return self._retry.failed(exc, attempt)
         message = IncomingMessage(
             tenant=tenant,

@@ -142,9 +142,14 @@ class Settler:
                     error=error.text,
                 )
                 return "quarantined"
+            case Ack():
+                # Without the subscription's tenant nothing can route its outputs.
+                raise ConfigError("Ack needs the subscription's tenant")
             case _:
-                # Only an Ack without the subscription's tenant: nothing can route its outputs.
-                raise ConfigError(f"{type(outcome).__name__} needs the subscription's tenant")
+                raise ConfigError(
+                    f"the handler's chain returned {type(outcome).__name__}, not an outcome: "
+                    "a middleware must return what call_next(message, ctx) returned"
+                )
 
     def _move(
         self,

@@ -41,10 +41,17 @@ class _Request:
         def settle() -> None:
             if self.future.done():
                 return
-            if exc is not None:
-                self.future.set_exception(exc)
-            else:
+            if exc is None:
                 self.future.set_result(result)  # type: ignore[arg-type]  # None only with exc
+                return
+            try:
+                self.future.set_exception(exc)
+            except TypeError:
+                # asyncio takes no StopIteration into a future (it refused, and the coroutine
+                # waited for good): as a coroutine does, it goes on as a RuntimeError.
+                error = RuntimeError(f"{type(exc).__name__} raised: {exc}")
+                error.__cause__ = exc
+                self.future.set_exception(error)
 
         with contextlib.suppress(RuntimeError):  # the loop closed: its waiter is failed already
             self.loop.call_soon_threadsafe(settle)

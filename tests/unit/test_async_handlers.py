@@ -340,6 +340,26 @@ def test_an_async_middleware_outside_the_retry_gets_the_retry_outcome_of_a_faili
     assert middleware.seen == ["Retry", "Retry", "DeadLetter"]
 
 
+def stop_iteration_after(message: Any, ctx: Any, call_next: Any) -> Any:
+    call_next(message, ctx)
+    raise StopIteration("an exhausted iterator's next()")
+
+
+def test_a_plain_middleware_raising_stop_iteration_inside_an_async_one_fails_the_attempt(
+    broker: InMemoryBroker, transport: InMemoryTransport, runners: Any
+) -> None:
+    """asyncio refuses StopIteration into a future: the coroutine waited for good, and with it
+    the worker and the delivery, until the runner stopped. It is an attempt failed, retried and
+    dead-lettered like any other exception."""
+    queue = unique_queue("aio")
+    trail = Trail()
+    runners(TrailedSync(queue, trail), middleware=[AsyncStep("a1", trail), stop_iteration_after])
+    send(transport, queue, ORG_A, {})
+    assert wait_until(lambda: broker.depth(dead_letter_queue(queue)) == 1)
+    [dead] = broker.messages(dead_letter_queue(queue))
+    assert "StopIteration" in dead.properties["boostError"]
+
+
 async def bare_async_middleware(message: Any, ctx: Any, call_next: Any) -> Any:
     return await call_next(message, ctx)
 

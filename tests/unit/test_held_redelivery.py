@@ -7,6 +7,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+from structlog.testing import capture_logs
+
+from boost_tenancy.errors import TransportError
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.resilience.redelivery import (
     HeldRedelivery,
@@ -101,3 +105,46 @@ def test_held_messages_come_due_in_order_of_their_deadlines() -> None:
     assert wait_until(lambda: len(transport.moves) == 3, timeout=5)
     order = [items[0].message.properties["boostAttempt"] for _, _, items in transport.moves]
     assert order == ["2", "3", "5"]
+
+
+class RefusesCopiesToTheQueue(Recording):
+    """A broker refusing what is sent back to the source queue (over its length limit, say)."""
+
+    def __init__(self, *, dead_letters_too: bool = False) -> None:
+        super().__init__()
+        self.dead_letters_too = dead_letters_too
+
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        if any(item.queue == delivery.queue for item in items) or self.dead_letters_too:
+            raise TransportError("the broker rejected the message: amqp:resource-limit-exceeded")
+        super().send_then_ack(delivery, items)
+
+
+def test_a_copy_the_broker_refuses_sends_the_original_bytes_to_the_dead_letter_queue() -> None:
+    """Before, the refusal was logged and the original stayed held, unacknowledged, for as long
+    as its connection lived: as after an immediate retry the broker refused, it is dead-lettered."""
+    transport = RefusesCopiesToTheQueue()
+    original = delivery("2")
+    HeldRedelivery().retry(transport, original, 50, ErrorInfo.of(RuntimeError("boom")))  # type: ignore[arg-type]
+    assert wait_until(lambda: len(transport.moves) == 1, timeout=5)
+    [(_, moved, [(queue, copy, _)])] = transport.moves
+    assert moved is original and queue == dead_letter_queue("q")
+    assert copy.body == b"{}"
+    assert copy.properties["boostDeadLetterReason"] == "unsettleable"
+    assert copy.properties["boostAttempt"] == "2"
+    assert "resource-limit-exceeded" in copy.properties["boostError"]
+
+
+def test_when_the_dead_letter_is_refused_too_the_original_is_reported_and_the_timer_goes_on() -> (
+    None
+):
+    transport = RefusesCopiesToTheQueue(dead_letters_too=True)
+    strategy = HeldRedelivery()
+    with capture_logs() as logs:
+        strategy.retry(transport, delivery("2"), 20, ErrorInfo.of(RuntimeError("boom")))  # type: ignore[arg-type]
+        assert wait_until(
+            lambda: any(entry["event"] == "message_unsettleable" for entry in logs), timeout=5
+        )
+    later = Recording()
+    strategy.defer(later, delivery("3"), 20)  # type: ignore[arg-type]
+    assert wait_until(lambda: len(later.moves) == 1, timeout=5), "the timer thread still runs"

@@ -249,3 +249,33 @@ def test_publishing_what_json_cannot_carry_dead_letters_without_retries(
     assert dead.properties["boostDeadLetterReason"] == "permanent"
     assert "$.when" in dead.properties["boostError"]
     assert codec.decode(str(dead.body))["n"] == "1.5"
+
+
+@dataclasses.dataclass
+class Exiting:
+    document: str
+
+    def __post_init__(self) -> None:
+        raise SystemExit("a validator that ends the process")
+
+
+class ExitingModel(TenantProcessor[Exiting]):
+    queues: ClassVar[tuple[str, ...]] = ("cmd.exit",)
+
+    def handle(self, message: IncomingMessage[Exiting], ctx: HandlerContext) -> None:
+        raise AssertionError("never reached: the model cannot be built")
+
+
+def test_a_model_whose_own_code_raises_system_exit_is_retried_like_a_handler(
+    broker: InMemoryBroker, transport: InMemoryTransport, store: ErrorStore
+) -> None:
+    """SystemExit from a model's code escaped the dispatcher: the delivery stayed unacknowledged,
+    holding a prefetch slot, until the connection ended. Raised by a handler it is an attempt
+    failed; from a model's code too."""
+    with RunningProcessor(ExitingModel(), ["org-a"], broker=broker, error_store=store) as run:
+        TenantProducer(transport).send("cmd.exit", "org-a", {"document": DOC})
+        run.wait_handled(1)
+        assert [s.outcome for s in run.settled] == ["retried", "retried", "dead_lettered"]
+        (dead,) = run.dead_letters("cmd.exit", "org-a")
+    assert dead.properties["boostDeadLetterReason"] == "exhausted"
+    assert dead.properties["boostErrorType"] == "SystemExit"

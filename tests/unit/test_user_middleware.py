@@ -102,6 +102,40 @@ def test_the_runners_middleware_wraps_the_processors_which_wraps_the_retries(
     assert SEEN == ["processor Retry", "runner Retry", "handled", "processor Ack", "runner Ack"]
 
 
+def forgets_to_return(message: IncomingMessage, ctx: HandlerContext, call_next: Handler) -> None:
+    call_next(message, ctx)
+
+
+def test_a_middleware_that_returns_no_outcome_is_named_on_the_dead_letter(
+    broker: InMemoryBroker, tmp_path: Path
+) -> None:
+    """The handler ran; what the chain returned cannot be carried out. The dead letter said
+    "NoneType needs the subscription's tenant", which the tenant had."""
+    queue = unique_queue("mw")
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    runner = ProcessorRunner(
+        FailsOnce(queue),
+        InMemoryTransport(broker),
+        [TENANT],
+        error_store=store,
+        settings=RunnerSettings(workers=1, prefetch=1),
+        middleware=[forgets_to_return],
+    )
+    runner.start()
+    try:
+        sender = InMemoryTransport(broker)
+        sender.connect()
+        TenantProducer(sender).send(queue, TENANT, {"n": 1})
+        dead = f"DLQ.tenant.{TENANT.value}.{queue}"
+        assert wait_until(lambda: broker.depth(dead) == 1)
+    finally:
+        runner.stop(grace_s=5)
+        store.close()
+    [message] = broker.messages(dead)
+    assert "returned NoneType, not an outcome" in message.properties["boostError"]
+    assert "return what call_next(message, ctx) returned" in message.properties["boostError"]
+
+
 class NotAMiddleware(TenantProcessor):
     queues: ClassVar[tuple[str, ...]] = ("cmd.mw.refused",)
     middleware: ClassVar[tuple[object, ...]] = ("audit",)

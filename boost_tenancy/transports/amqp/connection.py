@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from typing import Any, Final
 
 import structlog
-from proton import Connection, Endpoint, Event, Handler, ProtonException, SSLDomain
+from proton import Connection, Endpoint, Event, Handler, ProtonException
 
 from boost_tenancy.errors import TransportError
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
@@ -106,20 +106,6 @@ class AmqpConnection(LinkEvents, Handler):
         self.loop.post(self._open_connection)
         return self._first_open
 
-    def _ssl_domain(self) -> SSLDomain | None:
-        tls = self.settings.tls
-        if tls is None:
-            return None
-        domain = SSLDomain(SSLDomain.MODE_CLIENT)
-        if tls.ca_file is not None:
-            domain.set_trusted_ca_db(tls.ca_file)
-        if tls.cert_file is not None and tls.key_file is not None:
-            domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
-        # VERIFY_PEER checks the chain only; VERIFY_PEER_NAME the host name as well.
-        mode = SSLDomain.VERIFY_PEER_NAME if tls.verify_host else SSLDomain.VERIFY_PEER
-        domain.set_peer_authentication(mode, tls.ca_file)
-        return domain
-
     def _open_connection(self) -> None:
         if self._closing:
             return
@@ -134,7 +120,7 @@ class AmqpConnection(LinkEvents, Handler):
             conn = self.loop.container.connect(
                 url=url,
                 reconnect=False,
-                ssl_domain=self._ssl_domain(),
+                ssl_domain=s.ssl_domain(),
                 sni=s.addresses[self._address][0] if s.tls is not None else None,
                 **s.login_options(),
             )

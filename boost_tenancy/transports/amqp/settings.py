@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from proton import SSLDomain
+
 from boost_tenancy.transports.endpoint import ConnectionSettings
 
 DEFAULT_PORT: Final = 5672
@@ -51,6 +53,22 @@ class AmqpSettings(ConnectionSettings):
             "allow_insecure_mechs": True,
             "virtual_host": None if self.vhost is None else f"vhost:{self.vhost}",
         }
+
+    def ssl_domain(self) -> SSLDomain | None:
+        """proton's TLS client domain for these settings (None without TLS): the CA trusted,
+        the client certificate where one is set, and the peer's name checked unless
+        verify_host is off (VERIFY_PEER checks the chain only)."""
+        tls = self.tls
+        if tls is None:
+            return None
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        if tls.ca_file is not None:
+            domain.set_trusted_ca_db(tls.ca_file)
+        if tls.cert_file is not None and tls.key_file is not None:
+            domain.set_credentials(tls.cert_file, tls.key_file, tls.key_password)
+        mode = SSLDomain.VERIFY_PEER_NAME if tls.verify_host else SSLDomain.VERIFY_PEER
+        domain.set_peer_authentication(mode, tls.ca_file)
+        return domain
 
     def url_of(self, index: int) -> str:
         """The address of the index-th broker of the list."""

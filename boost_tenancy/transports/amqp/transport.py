@@ -1,7 +1,6 @@
-"""AmqpTransport: the toolkit's Transport over AMQP 1.0 (python-qpid-proton), for ActiveMQ
-Artemis and any AMQP 1.0 broker. Sends are encoded on the calling thread and confirmed by the
-broker's accepted outcome; deliveries are accepted one by one and credit given back for them
-once per pass of the loop.
+"""AmqpTransport: the toolkit's Transport over AMQP 1.0 (python-qpid-proton), for Artemis and
+any AMQP 1.0 broker. Sends are encoded on the calling thread and confirmed by the broker's
+accepted outcome; deliveries are accepted one by one, credit given back once per loop pass.
 """
 
 from __future__ import annotations
