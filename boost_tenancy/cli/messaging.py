@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import sys
+import traceback
 from typing import Any
 
 from boost_tenancy.application.config import AppSettings
@@ -29,6 +30,15 @@ from boost_tenancy.resilience.failure import ErrorInfo
 from boost_tenancy.tenancy import TenantId
 
 
+def failure_site(exc: Exception) -> str:
+    """The error, and the file and line where it was raised (a syntax error: where it is)."""
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__}: {exc.msg} at {exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
 def import_target(spec: str, what: str = "processor") -> object:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -42,6 +52,10 @@ def import_target(spec: str, what: str = "processor") -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {what} module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed as it ran: say what, and where
+        raise ConfigError(
+            f"cannot import {what} module {module_name!r}: {failure_site(exc)}"
+        ) from exc
     target = getattr(module, attribute, None)
     if target is None:
         raise ConfigError(f"module {module_name!r} has no {attribute!r}")

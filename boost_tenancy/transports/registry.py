@@ -142,7 +142,17 @@ def parse_transport_url(url: str) -> TransportUrl:
         # not even its context keeps it; the redacted URL is all an error shows.
         parts = None
     if parts is None:
-        raise ConfigError(f"transport URL {redacted!r} is malformed (host or port)")
+        hint = ""
+        if "@" in url.partition("://")[2]:
+            # A raw '#', '/' or '?' in a password ends the user part early: what is left reads
+            # as a host and port that cannot be, and the redacted URL looks right.
+            hint = ": percent-encode '@', '/', '?', '#' and ':' in the user name and password"
+        raise ConfigError(f"transport URL {redacted!r} is malformed (host or port){hint}")
+    if _login_after_first_address(parts.netloc):
+        raise ConfigError(
+            f"transport URL {redacted!r} has its login after the first address of a list: "
+            "write it once, before the first (scheme://user:password@host1:port,host2:port)"
+        )
     if "@" in url.partition("://")[2][len(parts.netloc) :]:
         # An at-sign after the host: most likely a password with a raw '/', '?' or '#' that
         # cut the user part short, which must not pass for a host, port or path.
@@ -162,6 +172,19 @@ def parse_transport_url(url: str) -> TransportUrl:
         redacted=redacted,
         addresses=addresses,
     )
+
+
+def _login_after_first_address(netloc: str) -> bool:
+    """Whether the user part begins with an address and a comma (host1:port,user:pw@host2):
+    the first address would be taken for the user name."""
+    userinfo, at, _ = netloc.rpartition("@")
+    if not at or "," not in userinfo:
+        return False
+    try:
+        _address(userinfo.partition(",")[0])
+    except ValueError:
+        return False  # a comma inside a password
+    return True
 
 
 def _address(item: str) -> tuple[str, int | None]:

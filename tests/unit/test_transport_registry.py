@@ -97,6 +97,11 @@ def test_a_user_in_the_url_brings_its_password_from_the_url_not_from_env() -> No
         open_transport("stomp://url-user@host", env)
 
 
+def test_a_comma_in_a_password_is_no_list() -> None:
+    parsed = parse_transport_url("amqp://guest:a,b@h1:1,h2:2")
+    assert (parsed.password, parsed.addresses) == ("a,b", (("h1", 1), ("h2", 2)))
+
+
 def test_a_list_of_addresses_is_a_failover_list_in_order() -> None:
     settings = settings_of("stomp://u:p@live.example:61613,backup.example,[::1]:61615/vh")
     assert settings.addresses == (
@@ -147,6 +152,9 @@ def test_the_scheme_is_case_insensitive() -> None:
         ("stomp://a:1,b:x", r"malformed \(host or port\)"),
         ("stomp://a:1,b:0", r"port must be 1-65535"),
         ("stomp://a,", r"malformed \(host or port\)"),
+        # A raw '#' in the password leaves a port that cannot be: say what to encode.
+        ("amqp://guest:s3cr#t@127.0.0.1:5672", r"\(host or port\): percent-encode '@', '/'"),
+        ("amqp://127.0.0.1:5673,guest:guest@127.0.0.1:5672", r"login after the first address"),
     ],
 )
 def test_bad_urls_raise_config_error_naming_the_problem(url: str, match: str) -> None:

@@ -6,6 +6,7 @@ cannot be a middleware is refused with its name before anything runs."""
 from __future__ import annotations
 
 import argparse
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -233,6 +234,25 @@ def test_load_middleware_builds_a_class_or_a_factory() -> None:
 def test_load_middleware_refuses_what_builds_no_middleware_naming_it(name: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         load_middleware(f"{__name__}:{name}")
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("def f(:\n", r"SyntaxError: .* at .*broken_\w+\.py:1$"),
+        ("x = 1\nundefined_name\n", r"NameError: name 'undefined_name' is not defined at .*:2$"),
+    ],
+    ids=["syntax", "raises"],
+)
+def test_a_module_that_fails_as_it_is_imported_is_named_with_the_error_and_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, error: str
+) -> None:
+    """Not a traceback through the command's own code: the error and where it is."""
+    name = f"broken_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=rf"cannot import middleware module '{name}': {error}"):
+        load_middleware(f"{name}:audit")
 
 
 def test_load_middleware_refuses_a_spec_without_a_colon() -> None:
