@@ -6,12 +6,14 @@ import argparse
 import getpass
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from boost_tenancy.application.brokers import open_broker
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.quotas.policy_store import check_actor
+from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId, parse_tenants
 from boost_tenancy.transports.base import Transport
 
@@ -41,6 +43,19 @@ def tenants(given: Sequence[str], flag: str = "--tenant") -> tuple[TenantId, ...
             f"ids ({flag} acme {flag} globex, or {flag} acme,globex)"
         )
     return parse_tenants(named)
+
+
+def existing_store(url: str, variable: str, what: str) -> str:
+    """url, for a command that only reads the store: a SQLite file that does not exist is
+    refused rather than made (an empty store read from a mistyped path looked like no data)."""
+    store = parse_store_url(url, what=what)
+    if store.backend == "sqlite" and not Path(store.target).exists():
+        raise ConfigError(
+            f"{variable} names the SQLite file {str(Path(store.target).absolute())!r}, which does "
+            f"not exist (sqlite:///relative/path is read from the current folder, "
+            f"sqlite:////absolute/path from the root); the {what} is made where it is first written"
+        )
+    return url
 
 
 def connected(settings: AppSettings) -> Transport:

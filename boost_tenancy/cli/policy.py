@@ -9,7 +9,14 @@ from typing import Any
 
 from boost_tenancy.application.config import AppSettings
 from boost_tenancy.cli.catalog import help_of
-from boost_tenancy.cli.common import ACTOR_HELP, TENANT_HELP, Subparsers, acting, tenants
+from boost_tenancy.cli.common import (
+    ACTOR_HELP,
+    TENANT_HELP,
+    Subparsers,
+    acting,
+    existing_store,
+    tenants,
+)
 from boost_tenancy.errors import ConfigError
 from boost_tenancy.fairness.accounting import UNKNOWN_TENANT
 from boost_tenancy.fairness.tiers import Tier, TierStore, open_tier_store
@@ -29,6 +36,12 @@ def _policy_store(settings: AppSettings) -> SqlPolicyStore:
     return open_policy_store(settings.policy_store_url)
 
 
+def _existing_policy_store(settings: AppSettings) -> SqlPolicyStore:
+    if settings.policy_store_url:
+        existing_store(settings.policy_store_url, "BOOST_POLICY_STORE", "policy store")
+    return _policy_store(settings)
+
+
 def _tier_store(settings: AppSettings) -> TierStore | None:
     url = settings.fairness.tier_store_url if settings.fairness is not None else ""
     return open_tier_store(url) if url else None
@@ -46,7 +59,11 @@ def _change_json(change: PolicyChange) -> dict[str, Any]:
 
 def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
     (tenant,) = tenants([args.tenant])
-    store = _policy_store(settings)
+    store = (
+        _policy_store(settings)
+        if args.policy_command == "set"
+        else _existing_policy_store(settings)
+    )
     tiers = _tier_store(settings)
     try:
         if args.policy_command == "set":
@@ -115,7 +132,9 @@ def usage_command(args: argparse.Namespace, settings: AppSettings) -> int:
         until = date.fromisoformat(args.until) if args.until else date.max
     except ValueError as exc:
         raise ConfigError(f"--since/--until must be dates like 2026-11-23: {exc}") from None
-    store = open_usage_store(settings.usage_store_url)
+    store = open_usage_store(
+        existing_store(settings.usage_store_url, "BOOST_USAGE_STORE", "usage store")
+    )
     try:
         days = store.days(tenant, since=since, until=until)
     finally:

@@ -335,3 +335,15 @@ def test_policy_needs_a_store(
         assert "no policy store" in capsys.readouterr().err
     finally:
         structlog.configure(**saved)
+
+
+def test_policy_show_from_a_file_that_does_not_exist_names_it_and_makes_nothing(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped path showed a tenant with no policy, and made the file and its folders."""
+    missing = cli_env / "typo" / "policy.sqlite3"
+    monkeypatch.setenv("BOOST_POLICY_STORE", f"sqlite:///{missing}")
+    code, shown, err = run(capsys, "show", "--tenant", "org-A")
+    assert (code, shown) == (2, None)
+    assert f"BOOST_POLICY_STORE names the SQLite file '{missing}', which does not exist" in err
+    assert not missing.parent.exists()

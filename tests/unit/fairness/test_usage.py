@@ -227,3 +227,21 @@ def test_the_usage_command(cli_env: str, capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads(capsys.readouterr().out)["totals"] == {"processed": 3, "quarantined": 1}
     assert main(["usage", "--tenant", "org-A", "--since", "yesterday"]) == 2
     assert "--since/--until" in capsys.readouterr().err
+
+
+def test_the_usage_command_refuses_a_store_file_that_does_not_exist(
+    cli_env: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Read from a mistyped path, the usage was empty and exited 0, and the file was made."""
+    missing = tmp_path / "typo" / "usage.sqlite3"
+    monkeypatch.setenv("BOOST_USAGE_STORE", f"sqlite:///{missing}")
+    assert main(["usage", "--tenant", "org-A"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"BOOST_USAGE_STORE names the SQLite file '{missing}', which does not exist" in (
+        captured.err
+    )
+    assert not missing.parent.exists()
