@@ -12,7 +12,10 @@ toolkit through ``app.py`` and the operations of ``ops/``, never the other way r
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -65,10 +68,69 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _ParseStoppedError(Exception):
+    """A parse error while looking for unknown options: the real parse reports it."""
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and every sub-parser under it."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.extend(_parsers(child))
+    return found
+
+
+def _unknown_options(parser: argparse.ArgumentParser, arguments: list[str]) -> list[str]:
+    """The options given that no parser knows, each with the known one it is closest to.
+
+    argparse reports a required flag missing before an option it does not know, so a typo
+    (--jsn for --json) was reported as --json missing. This parse finds them first, with
+    nothing required and no output; any other error is left to the real parse (argparse 3.14
+    suggests close matches itself; 3.11 does not)."""
+    parsers = _parsers(parser)
+    relaxed: list[argparse.Action | argparse._MutuallyExclusiveGroup] = [
+        *(a for each in parsers for a in each._actions if a.required),
+        *(g for each in parsers for g in each._mutually_exclusive_groups if g.required),
+    ]
+    saved = [p.error for p in parsers]
+
+    def stop(message: str) -> Any:
+        raise _ParseStoppedError(message)
+
+    try:
+        for item in relaxed:
+            item.required = False
+        for each in parsers:
+            each.error = stop  # type: ignore[method-assign]
+        # --help and --version print and exit here too: what they print is the real parse's.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            _, extras = parser.parse_known_args(arguments)
+    except (_ParseStoppedError, SystemExit):
+        return []
+    finally:
+        for item in relaxed:
+            item.required = True
+        for each, error in zip(parsers, saved, strict=True):
+            each.error = error  # type: ignore[method-assign]
+    known = [o for each in parsers for a in each._actions for o in a.option_strings]
+    shown = []
+    for extra in extras:
+        if extra.startswith("-"):
+            option = extra.partition("=")[0]
+            close = difflib.get_close_matches(option, known, n=1)
+            shown.append(f"{option} (did you mean {close[0]}?)" if close else option)
+    return shown
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     named = next((a for a in arguments if not a.startswith("-")), "")
-    args = build_parser(named).parse_args(arguments)
+    parser = build_parser(named)
+    if unknown := _unknown_options(parser, arguments):
+        parser.error(f"unrecognized arguments: {', '.join(unknown)}")
+    args = parser.parse_args(arguments)
     # Imported once a command runs: --help and --version need none of it.
     from boost_tenancy.application.config import AppSettings  # noqa: PLC0415
     from boost_tenancy.observability.logging import configure_logging  # noqa: PLC0415

@@ -108,3 +108,36 @@ def test_a_tenant_flag_naming_no_tenant_says_so_and_how_to_name_one(
     assert f"boost-tenancy: error: {flag} " in error
     assert "names no tenant: give one or more tenant ids" in error
     assert f"{flag} acme,globex" in error
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["publish", "--queue", "q1", "--tenant", "org-a", "--jsn", "{}"],
+            "--jsn (did you mean --json?)",
+        ),
+        (["publish", "--qeue", "q1"], "--qeue (did you mean --queue?)"),
+        (["--verison"], "--verison (did you mean --version?)"),
+        (["errors", "--tenant", "org-a", "--limt=3"], "--limt (did you mean --limit?)"),
+    ],
+)
+def test_a_mistyped_option_is_named_before_any_flag_it_leaves_missing(
+    argv: list[str], shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse reported --json (or --queue, or the command) missing, never the typo."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert f"error: unrecognized arguments: {shown}" in capsys.readouterr().err
+
+
+def test_help_and_version_print_once_and_as_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.count("boost-tenancy ") == 1
+    with pytest.raises(SystemExit):
+        main(["publish", "--help"])
+    printed = capsys.readouterr().out
+    assert printed.count("usage:") == 1
+    assert "--queue QUEUE --tenant TENANT" in printed, "the usage with its required flags"
