@@ -10,6 +10,7 @@ ConnectOptions, and envvars.py parses what it is handed.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -112,27 +113,32 @@ def connect_options_from_env(env: Mapping[str, str]) -> ConnectOptions:
 
 def _tls_from_env(env: Mapping[str, str]) -> TlsSettings | None:
     """The TLS variables, None when none is set (TLS URLs then take the defaults)."""
-    paths = {
-        field: env.get(name, "").strip() or None
-        for name, field in (
-            ("BOOST_BROKER_CA_FILE", "ca_file"),
-            ("BOOST_BROKER_CERT_FILE", "cert_file"),
-            ("BOOST_BROKER_KEY_FILE", "key_file"),
-        )
-    }
+    paths: dict[str, str | None] = {}
+    for name, field in (
+        ("BOOST_BROKER_CA_FILE", "ca_file"),
+        ("BOOST_BROKER_CERT_FILE", "cert_file"),
+        ("BOOST_BROKER_KEY_FILE", "key_file"),
+    ):
+        path = paths[field] = env.get(name, "").strip() or None
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"{name} names {path!r}, which is no file")
     verify_host = env_flag(env, "BOOST_BROKER_VERIFY_HOST", default=True)
+    key_password = secret_from_env(env, "BOOST_BROKER_KEY_PASSWORD")
     try:
-        tls = TlsSettings(
-            **paths,
-            key_password=secret_from_env(env, "BOOST_BROKER_KEY_PASSWORD"),
-            verify_host=verify_host,
-        )
+        tls = TlsSettings(**paths, key_password=key_password, verify_host=verify_host)
     except ConfigError as exc:
-        raise ConfigError(
-            f"{exc} (BOOST_BROKER_CA_FILE, BOOST_BROKER_CERT_FILE, BOOST_BROKER_KEY_FILE, "
-            "BOOST_BROKER_KEY_PASSWORD)"
-        ) from None
+        given = [n for n in _TLS_VARIABLES if env.get(n, "").strip()]
+        raise ConfigError(f"{exc} ({', '.join(given)})") from None
     return None if tls.is_default else tls
+
+
+_TLS_VARIABLES: Final = (
+    "BOOST_BROKER_CA_FILE",
+    "BOOST_BROKER_CERT_FILE",
+    "BOOST_BROKER_KEY_FILE",
+    "BOOST_BROKER_KEY_PASSWORD",
+    "BOOST_BROKER_KEY_PASSWORD_FILE",
+)
 
 
 def stomp_settings_from_env(env: Mapping[str, str]) -> StompSettings:

@@ -23,9 +23,7 @@ KiB. Measured on Artemis 2.44: 1 KiB messages with a 1 MiB window 7.4k msg/s, on
 MAX_ARTEMIS_WINDOW_BYTES: Final = 16 * 1024 * 1024
 
 _TLS_ONLY: Final = (
-    "BOOST_BROKER_CA_FILE, BOOST_BROKER_CERT_FILE, BOOST_BROKER_KEY_FILE, "
-    "BOOST_BROKER_KEY_PASSWORD, BOOST_BROKER_KEY_PASSWORD_FILE, BOOST_BROKER_VERIFY_HOST apply to "
-    "TLS URLs only (stomp+ssl://, stomps://, amqps://); BOOST_BROKER_URL names a plain one"
+    "apply to TLS URLs only (stomp+ssl://, stomps://, amqps://); BOOST_BROKER_URL names a plain one"
 )
 
 
@@ -125,7 +123,13 @@ class ConnectOptions:
         if url_has_tls:
             return TlsSettings() if self.tls is None else self.tls
         if self.tls is not None and not self.tls.is_default:
-            raise ConfigError(_TLS_ONLY)
+            tls = self.tls
+            given = [
+                f"BOOST_BROKER_{name.upper()}"
+                for name in ("ca_file", "cert_file", "key_file", "key_password")
+                if getattr(tls, name) is not None
+            ] + ([] if tls.verify_host else ["BOOST_BROKER_VERIFY_HOST"])
+            raise ConfigError(f"{', '.join(given)} {_TLS_ONLY}")
         return None
 
 

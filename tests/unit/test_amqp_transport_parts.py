@@ -37,7 +37,11 @@ def test_amqp_and_amqps_urls_open_the_amqp_transport_with_their_settings() -> No
         ("amqp://h?x=1", {}, "no query"),
         ("amqp://h/a/b", {}, "one segment"),
         ("amqp://h", {"BOOST_BROKER_CA_FILE": "/etc/hostname"}, "apply to TLS URLs only"),
-        ("amqps://h", {"BOOST_BROKER_CA_FILE": "/nonexistent/ca.pem"}, "does not exist"),
+        (
+            "amqps://h",
+            {"BOOST_BROKER_CA_FILE": "/nonexistent/ca.pem"},
+            "BOOST_BROKER_CA_FILE names .*, which is no file",
+        ),
         ("amqps://h", {"BOOST_BROKER_CERT_FILE": "/etc/hostname"}, "needs its key"),
         ("amqp://h", {"BOOST_BROKER_CONNECT_TIMEOUT_S": "0"}, "BOOST_BROKER_CONNECT_TIMEOUT_S"),
         ("amqp://h", {"BOOST_BROKER_VERIFY_HOST": "maybe"}, "BOOST_BROKER_VERIFY_HOST"),
