@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import date
 from typing import Any
 
@@ -78,7 +79,10 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
                 raise ConfigError("policy set --tier needs BOOST_TIER_STORE (fairness on)")
             # set checks every value before it writes, and the tier is written after it: a bad
             # value leaves the tier untouched too.
-            done = store.set(tenant, changes, actor=who)
+            try:
+                done = store.set(tenant, changes, actor=who)
+            except ConfigError as exc:
+                raise ConfigError(_named_by_flags(str(exc))) from None
             if args.tier is not None and tiers is not None:
                 old_tier = tiers.get(tenant)
                 new_tier = Tier(args.tier)
@@ -115,6 +119,14 @@ def policy_command(args: argparse.Namespace, settings: AppSettings) -> int:
         store.close()
         if tiers is not None:
             tiers.close()
+
+
+def _named_by_flags(text: str) -> str:
+    """A policy value's error as the command's user gave it: --messages-per-s, not
+    PublishLimits.messages_per_s."""
+    for name in POLICY_FIELDS:
+        text = re.sub(rf"\b(?:PublishLimits\.)?{name}\b", "--" + name.replace("_", "-"), text)
+    return text
 
 
 def _ttl_s(ttl: PolicyTtl, tenant: TenantId) -> float:
