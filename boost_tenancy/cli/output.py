@@ -65,7 +65,11 @@ CELL_CHARS: Final = 60
 
 
 def add_output_option(cmd: argparse.ArgumentParser) -> None:
+    """--output, and --json for it as every listing takes it (add_table_output_option)."""
     cmd.add_argument("--output", choices=("table", "json"), help=OUTPUT_HELP)
+    cmd.add_argument(
+        "--json", action="store_const", dest="output", const="json", help="--output json"
+    )
 
 
 def add_table_output_option(cmd: argparse.ArgumentParser) -> None:

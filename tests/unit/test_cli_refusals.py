@@ -10,7 +10,7 @@ import pytest
 import structlog
 
 from boost_tenancy import HandlerContext, IncomingMessage, TenantProcessor
-from boost_tenancy.cli import main
+from boost_tenancy.cli import build_parser, main
 
 
 @pytest.fixture(autouse=True)
@@ -141,3 +141,14 @@ def test_help_and_version_print_once_and_as_they_are(capsys: pytest.CaptureFixtu
     printed = capsys.readouterr().out
     assert printed.count("usage:") == 1
     assert "--queue QUEUE --tenant TENANT" in printed, "the usage with its required flags"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dlq", "list", "--tenant", "org-a", "--queue", "q", "--json"],
+        ["quarantine", "list", "--queue", "q", "--json"],
+    ],
+)
+def test_every_listing_takes_json_as_the_stats_command_does(argv: list[str]) -> None:
+    assert build_parser(argv[0]).parse_args(argv).output == "json"
