@@ -141,13 +141,30 @@ def test_always_failing_handler_reaches_dlq_after_exactly_the_cap(
     assert all(r.queue == queue and r.error_type == "RuntimeError" for r in records)
 
 
+@pytest.mark.parametrize(
+    ("mode", "error", "last_attempt"),
+    [
+        # The fourth delivery is past the cap: dead-lettered without calling the handler.
+        ("crash", "ended without an outcome", "4"),
+        ("crash-then-fail", "fails after the crash", "3"),
+    ],
+    ids=["always", "once-then-fails"],
+)
 def test_a_message_that_kills_its_worker_is_counted_and_dead_lettered_after_the_cap(
-    transport_factory: TransportFactory, store: ErrorStore
+    transport_factory: TransportFactory,
+    store: ErrorStore,
+    mode: str,
+    error: str,
+    last_attempt: str,
 ) -> None:
-    """Each delivery ends with the connection lost mid-handler and no outcome. A broker that
-    counts deliveries lets the runner count them: after the cap the message is dead-lettered
+    """A delivery that ends with the connection lost mid-handler has no outcome. A broker that
+    counts deliveries lets the runner count it: after the cap the message is dead-lettered
     without calling the handler again. Over STOMP there is no count: such a message comes back
-    for ever (docs/resilience.md), so the test needs the capability."""
+    for ever (docs/resilience.md), so the test needs the capability.
+
+    once-then-fails: the first delivery crashes, the second fails and is retried; the retry's
+    copy carries the attempt after the second, crash included, so the handler sees 1, 2, 3 (not
+    1, 2, 2, 3, the broker's count lost with the original)."""
     needs_selectors(transport_factory)
     if not transport_factory().capabilities.native_delivery_count:
         pytest.skip("the broker counts no deliveries (native_delivery_count): docs/resilience.md")
@@ -165,50 +182,15 @@ def test_a_message_that_kills_its_worker_is_counted_and_dead_lettered_after_the_
     )
     runner.start()
     dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    sent = TenantProducer(transport_factory(), routing=SHARED).send(
-        queue, "org-A", {"mode": "crash"}
-    )
+    sent = TenantProducer(transport_factory(), routing=SHARED).send(queue, "org-A", {"mode": mode})
     assert wait_until(lambda: len(dlq) == 1, timeout=20)
     runner.stop(grace_s=5)
     assert [seen[2] for seen in processor.seen] == [1, 2, 3]
     dead = dlq.items[0]
     assert dead.properties["boostMessageId"] == sent.message_id
+    assert dead.properties["boostAttempt"] == last_attempt
     assert dead.properties["boostDeadLetterReason"] == "exhausted"
-    assert "ended without an outcome" in dead.properties["boostError"]
-
-
-def test_a_retry_after_a_crash_keeps_the_crash_counted(
-    transport_factory: TransportFactory, store: ErrorStore
-) -> None:
-    """The first delivery ends in a crash, which the broker counts; the second fails and is
-    retried. The retry's copy carries the attempt after the second, crash included: the handler
-    sees 1, 2, 3 (not 1, 2, 2, 3, the broker's count lost with the original), and the cap holds."""
-    needs_selectors(transport_factory)
-    if not transport_factory().capabilities.native_delivery_count:
-        pytest.skip("the broker counts no deliveries (native_delivery_count): docs/resilience.md")
-    queue = unique_queue("cmd")
-    processor = Recorder(queue)
-    runner_transport = transport_factory()
-    processor.crash = lambda: lose_connection_now(runner_transport)
-    runner = ProcessorRunner(
-        processor,
-        runner_transport,
-        ["org-A"],
-        error_store=store,
-        settings=RunnerSettings(workers=1, prefetch=1, dispatch=DispatchSettings(retry=FAST_RETRY)),
-        routing=SHARED,
-    )
-    runner.start()
-    dlq = collect(transport_factory, dead_letter_queue(queue), "org-A")
-    TenantProducer(transport_factory(), routing=SHARED).send(
-        queue, "org-A", {"mode": "crash-then-fail"}
-    )
-    assert wait_until(lambda: len(dlq) == 1, timeout=20)
-    runner.stop(grace_s=5)
-    assert [seen[2] for seen in processor.seen] == [1, 2, 3]
-    dead = dlq.items[0]
-    assert dead.properties["boostAttempt"] == "3"
-    assert dead.properties["boostDeadLetterReason"] == "exhausted"
+    assert error in dead.properties["boostError"]
 
 
 def test_permanent_error_is_dead_lettered_at_once(

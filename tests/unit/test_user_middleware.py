@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -76,9 +77,12 @@ def broker() -> Iterator[InMemoryBroker]:
     yield InMemoryBroker()
 
 
-def test_the_runners_middleware_wraps_the_processors_which_wraps_the_retries(
-    broker: InMemoryBroker, tmp_path: Path
-) -> None:
+@contextmanager
+def one_message_through(
+    broker: InMemoryBroker, tmp_path: Path, middleware: list[Any]
+) -> Iterator[str]:
+    """A runner of FailsOnce with the runner's middleware given, and one message sent to it;
+    yields its queue, and stops the runner when the block ends."""
     queue = unique_queue("mw")
     store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
     runner = ProcessorRunner(
@@ -87,18 +91,25 @@ def test_the_runners_middleware_wraps_the_processors_which_wraps_the_retries(
         [TENANT],
         error_store=store,
         settings=RunnerSettings(workers=1, prefetch=1),
-        middleware=[Named("runner")],
+        middleware=middleware,
     )
     runner.start()
     try:
         sender = InMemoryTransport(broker)
         sender.connect()
         TenantProducer(sender).send(queue, TENANT, {"n": 1})
-        assert wait_until(lambda: "handled" in SEEN)
-        assert wait_until(lambda: len(SEEN) == 5)
+        yield queue
     finally:
         runner.stop(grace_s=5)
         store.close()
+
+
+def test_the_runners_middleware_wraps_the_processors_which_wraps_the_retries(
+    broker: InMemoryBroker, tmp_path: Path
+) -> None:
+    with one_message_through(broker, tmp_path, [Named("runner")]):
+        assert wait_until(lambda: "handled" in SEEN)
+        assert wait_until(lambda: len(SEEN) == 5)
     # Attempt 1: the retry middleware made the Retry both pieces saw; attempt 2 was handled.
     assert SEEN == ["processor Retry", "runner Retry", "handled", "processor Ack", "runner Ack"]
 
@@ -112,26 +123,9 @@ def test_a_middleware_that_returns_no_outcome_is_named_on_the_dead_letter(
 ) -> None:
     """The handler ran; what the chain returned cannot be carried out. The dead letter said
     "NoneType needs the subscription's tenant", which the tenant had."""
-    queue = unique_queue("mw")
-    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
-    runner = ProcessorRunner(
-        FailsOnce(queue),
-        InMemoryTransport(broker),
-        [TENANT],
-        error_store=store,
-        settings=RunnerSettings(workers=1, prefetch=1),
-        middleware=[forgets_to_return],
-    )
-    runner.start()
-    try:
-        sender = InMemoryTransport(broker)
-        sender.connect()
-        TenantProducer(sender).send(queue, TENANT, {"n": 1})
+    with one_message_through(broker, tmp_path, [forgets_to_return]) as queue:
         dead = f"DLQ.tenant.{TENANT.value}.{queue}"
         assert wait_until(lambda: broker.depth(dead) == 1)
-    finally:
-        runner.stop(grace_s=5)
-        store.close()
     [message] = broker.messages(dead)
     assert "returned NoneType, not an outcome" in message.properties["boostError"]
     assert "return what call_next(message, ctx) returned" in message.properties["boostError"]
