@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from boost_tenancy.application.brokers import open_broker
-from boost_tenancy.application.config import AppSettings
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.application.config import DEFAULT_URL, AppSettings
+from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.quotas.policy_store import check_actor
 from boost_tenancy.storage import parse_store_url
 from boost_tenancy.tenancy import TenantId, parse_tenants
@@ -59,9 +59,18 @@ def existing_store(url: str, variable: str, what: str) -> str:
 
 
 def connected(settings: AppSettings) -> Transport:
-    """The broker of the settings, connected; the caller closes it."""
+    """The broker of the settings, connected; the caller closes it. A failure to connect says
+    where the address came from: a newcomer may not know the default."""
     transport = open_broker(settings, os.environ)
-    transport.connect()
+    try:
+        transport.connect()
+    except TransportError as exc:
+        source = (
+            "the default of BOOST_BROKER_URL"
+            if settings.broker_url == DEFAULT_URL
+            else "from BOOST_BROKER_URL"
+        )
+        raise TransportError(f"{exc} ({source})") from exc
     return transport
 
 

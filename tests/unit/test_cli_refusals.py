@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,17 @@ def test_help_and_version_print_once_and_as_they_are(capsys: pytest.CaptureFixtu
 )
 def test_every_listing_takes_json_as_the_stats_command_does(argv: list[str]) -> None:
     assert build_parser(argv[0]).parse_args(argv).output == "json"
+
+
+def test_a_broker_that_does_not_answer_is_named_with_where_its_address_came_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("BOOST_BROKER_URL", f"stomp://127.0.0.1:{port}")
+    monkeypatch.setenv("BOOST_BROKER_RECONNECT_WAIT_S", "0")
+    assert main(["stats", "--tenant", "org-a", "--queue", "q"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot connect to STOMP broker at 127.0.0.1:{port}" in err
+    assert err.rstrip().endswith("(from BOOST_BROKER_URL)")
