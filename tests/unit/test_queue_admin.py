@@ -308,6 +308,40 @@ def test_delete_purges_a_drained_queue_keeps_its_dead_letters_and_records_it_del
     assert bodies(broker, f"DLQ.{A_ORDERS}") == []
 
 
+def test_delete_ends_at_its_deadline_while_messages_keep_arriving(
+    broker: InMemoryBroker, admin: QueueAdmin
+) -> None:
+    """A producer sending every 0.1 s never left the purge a quiet 0.25 s, the only moment it
+    looked at its deadline: the delete ran on for as long as the producer did."""
+    send(broker, A, "first")
+    admin.drain(A, QUEUE, actor="alice")
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.wait(0.05):
+            send(broker, A, "more")
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    outcome: list[BaseException | None] = []
+
+    def delete() -> None:
+        try:
+            admin.delete(A, QUEUE, actor="bob", timeout_s=0.5)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    deleting = threading.Thread(target=delete, daemon=True)
+    deleting.start()
+    deleting.join(10)
+    stop.set()
+    producer.join(5)
+    assert outcome, "the delete was still running 10 s after its 0.5 s deadline"
+    assert isinstance(outcome[0], QueueAdminError)
+    assert "messages still arriving" in str(outcome[0])
+
+
 def test_every_state_change_is_audited_with_its_actor(
     broker: InMemoryBroker, states: SqlQueueStateStore, admin: QueueAdmin, tmp_path: Path
 ) -> None:
