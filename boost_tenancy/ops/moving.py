@@ -29,6 +29,7 @@ from boost_tenancy.tenancy import TenantId
 from boost_tenancy.transports.base import (
     Delivery,
     Outgoing,
+    PartlyForwardedError,
     SubscribeRequest,
     Subscription,
     Transport,
@@ -230,10 +231,18 @@ class QueueMover:
             )
         except NotConfirmedError:
             raise  # whether the broker took the batch is unknown: left to redelivery
-        except Exception:
+        except Exception as exc:
             # One message the wire or the broker refuses must not hold the whole batch: move
-            # them one by one, and dead-letter the ones that still fail.
-            self._count([move for move in moves if self._move_one(move)])
+            # them one by one, and dead-letter the ones that still fail. Where the forward is
+            # not atomic, those the broker took are moved already (PartlyForwardedError).
+            done = (
+                {id(d) for d in exc.forwarded} if isinstance(exc, PartlyForwardedError) else set()
+            )
+            left = [move for move in moves if id(move.delivery) not in done]
+            self._count(
+                [move for move in moves if id(move.delivery) in done]
+                + [move for move in left if self._move_one(move)]
+            )
             return
         self._count(moves)
 

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
+from boost_tenancy.errors import (
+    ConfigError,
+    NotConfirmedError,
+    QueueStatsUnavailableError,
+    TransportError,
+)
 from boost_tenancy.lifecycle import run_until_stopped
 from boost_tenancy.ops.moving import (
     Move,
@@ -24,7 +29,13 @@ from boost_tenancy.ops.moving import (
     tenancy_violation,
     unsubscribe_all,
 )
+from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import Quarantine
+from boost_tenancy.resilience.dead_letter import (
+    DeadLetterReason,
+    dead_letter_queue,
+    raw_dead_letter_copy,
+)
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import PARKED_QUEUE_PREFIX, parked_queue
 from boost_tenancy.selectors import (
@@ -37,6 +48,7 @@ from boost_tenancy.tenancy import TenantId, claimed_tenant
 from boost_tenancy.transports.base import (
     Delivery,
     Outgoing,
+    PartlyForwardedError,
     SubscribeRequest,
     Subscription,
     Transport,
@@ -266,9 +278,18 @@ class ParkedRedrive:
                     done = self._transport.send_then_ack_many(
                         [(d, [Outgoing(move.target, copy_of(d))]) for move, d in mine]
                     )
-                except Exception:
+                except NotConfirmedError:
+                    # Whether the broker took them is unknown: left to redelivery.
                     log.exception("unpark_failed", count=len(mine))
                     continue
+                except Exception as exc:
+                    # One message the broker refuses must not hold the tenant's whole backlog
+                    # (its batch unacknowledged, the window full, the same batch at every
+                    # start): the rest one by one, and the refused ones dead-lettered.
+                    log.warning("unpark_batch_refused", count=len(mine), error=str(exc))
+                    done = list(exc.forwarded) if isinstance(exc, PartlyForwardedError) else []
+                    taken = {id(d) for d in done}
+                    done += self._one_by_one([(m, d) for m, d in mine if id(d) not in taken])
                 moved_ids = {id(d) for d in done}  # a skipped one is redelivered, moved later
                 with self._lock:
                     for move, delivery in mine:
@@ -282,6 +303,51 @@ class ParkedRedrive:
             if moved:
                 log.info("parked_redriven", messages=sum(moved.values()))
             self._done.set()
+
+    def _one_by_one(self, pairs: Sequence[tuple[ParkedMove, Delivery]]) -> list[Delivery]:
+        """Move each on its own; one the broker refuses goes to its tenant queue's dead-letter
+        queue with its original bytes (unsettleable); the ones moved are returned."""
+        moved: list[Delivery] = []
+        for move, delivery in pairs:
+            if not self._transport.is_live(delivery):
+                continue  # the broker redelivers it after the reconnection
+            try:
+                moved += self._transport.send_then_ack_many(
+                    [(delivery, [Outgoing(move.target, copy_of(delivery))])]
+                )
+            except NotConfirmedError:
+                log.exception("unpark_failed", count=1)
+            except Exception as exc:
+                if self._transport.is_live(delivery):
+                    self._dead_letter(move, delivery, exc)
+        return moved
+
+    def _dead_letter(self, move: ParkedMove, delivery: Delivery, exc: Exception) -> None:
+        adopted = adopt(delivery)
+        error = f"unparking to {move.target!r} was refused: {exc}"
+        copy = raw_dead_letter_copy(
+            adopted.delivery,
+            message_id=adopted.message_id,
+            error_type=type(exc).__name__,
+            error_text=error,
+            attempt=adopted.attempt,
+        )
+        try:
+            self._transport.send_then_ack(
+                delivery, [Outgoing(dead_letter_queue(move.target), copy)]
+            )
+        except Exception as again:  # it stays parked: back when the subscription ends
+            log.critical(
+                "message_unsettleable", queue=delivery.queue, error=error, last_error=str(again)
+            )
+            return
+        log.error(
+            "message_dead_lettered",
+            reason=DeadLetterReason.UNSETTLEABLE.value,
+            queue=delivery.queue,
+            error_type=type(exc).__name__,
+            error=error,
+        )
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the redrive has finished; False if timeout passed first."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -314,6 +315,15 @@ def _refuse(
         problems.append(
             f"not in {quarantine} (among the {read} message(s) read): {', '.join(missing)}"
         )
+    counts = Counter(a.message_id for a in chosen)
+    for message_id, count in sorted(counts.items()):
+        if count > 1:
+            # A producer sets the id: another message may carry it, and must not be assigned to
+            # the tenant with the one the operator looked at.
+            problems.append(
+                f"{message_id}: {count} messages in {quarantine} carry this id; re-drive one by "
+                "its id only where the id is the message's alone (list them with quarantine list)"
+            )
     for adopted in chosen:
         refusal = _body_tenant_refusal(adopted.delivery.body, tenant)
         if refusal is not None:

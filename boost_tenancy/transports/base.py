@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError
+from boost_tenancy.errors import ConfigError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.frozen import fast_init
 from boost_tenancy.messages import Body, WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
@@ -114,6 +114,16 @@ class Outgoing(NamedTuple):
     delay_ms: int = 0
 
 
+class PartlyForwardedError(TransportError):
+    """send_then_ack_many without atomic_forward: the broker refused some copies. forwarded
+    are the deliveries whose copies it took, their originals acknowledged; the others stay
+    unacknowledged, to move again or dead-letter."""
+
+    def __init__(self, message: str, forwarded: Sequence[Delivery]) -> None:
+        super().__init__(message)
+        self.forwarded = list(forwarded)
+
+
 class BatchSink(Protocol):
     """An open batch of sends: add messages, then commit (confirmed) or abort (none stored)."""
 
@@ -196,7 +206,9 @@ class Transport(Protocol):
 
         For bulk moves (parking, re-driving), where one broker commit per message is too slow.
         A delivery whose connection is gone is skipped (the broker redelivers it); returns the
-        deliveries moved, so that callers report and count only those.
+        deliveries moved, so that callers report and count only those. Without atomic_forward,
+        copies the broker refuses on a live connection raise PartlyForwardedError naming the
+        deliveries moved nonetheless: a caller moving the rest again moves only those.
         """
 
     def is_live(self, delivery: Delivery) -> bool:

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from boost_tenancy.errors import QueueStatsUnavailableError
+from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.ops.parking import ParkedMove, ParkedRedrive
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.routing import parked_queue
 from boost_tenancy.tenancy import TenantId
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.base import ListedQueue, SubscribeRequest
+from boost_tenancy.transports.base import Delivery, ListedQueue, Outgoing, SubscribeRequest
 from tests.conftest import Inbox, unique_queue, wait_until
 from tests.no_statistics import without_statistics
 
@@ -155,3 +156,50 @@ def test_a_stop_while_the_broker_is_asked_subscribes_to_nothing(transport: Recor
     assert transport.subscribed == []
     (left,) = transport.queue_stats([parked_queue(queue, ORG_A)]).values()
     assert left is not None and left.stored == 1
+
+
+class RefusesOne(Recording):
+    """A broker refusing the copy of one parked message (n == 3) toward the tenant's queue."""
+
+    def _refused(self, items: Sequence[Outgoing]) -> bool:
+        return any(
+            q.startswith("tenant.") and json.loads(str(m.body)).get("n") == 3 for q, m, _ in items
+        )
+
+    def send_then_ack_many(
+        self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
+    ) -> Sequence[Delivery]:
+        if any(self._refused(items) for _, items in moves):
+            raise TransportError("the broker rejected the message: queue full")
+        return super().send_then_ack_many(moves)
+
+    def send_then_ack(self, delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        if self._refused(items):
+            raise TransportError("the broker rejected the message: queue full")
+        super().send_then_ack(delivery, items)
+
+
+def test_one_refused_message_no_longer_holds_back_the_tenants_parked_backlog(
+    broker: InMemoryBroker,
+) -> None:
+    """The refused batch stayed unacknowledged, filled the subscription's window, and came back
+    first at every start: nothing of that tenant moved again. The rest now moves, and the
+    refused one goes to its tenant queue's dead-letter queue with its bytes."""
+    transport = RefusesOne(broker)
+    transport.connect()
+    try:
+        queue = unique_queue("cmd")
+        park(transport, queue, ORG_A, 150)
+        redrive = ParkedRedrive(transport, moves(queue, ORG_A), idle_s=0.3)
+        redrive.start()
+        assert redrive.wait(20)
+        target = f"tenant.org-a.{queue}"
+        assert redrive.moved == {(ORG_A, target): 149}
+        assert broker.depth(target) == 149
+        assert broker.depth(parked_queue(queue, ORG_A)) == 0
+        [dead] = broker.messages(dead_letter_queue(target))
+        assert json.loads(dead.body if isinstance(dead.body, str) else dead.body.decode())["n"] == 3
+        assert dead.properties["boostDeadLetterReason"] == "unsettleable"
+        assert "queue full" in dead.properties["boostError"]
+    finally:
+        transport.close()

@@ -277,6 +277,25 @@ def test_an_unknown_id_is_refused_by_name_and_nothing_moves(quarantined: Quarant
     assert quarantined.store.failures(tenant=ORG_A, outcome=FailureOutcome.REDRIVE) == []
 
 
+def test_an_id_two_quarantined_messages_carry_is_refused_and_nothing_moves(
+    quarantined: Quarantined,
+) -> None:
+    """A producer sets boostMessageId: a second message carrying the id the operator looked at
+    went to the tenant's queue with it, stamped with the tenant."""
+    known = quarantined.by_property(quarantined.shared, None)
+    quarantined.broker.put(
+        quarantine_queue(quarantined.queue),
+        WireMessage(body='{"n": "from someone else"}', properties={MESSAGE_ID_PROPERTY: known}),
+    )
+    before = quarantined.ids(quarantined.shared)
+    with pytest.raises(QuarantineRedriveError, match=f"{known}: 2 messages .* carry this id"):
+        quarantined.admin.redrive(
+            quarantined.queue, tenant=ORG_A, message_ids=[known], actor="alice", idle_s=IDLE
+        )
+    assert quarantined.ids(quarantined.shared) == before
+    assert quarantined.broker.depth(f"tenant.org-A.{quarantined.queue}") == 0
+
+
 def test_a_body_naming_another_tenant_is_refused_even_with_force(
     quarantined: Quarantined,
 ) -> None:

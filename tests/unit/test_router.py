@@ -30,7 +30,7 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue, quarantine_q
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.routing import MAX_LOGICAL_QUEUE, Topology
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
-from boost_tenancy.transports.base import Delivery, Outgoing
+from boost_tenancy.transports.base import Delivery, Outgoing, PartlyForwardedError
 from tests.conftest import Inbox, recorded, wait_until
 
 
@@ -179,6 +179,51 @@ def test_a_message_the_wire_or_broker_refuses_is_dead_lettered_and_the_rest_rout
     assert dead.items[0].properties["boostDeadLetterReason"] == "unsettleable"
     (record,) = recorded(store, 1, tenant=TenantId("org-a"), outcome=FailureOutcome.DEAD_LETTER)
     assert record.tenant == TenantId("org-a")
+
+
+def test_a_forward_the_broker_takes_in_part_moves_the_rest_without_storing_any_twice(
+    broker: InMemoryBroker, store: ErrorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where forwarding is not atomic (AMQP on RabbitMQ), a refused copy leaves the others
+    stored and their originals acknowledged (PartlyForwardedError). Moving the whole batch again
+    one by one stored each of them twice."""
+    transport = connected(broker)
+    real_many, real_one = transport.send_then_ack_many, transport.send_then_ack
+
+    def poison(items: Sequence[Outgoing]) -> bool:
+        return any(
+            q.startswith("tenant.") and json.loads(str(m.body)).get("poison") for q, m, _ in items
+        )
+
+    def many(moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]) -> Sequence[Delivery]:
+        taken = [(d, items) for d, items in moves if not poison(items)]
+        forwarded = real_many(taken)
+        if len(taken) < len(moves):
+            raise PartlyForwardedError("the broker rejected the message: queue full", forwarded)
+        return forwarded
+
+    def one(delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        if poison(items):
+            raise TransportError("the broker rejected the message: queue full")
+        real_one(delivery, items)
+
+    monkeypatch.setattr(transport, "send_then_ack_many", many)
+    monkeypatch.setattr(transport, "send_then_ack", one)
+    router = TenantRouter(transport, ["cmd.a"], error_store=store)
+    stored = collect(broker, "tenant.org-a.cmd.a")
+    dead = collect(broker, dead_letter_queue("cmd.a"))
+    sender, tenant = connected(broker), {"tenantUUID": "org-a"}
+    sender.send_batch(
+        [
+            ("cmd.a", WireMessage(body=json.dumps({"n": n, "poison": n == 2}), properties=tenant))
+            for n in range(5)
+        ]
+    )
+    router.start()
+    assert wait_until(lambda: len(stored) == 4 and len(dead) == 1)
+    router.stop()
+    assert sorted(json.loads(str(m.body))["n"] for m in stored.items) == [0, 1, 3, 4]
+    assert router.routed == {TenantId("org-a"): 4}
 
 
 def test_the_copy_carries_the_toolkit_headers_as_the_dispatcher_adopts_them(

@@ -7,14 +7,11 @@ the broker's reply does not prove it applies it; the attempt includes the broker
 count; forwarding is one transaction where the broker has them (Artemis).
 """
 
+from boost_tenancy.transports.amqp.batch import AmqpBatch
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.amqp.settings import AmqpSettings
-from boost_tenancy.transports.amqp.transport import (
-    AmqpBatch,
-    AmqpSubscription,
-    AmqpTransport,
-    transport_from_url,
-)
+from boost_tenancy.transports.amqp.subscriptions import AmqpSubscription
+from boost_tenancy.transports.amqp.transport import AmqpTransport, transport_from_url
 
 __all__ = [
     "AmqpBatch",

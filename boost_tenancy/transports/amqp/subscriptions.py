@@ -1,5 +1,6 @@
-"""An AMQP subscription as the transport asked for it, and each receiver attached for it on a
-connection, from its attach until it is closed or its connection lost."""
+"""An AMQP subscription as the transport asked for it, the handle its caller holds, and each
+receiver attached for it on a connection, from its attach until it is closed or its connection
+lost."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from proton import Receiver
 
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import base
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpSubscription:
+    """The handle subscribe() returns; re-attached with the same id after a reconnection."""
+
+    id: str
+    queue: str
+    selector: SelectorLike | None
 
 
 @dataclass(slots=True, eq=False)

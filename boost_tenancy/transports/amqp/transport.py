@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from boost_tenancy.errors import (
@@ -23,14 +22,15 @@ from boost_tenancy.errors import (
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import artemis_queues
+from boost_tenancy.transports.amqp.batch import AmqpBatch
 from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage, encode_message
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.amqp.management import AmqpManagementSession
 from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.amqp.settings import AmqpSettings
-from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
-from boost_tenancy.transports.amqp.waiters import all_of, resolve
+from boost_tenancy.transports.amqp.subscriptions import AmqpSubscription, SubscriptionSpec
+from boost_tenancy.transports.amqp.waiters import all_of, all_settled, resolve
 from boost_tenancy.transports.artemis_management import ManagedRoutes
 from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import (
@@ -38,6 +38,7 @@ from boost_tenancy.transports.base import (
     ListedQueue,
     OnDelivery,
     Outgoing,
+    PartlyForwardedError,
     QueueStats,
     SubscribeRequest,
     Subscription,
@@ -48,35 +49,6 @@ from boost_tenancy.transports.options import ConnectOptions
 from boost_tenancy.transports.registry import TransportUrl
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class AmqpSubscription:
-    """A subscription; re-attached with the same id after a reconnection."""
-
-    id: str
-    queue: str
-    selector: SelectorLike | None
-
-
-@dataclass(slots=True)
-class AmqpBatch:
-    """Sends collected until commit: nothing reaches the broker before it, so abort stores
-    nothing. Committed in one transaction when atomic, else as confirmed sends."""
-
-    transport: AmqpTransport
-    atomic: bool
-    items: list[tuple[str, WireMessage]] = field(default_factory=list)
-
-    def add(self, queue: str, message: WireMessage) -> None:
-        self.items.append((check_queue_name(queue), message))
-
-    def commit(self) -> None:
-        items, self.items = self.items, []
-        self.transport.send_batch(items, atomic=self.atomic)
-
-    def abort(self) -> None:
-        self.items.clear()
 
 
 class AmqpTransport(ManagedRoutes):
@@ -347,11 +319,33 @@ class AmqpTransport(ManagedRoutes):
         if self.capabilities.atomic_forward:
             self._transaction(copies, tokens)
             return moved
-        # At least once: every copy is confirmed before the originals are accepted, so a
-        # connection lost in between redelivers an original (a duplicate with the same
-        # boostMessageId), never loses one.
-        self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
-        self._accept(tokens)
+        # At least once: a delivery's copies are confirmed before it is accepted, so a connection
+        # lost in between redelivers an original (a duplicate with the same boostMessageId),
+        # never loses one. Each delivery's copies are confirmed on their own (all sent in one
+        # pass): one the broker refuses leaves its own original alone unaccepted, and the caller
+        # moving the rest again moves only those (a retry of the whole batch stored the others
+        # twice).
+        encoded = [self._encode(items) for _, items in kept]
+        confirmed: list[Future[None]] = [Future() for _ in kept]
+
+        def forward(done: Future[None]) -> None:
+            for items, future in zip(encoded, confirmed, strict=True):
+                self._engine.send(items, future)
+            all_settled(confirmed, done)
+
+        self._when_open(f"forward of {len(copies)} message(s)", forward)
+        errors = [future.exception() for future in confirmed]
+        self._accept([token for token, error in zip(tokens, errors, strict=True) if error is None])
+        forwarded = [d for d, error in zip(moved, errors, strict=True) if error is None]
+        first = next((error for error in errors if error is not None), None)
+        if first is not None and not forwarded:
+            raise first  # nothing moved: the batch may be tried again whole
+        if first is not None:
+            raise PartlyForwardedError(
+                f"forward of {len(moved)} message(s): {len(moved) - len(forwarded)} refused, "
+                f"the first: {first}",
+                forwarded,
+            )
         return moved
 
     # -- queue counts and routes at send time (Artemis) --------------------------------------------

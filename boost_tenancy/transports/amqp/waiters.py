@@ -1,5 +1,6 @@
 """What callers wait on while the loop thread works for them: futures resolved once (a waiter
-that gave up is skipped), several futures awaited as one, and a batch's confirmations counted.
+that gave up is skipped), several futures awaited as one (up to the first failure, or every one
+settled), and a batch's confirmations counted.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ def all_of(futures: Sequence[Future[None]], done: Future[None]) -> None:
         if remaining[0] == 0:
             resolve(done)
 
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
+def all_settled(futures: Sequence[Future[None]], done: Future[None]) -> None:
+    """Resolve done once every future has, failed or not: the caller reads each one's outcome."""
+    remaining = [len(futures)]
+
+    def one_done(_one: Future[None]) -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            resolve(done)
+
+    if not futures:
+        resolve(done)
     for future in futures:
         future.add_done_callback(one_done)
 
