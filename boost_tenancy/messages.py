@@ -68,6 +68,28 @@ it forwards. Artemis stores a STOMP SEND's `transaction` header as a property; a
 with it is filed under a transaction nobody commits, and is lost although its receipt came
 (shared BROKERS.md, 2026-11-28)."""
 
+BROKER_INSTRUCTIONS: Final = frozenset(
+    {
+        "persistent",
+        "expires",
+        "priority",
+        "AMQ_SCHEDULED_DELAY",
+        "AMQ_SCHEDULED_PERIOD",
+        "AMQ_SCHEDULED_REPEAT",
+        "AMQ_SCHEDULED_CRON",
+        "_AMQ_SCHED_DELIVERY",
+    }
+)
+"""SEND headers a broker reads as instructions (delivery mode, expiry, JMS priority, a schedule),
+never application properties: the toolkit sets what it means by them itself (persistent,
+expires_at_ms, delay_ms). As a property, `priority=high` made Artemis 2.44 answer the SEND with
+an ERROR frame and close the connection, on every try."""
+
+DUPLICATE_ID_PROPERTY: Final = "_AMQ_DUPL_ID"
+"""Artemis's duplicate detection id: the broker drops a message whose id its address has seen,
+and still confirms the send. Delivered as a property, it is not handed on (no Delivery carries
+it): a retry's copy sent back to the same address with it was dropped, and the message lost."""
+
 _QUEUE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 Body = str | bytes
 """A body as it travels: text (a JMS TextMessage) or bytes (a BytesMessage)."""
@@ -149,6 +171,12 @@ def check_properties(properties: Mapping[str, str]) -> dict[str, str]:
                 f"message property {name!r} is a frame header of the wire protocol, not an "
                 "application property: a broker would act on it (a STOMP `transaction` files "
                 "the message under a transaction nobody commits); choose another name"
+            )
+        if name in BROKER_INSTRUCTIONS:
+            raise ConfigError(
+                f"message property {name!r} is a header a broker reads as an instruction "
+                "(delivery mode, expiry, priority or schedule), not an application property: "
+                "choose another name (expiry and delays are set by the toolkit's own options)"
             )
         if not isinstance(value, str):
             raise ConfigError(f"message property {name!r} must be a string, got {value!r}")

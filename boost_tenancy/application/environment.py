@@ -127,17 +127,14 @@ def _tls_from_env(env: Mapping[str, str]) -> TlsSettings | None:
     try:
         tls = TlsSettings(**paths, key_password=key_password, verify_host=verify_host)
     except ConfigError as exc:
-        given = [n for n in _TLS_VARIABLES if env.get(n, "").strip()]
+        # A key password may come from its _FILE variable (secret_from_env).
+        given = [n for n in _TLS_VARIABLES if env.get(n, "").strip() or env.get(f"{n}_FILE")]
         raise ConfigError(f"{exc} ({', '.join(given)})") from None
     return None if tls.is_default else tls
 
 
-_TLS_VARIABLES: Final = (
-    "BOOST_BROKER_CA_FILE",
-    "BOOST_BROKER_CERT_FILE",
-    "BOOST_BROKER_KEY_FILE",
-    "BOOST_BROKER_KEY_PASSWORD",
-    "BOOST_BROKER_KEY_PASSWORD_FILE",
+_TLS_VARIABLES: Final = tuple(
+    f"BOOST_BROKER_{name}" for name in ("CA_FILE", "CERT_FILE", "KEY_FILE", "KEY_PASSWORD")
 )
 
 

@@ -101,6 +101,9 @@ class InMemoryBroker:
         self.lost_to_stale_transactions = 0
         """Artemis: sends dropped because they carried a `transaction` header of an earlier
         transaction (store)."""
+        self.dropped_as_duplicates = 0
+        """Artemis: sends dropped because their address had seen their _AMQ_DUPL_ID (store)."""
+        self._duplicate_ids: set[tuple[str, str]] = set()
         self._rr = itertools.count()
         self._diverts = DivertModel(
             self._queues.__contains__, self._make_queue, self._artemis_queue_counts
@@ -137,8 +140,9 @@ class InMemoryBroker:
             now = self._clock()
             if self.flavour is BrokerFlavour.ARTEMIS:
                 tx = f"tx-{next(self._transactions)}" if transaction else None
-                items, lost = artemis_stores(items, tx)
+                items, lost, duplicates = artemis_stores(items, tx, self._duplicate_ids)
                 self.lost_to_stale_transactions += lost
+                self.dropped_as_duplicates += duplicates
             for queue, sent, delay_ms in items:
                 delay = delay_ms or scheduled_delay(sent.message.properties)
                 seq = next(self._seq)

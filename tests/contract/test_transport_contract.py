@@ -4,6 +4,7 @@ Artemis and on the STOMP broker; where brokers differ, the capabilities say how.
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -323,6 +324,30 @@ def test_a_copy_of_a_transactional_send_carries_no_frame_header_and_is_stored(
     transport.subscribe(other, selector=None, prefetch=5, on_delivery=out)
     assert wait_until(lambda: len(out) == 1), "the confirmed copy was never stored"
     assert out.bodies() == ["original"]
+
+
+def test_a_copy_sent_back_to_its_queue_is_stored_though_the_message_had_a_duplicate_id(
+    transport_factory: TransportFactory,
+) -> None:
+    """Artemis drops a message whose _AMQ_DUPL_ID its address has seen, and confirms the send
+    all the same (measured on 2.44, over STOMP and AMQP). A retry's copy carrying the id of the
+    message it copies went back to the same address: dropped, and the message lost. No delivery
+    carries the id on; the copy is stored. Elsewhere the property means nothing and the copy is
+    stored anyway."""
+    queue = unique_queue()
+    transport = transport_factory()
+    inbox = Inbox()
+    transport.subscribe(queue, selector=None, prefetch=5, on_delivery=inbox)
+    duplicate_id = f"order-{uuid.uuid4().hex[:8]}"
+    first = WireMessage(body="first", properties={"tenantUUID": "t1", "_AMQ_DUPL_ID": duplicate_id})
+    transport.send(queue, first)
+    assert wait_until(lambda: len(inbox) == 1)
+    delivery = inbox.items[0]
+    retry = WireMessage(body="retried", properties=dict(delivery.properties))
+    transport.send_then_ack(delivery, [(queue, retry, 0)])
+    assert wait_until(lambda: len(inbox) == 2), "the confirmed copy was never stored"
+    assert inbox.bodies() == ["first", "retried"]
+    assert "_AMQ_DUPL_ID" not in delivery.properties
 
 
 def test_delivery_of_a_closed_connection_is_not_live(transport_factory: TransportFactory) -> None:

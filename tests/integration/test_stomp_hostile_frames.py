@@ -216,3 +216,25 @@ def test_a_text_body_without_utf8_form_fails_alone_on_every_send_path(
         reader.close()
     assert bodies == [b"in batch", b"forwarded"]
     assert_still_sends_and_receives(transport)
+
+
+@pytest.mark.parametrize("header", ["priority:high", "expires:soon"])
+def test_a_broker_instruction_header_that_is_no_number_ends_the_connection(
+    raw: RawStomp, header: str, broker_flavour: str
+) -> None:
+    """Measured on Classic 5.17 and Artemis 2.44: a SEND whose priority or expires is no number
+    is answered with an ERROR frame (Artemis AMQ339031; Classic a NumberFormatException) and
+    the connection is closed, with every delivery in flight on it. Which is why no message of
+    the toolkit may carry either as a property (messages.BROKER_INSTRUCTIONS)."""
+    raw.sock.sendall(
+        f"SEND\ndestination:/queue/{unique_queue()}\ntenantUUID:org-A\n{header}\n"
+        "receipt:raw-2\n\nbody\x00".encode()
+    )
+    closed = False
+    try:
+        command, _, _ = raw.frame()
+        assert command == "ERROR", f"{broker_flavour} answered {command}"
+        raw.frame(timeout=5)  # nothing more: the broker closes
+    except (ConnectionError, OSError):
+        closed = True
+    assert closed, "the connection stayed open after the ERROR"

@@ -20,6 +20,7 @@ from boost_tenancy.header_values import check_id, derived_id, is_valid_id, new_i
 from boost_tenancy.json_bodies import decode_json_body, encode_json_body
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
+    BROKER_INSTRUCTIONS,
     MESSAGE_ID_PROPERTY,
     RESERVED_PROPERTIES,
     IncomingMessage,
@@ -342,3 +343,10 @@ def test_a_foreign_id_becomes_a_valid_one_with_the_digest_it_always_had(value: s
 def test_lone_surrogates_in_a_foreign_id_give_an_id_of_their_own() -> None:
     assert sanitized_id("\udc80") != sanitized_id("\udc81")
     assert is_valid_id(sanitized_id("id-\udcff"))
+
+
+@pytest.mark.parametrize("name", sorted(BROKER_INSTRUCTIONS))
+def test_a_broker_instruction_is_refused_as_a_property(name: str) -> None:
+    """A priority of 'high' ended the connection on both brokers (test_stomp_hostile_frames)."""
+    with pytest.raises(ConfigError, match=f"{name!r} is a header a broker reads as an instruction"):
+        check_properties({name: "5"})

@@ -17,6 +17,7 @@ from proton import Message, symbol
 from boost_tenancy.expiry import now_ms, read_expiry
 from boost_tenancy.header_values import has_surrogates, new_id, sanitized_id
 from boost_tenancy.messages import (
+    DUPLICATE_ID_PROPERTY,
     FRAME_LEVEL_HEADERS,
     MESSAGE_ID_PROPERTY,
     Body,
@@ -32,10 +33,11 @@ from boost_tenancy.transports.stomp.frames import (
 
 DELIVERY_DELAY: Final = symbol("x-opt-delivery-delay")
 """Message annotation: the broker holds the message back this many milliseconds (Artemis)."""
-STOMP_ARTEFACTS: Final = FRAME_LEVEL_HEADERS
+STOMP_ARTEFACTS: Final = FRAME_LEVEL_HEADERS | {DUPLICATE_ID_PROPERTY}
 """Frame headers, never the sender's properties. Artemis adds `content-length` and
 `destination` (and keeps a transactional SEND's `transaction`) to a message sent over STOMP
-when an AMQP client reads it (measured on 2.44)."""
+when an AMQP client reads it (measured on 2.44). And Artemis's duplicate detection id, used up
+where the message was sent (messages.DUPLICATE_ID_PROPERTY)."""
 _TEXT_TYPES: Final = ("text/",)
 HEADER_TTL_LIMIT_MS: Final = 2**32 - 1
 """header.ttl is a uint of milliseconds (about 49.7 days)."""

@@ -12,29 +12,33 @@ from typing import Final
 from boost_tenancy.errors import MessageEncodeError
 from boost_tenancy.expiry import read_expiry
 from boost_tenancy.header_values import has_surrogates
-from boost_tenancy.messages import FRAME_LEVEL_HEADERS, Body, WireMessage, check_queue_name
+from boost_tenancy.messages import (
+    BROKER_INSTRUCTIONS,
+    DUPLICATE_ID_PROPERTY,
+    FRAME_LEVEL_HEADERS,
+    Body,
+    WireMessage,
+    check_queue_name,
+)
 from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 
-FRAME_HEADERS: Final = FRAME_LEVEL_HEADERS | frozenset(
-    {
-        "redelivered",
-        "persistent",
-        "correlation-id",
-        "expires",
-        "priority",
-        "timestamp",
-        "type",
-        "reply-to",
-        # Scheduling instructions are consumed by the broker; copied onto a retry or dead-letter
-        # copy they would delay it again (Classic AMQ_SCHEDULED_*, Artemis _AMQ_SCHED_DELIVERY).
-        "AMQ_SCHEDULED_DELAY",
-        "AMQ_SCHEDULED_PERIOD",
-        "AMQ_SCHEDULED_REPEAT",
-        "AMQ_SCHEDULED_CRON",
-        "scheduledJobId",
-        "_AMQ_SCHED_DELIVERY",
-    }
+FRAME_HEADERS: Final = (
+    FRAME_LEVEL_HEADERS
+    # Scheduling instructions are consumed by the broker; copied onto a retry or dead-letter copy
+    # they would delay it again (Classic AMQ_SCHEDULED_*, Artemis _AMQ_SCHED_DELIVERY).
+    | BROKER_INSTRUCTIONS
+    | frozenset(
+        {
+            "redelivered",
+            "correlation-id",
+            "timestamp",
+            "type",
+            "reply-to",
+            "scheduledJobId",
+            DUPLICATE_ID_PROPERTY,
+        }
+    )
 )
 """Headers the broker sets on MESSAGE frames that are not application properties."""
 
