@@ -210,6 +210,9 @@ class RedisConcurrencyLimiter:
         self._acquire = client.register_script(_ACQUIRE_LUA)
         self._renew = client.register_script(_RENEW_LUA)
         self._held: dict[TenantId, set[str]] = {}
+        self._unreleased: dict[TenantId, set[str]] = {}
+        """Slots whose release failed (Redis down, the breaker open): removed before the
+        tenant's next acquire and on each renewal pass, rather than held for a whole lease."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -225,6 +228,7 @@ class RedisConcurrencyLimiter:
 
     def try_acquire(self, tenant: TenantId, message_id: str, limit: int) -> bool:
         check_limit(limit)
+        self._release_unreleased(tenant)
         result = self._breaker.call(
             self._acquire, keys=[self.key(tenant)], args=[message_id, limit, self._lease_ms]
         )
@@ -242,7 +246,29 @@ class RedisConcurrencyLimiter:
                 held.discard(message_id)
                 if not held:
                     del self._held[tenant]
-        self._breaker.call(self._client.zrem, self.key(tenant), message_id)
+        try:
+            self._breaker.call(self._client.zrem, self.key(tenant), message_id)
+        except Exception:
+            # Left in Redis, the slot would count against the tenant for the rest of its lease
+            # (300 s by default) across every process: retried before its next acquire.
+            with self._lock:
+                self._unreleased.setdefault(tenant, set()).add(message_id)
+                self._start_renewer()
+            raise
+
+    def _release_unreleased(self, tenant: TenantId | None = None) -> None:
+        """Remove the slots whose release failed, of tenant (None: of every tenant)."""
+        with self._lock:
+            tenants = list(self._unreleased) if tenant is None else [tenant]
+            pending = {t: ids for t in tenants if (ids := self._unreleased.pop(t, None))}
+        for index, (owner, ids) in enumerate(pending.items()):
+            try:
+                self._breaker.call(self._client.zrem, self.key(owner), *ids)
+            except Exception:
+                with self._lock:
+                    for again, left in list(pending.items())[index:]:
+                        self._unreleased.setdefault(again, set()).update(left)
+                raise
 
     def renew(self, tenant: TenantId, message_id: str) -> bool:
         """Extend one lease by lease_s from now; False if the slot was already lost."""
@@ -285,6 +311,7 @@ class RedisConcurrencyLimiter:
         # so an outage never turns this thread into a busy loop.
         while not self._stop.wait(every_s):
             try:
+                self._release_unreleased()
                 self.renew_all()
             except CircuitOpenError:  # the breaker logged the outage; leases may lapse meanwhile
                 continue

@@ -30,7 +30,7 @@ from boost_tenancy.fairness import (
     RedisTokenBucketLimiter,
     redis_client,
 )
-from boost_tenancy.fairness.breaker import BreakerPolicy, Phase
+from boost_tenancy.fairness.breaker import BreakerPolicy, CircuitOpenError, Phase
 from boost_tenancy.fairness.redis_backend import redis_breaker
 from boost_tenancy.transports.base import Delivery
 from tests.conftest import unavailable, wait_until
@@ -227,6 +227,28 @@ def test_redis_slots_are_idempotent_per_message_id(client: Any, prefix: str) -> 
     assert limiter.try_acquire(TENANT, "m-2", 1)
     with pytest.raises(ConfigError, match="limit"):
         limiter.try_acquire(TENANT, "m-3", 0)
+
+
+def test_a_slot_whose_release_failed_is_released_before_the_tenants_next_acquire(
+    client: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release made while the breaker was open failed at once, and the slot stayed in Redis
+    for the rest of its lease: a tenant limited to one slot could run nothing anywhere for up
+    to five minutes after a two-second Redis hiccup."""
+    limiter = RedisConcurrencyLimiter(client, prefix=prefix, auto_renew=False)
+    assert limiter.try_acquire(TENANT, "m-1", 1)
+    real_call = limiter.breaker.call
+
+    def open_breaker(*_args: Any, **_kwargs: Any) -> Any:
+        raise CircuitOpenError("redis", "a timeout", 5.0)
+
+    monkeypatch.setattr(limiter.breaker, "call", open_breaker)
+    with pytest.raises(CircuitOpenError):
+        limiter.release(TENANT, "m-1")
+    monkeypatch.setattr(limiter.breaker, "call", real_call)
+    assert client.zrange(limiter.key(TENANT), 0, -1) == [b"m-1"], "still held in Redis"
+    assert limiter.try_acquire(TENANT, "m-2", 1), "m-1 released first"
+    assert client.zrange(limiter.key(TENANT), 0, -1) == [b"m-2"]
 
 
 def test_redis_bucket_deficit_reconfiguration_and_expiry(client: Any, prefix: str) -> None:
