@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from proton import Message, symbol
 
+from boost_tenancy.messages import DUPLICATE_ID_PROPERTY
 from boost_tenancy.testing.amqp_peer.state import _Address, _Queue, _Target
 from boost_tenancy.testing.amqp_peer.wire import _Refusal
 from boost_tenancy.transports.artemis_requests import MANAGEMENT_ADDRESS
@@ -22,6 +23,8 @@ class _Routing:
 
     def __init__(self, engine: _Engine) -> None:
         self._engine = engine
+        self._seen_ids: set[tuple[str, str]] = set()
+        """Artemis: the address and _AMQ_DUPL_ID of every message stored (duplicate detection)."""
 
     def rabbit_queue(self, address: str | None, durable: bool) -> _Queue:
         """RabbitMQ 3.10's answer to an address (measured): /queue/NAME and a bare NAME are queue
@@ -81,9 +84,29 @@ class _Routing:
         for address in engine._addresses.values():
             yield from address.subscriptions
 
+    def duplicate(self, target: _Target, message: Message) -> bool:
+        """Artemis: whether the message's _AMQ_DUPL_ID was seen at its address before (the
+        broker drops it, confirmed, outside a transaction, and fails the commit of one inside)."""
+        name = target.address or message.address
+        properties = cast(Mapping[str, object], message.properties or {})
+        duplicate_id = properties.get(DUPLICATE_ID_PROPERTY)
+        return (
+            self._engine._artemis
+            and duplicate_id is not None
+            and (name, str(duplicate_id)) in self._seen_ids
+        )
+
     def route(self, target: _Target, encoded: bytes, message: Message) -> None:
         engine = self._engine
         name = target.address or message.address
+        if engine._artemis and name is not None:
+            if self.duplicate(target, message):
+                return
+            duplicate_id = cast(Mapping[str, object], message.properties or {}).get(
+                DUPLICATE_ID_PROPERTY
+            )
+            if duplicate_id is not None:
+                self._seen_ids.add((name, str(duplicate_id)))
         if not engine._artemis or name is None:
             engine._store(engine._queue(str(name)), encoded, message)
             return

@@ -87,7 +87,18 @@ class _Transfers:
             conn.txns[txn_id] = _Txn(txn_id)
             amqp_peer._settle(delivery, _DECLARED, data=[txn_id])
         elif descriptor in _DISCHARGE and fields and (txn := conn.txns.get(_binary(fields[0]))):
-            self.discharge(conn, txn, fail=len(fields) > 1 and bool(fields[1]))
+            fail = len(fields) > 1 and bool(fields[1])
+            duplicate = any(self._engine.routing.duplicate(t, m) for t, _, m in txn.sends)
+            self.discharge(conn, txn, fail=fail or duplicate)
+            if duplicate and not fail:
+                # Artemis refuses the commit of a transaction that sent a duplicate (measured on
+                # 2.44: "the broker refused to commit the transaction"); it rolls back.
+                amqp_peer._settle(
+                    delivery,
+                    Delivery.REJECTED,
+                    Condition("amqp:transaction:rollback", "duplicate message detected"),
+                )
+                return
             amqp_peer._settle(delivery, Delivery.ACCEPTED)
         else:
             amqp_peer._settle(delivery, Delivery.REJECTED, Condition("amqp:transaction:unknown-id"))
