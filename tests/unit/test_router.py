@@ -134,6 +134,27 @@ def test_a_queue_too_long_for_some_tenants_derived_queues_is_refused_up_front(
     "refusal",
     [MessageEncodeError("the wire cannot carry it"), TransportError("ERROR frame: refused")],
 )
+def route_five_with_one_poison(
+    broker: InMemoryBroker, store: ErrorStore, transport: InMemoryTransport
+) -> tuple[TenantRouter, Inbox, Inbox]:
+    """Routes five messages of org-a from cmd.a through transport, the third marked poison;
+    returns once four are stored and one dead-lettered, the router stopped."""
+    router = TenantRouter(transport, ["cmd.a"], error_store=store)
+    stored = collect(broker, "tenant.org-a.cmd.a")
+    dead = collect(broker, dead_letter_queue("cmd.a"))
+    sender, tenant = connected(broker), {"tenantUUID": "org-a"}
+    sender.send_batch(
+        [
+            ("cmd.a", WireMessage(body=json.dumps({"n": n, "poison": n == 2}), properties=tenant))
+            for n in range(5)
+        ]
+    )
+    router.start()
+    assert wait_until(lambda: len(stored) == 4 and len(dead) == 1)
+    router.stop()
+    return router, stored, dead
+
+
 def test_a_message_the_wire_or_broker_refuses_is_dead_lettered_and_the_rest_routed(
     broker: InMemoryBroker,
     store: ErrorStore,
@@ -162,19 +183,7 @@ def test_a_message_the_wire_or_broker_refuses_is_dead_lettered_and_the_rest_rout
 
     monkeypatch.setattr(transport, "send_then_ack_many", many)
     monkeypatch.setattr(transport, "send_then_ack", one)
-    router = TenantRouter(transport, ["cmd.a"], error_store=store)
-    stored = collect(broker, "tenant.org-a.cmd.a")
-    dead = collect(broker, dead_letter_queue("cmd.a"))
-    sender, tenant = connected(broker), {"tenantUUID": "org-a"}
-    sender.send_batch(
-        [
-            ("cmd.a", WireMessage(body=json.dumps({"n": n, "poison": n == 2}), properties=tenant))
-            for n in range(5)
-        ]
-    )
-    router.start()
-    assert wait_until(lambda: len(stored) == 4 and len(dead) == 1)
-    router.stop()
+    router, _stored, dead = route_five_with_one_poison(broker, store, transport)
     assert router.routed == {TenantId("org-a"): 4}
     assert dead.items[0].properties["boostDeadLetterReason"] == "unsettleable"
     (record,) = recorded(store, 1, tenant=TenantId("org-a"), outcome=FailureOutcome.DEAD_LETTER)
@@ -209,19 +218,7 @@ def test_a_forward_the_broker_takes_in_part_moves_the_rest_without_storing_any_t
 
     monkeypatch.setattr(transport, "send_then_ack_many", many)
     monkeypatch.setattr(transport, "send_then_ack", one)
-    router = TenantRouter(transport, ["cmd.a"], error_store=store)
-    stored = collect(broker, "tenant.org-a.cmd.a")
-    dead = collect(broker, dead_letter_queue("cmd.a"))
-    sender, tenant = connected(broker), {"tenantUUID": "org-a"}
-    sender.send_batch(
-        [
-            ("cmd.a", WireMessage(body=json.dumps({"n": n, "poison": n == 2}), properties=tenant))
-            for n in range(5)
-        ]
-    )
-    router.start()
-    assert wait_until(lambda: len(stored) == 4 and len(dead) == 1)
-    router.stop()
+    router, stored, _dead = route_five_with_one_poison(broker, store, transport)
     assert sorted(json.loads(str(m.body))["n"] for m in stored.items) == [0, 1, 3, 4]
     assert router.routed == {TenantId("org-a"): 4}
 
