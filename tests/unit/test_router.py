@@ -130,10 +130,6 @@ def test_a_queue_too_long_for_some_tenants_derived_queues_is_refused_up_front(
         TenantRouter(connected(broker), [fits + "q"], error_store=store)
 
 
-@pytest.mark.parametrize(
-    "refusal",
-    [MessageEncodeError("the wire cannot carry it"), TransportError("ERROR frame: refused")],
-)
 def route_five_with_one_poison(
     broker: InMemoryBroker, store: ErrorStore, transport: InMemoryTransport
 ) -> tuple[TenantRouter, Inbox, Inbox]:
@@ -155,6 +151,10 @@ def route_five_with_one_poison(
     return router, stored, dead
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [MessageEncodeError("the wire cannot carry it"), TransportError("ERROR frame: refused")],
+)
 def test_a_message_the_wire_or_broker_refuses_is_dead_lettered_and_the_rest_routed(
     broker: InMemoryBroker,
     store: ErrorStore,
