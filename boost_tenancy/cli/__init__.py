@@ -114,14 +114,33 @@ def _unknown_options(parser: argparse.ArgumentParser, arguments: list[str]) -> l
             item.required = True
         for each, error in zip(parsers, saved, strict=True):
             each.error = error  # type: ignore[method-assign]
-    known = [o for each in parsers for a in each._actions for o in a.option_strings]
+    # Suggested only from the command given (and the parsers above it): another command's
+    # option is no fix for this one.
+    known = {
+        o for each in _path(parser, arguments) for a in each._actions for o in a.option_strings
+    }
+    options = [extra.partition("=")[0] for extra in extras if extra.startswith("-")]
+    if any(option in known for option in options):
+        return []  # a known option out of its place (before its command, after --): argparse's
     shown = []
-    for extra in extras:
-        if extra.startswith("-"):
-            option = extra.partition("=")[0]
-            close = difflib.get_close_matches(option, known, n=1)
-            shown.append(f"{option} (did you mean {close[0]}?)" if close else option)
+    for option in options:
+        close = difflib.get_close_matches(option, sorted(known), n=1)
+        shown.append(f"{option} (did you mean {close[0]}?)" if close else option)
     return shown
+
+
+def _path(parser: argparse.ArgumentParser, arguments: list[str]) -> list[argparse.ArgumentParser]:
+    """The parser and the sub-parsers the arguments name, in order (publish; dlq, list)."""
+    path = [parser]
+    for argument in arguments:
+        children = [
+            action.choices
+            for action in path[-1]._actions
+            if isinstance(action, argparse._SubParsersAction)
+        ]
+        if children and argument in children[0]:
+            path.append(children[0][argument])
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.routing import Routing, Topology, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId, belongs_to
-from boost_tenancy.transports.base import Delivery, Outgoing, Transport
+from boost_tenancy.transports.base import Delivery, Outgoing, PartlyForwardedError, Transport
 
 log = structlog.get_logger("boost_tenancy.ops.migration")
 
@@ -69,9 +69,14 @@ def migrate_dead_letters(
             if mine:
                 # One whose connection is gone is skipped: the broker redelivers it to this
                 # subscription after the reconnection, and it is moved (and counted) then.
-                done = transport.send_then_ack_many(
-                    [(d, [Outgoing(target, copy_of(d))]) for d in mine]
-                )
+                try:
+                    done = transport.send_then_ack_many(
+                        [(d, [Outgoing(target, copy_of(d))]) for d in mine]
+                    )
+                except PartlyForwardedError as exc:  # forwarding not atomic: some moved
+                    moved += len(exc.forwarded)
+                    log.info("dead_letters_migrated", source=source, target=target, count=moved)
+                    raise
                 moved += len(done)
     finally:
         unsubscribe_all(transport, [subscription])

@@ -41,7 +41,13 @@ from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing, check_logical_queue
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.tenancy import TenantId, check_body_tenant, claimed_tenant
-from boost_tenancy.transports.base import Delivery, Outgoing, Subscription, Transport
+from boost_tenancy.transports.base import (
+    Delivery,
+    Outgoing,
+    PartlyForwardedError,
+    Subscription,
+    Transport,
+)
 
 log = structlog.get_logger("boost_tenancy.ops.quarantine")
 
@@ -215,7 +221,8 @@ class QuarantineAdmin:
         not among the first limit messages of the quarantine, a body naming another tenant, a
         tenantUUID property naming another valid tenant unless force. Every re-drive is recorded
         in the error store (outcome redrive, the actor and the tenantUUID it had). Returns the
-        ids re-driven.
+        ids re-driven. Should the broker refuse some copies where forwarding is not atomic, the
+        others are moved and recorded, and QuarantineRedriveError names those that stayed.
         """
         tenant_id = TenantId.parse(tenant)
         wanted = {check_id("message id", message_id) for message_id in message_ids}
@@ -236,9 +243,13 @@ class QuarantineAdmin:
                     f"the connection to the broker was lost while {quarantine} was read; "
                     "nothing was moved: run the re-drive again"
                 )
-            done = self._transport.send_then_ack_many(
-                [(a.delivery, [Outgoing(target, _assigned(a, tenant_id))]) for a in chosen]
-            )
+            refused: PartlyForwardedError | None = None
+            try:
+                done = self._transport.send_then_ack_many(
+                    [(a.delivery, [Outgoing(target, _assigned(a, tenant_id))]) for a in chosen]
+                )
+            except PartlyForwardedError as exc:  # forwarding not atomic: some moved
+                done, refused = exc.forwarded, exc
             # A delivery whose connection was lost meanwhile was skipped, and the broker takes it
             # back: only the others are reported and audited as moved.
             moved_ids = {id(d) for d in done}
@@ -249,9 +260,14 @@ class QuarantineAdmin:
         self._record(moved, queue, quarantine, tenant_id, actor=actor, force=force)
         if len(moved) < len(chosen):
             kept = sorted({a.message_id for a in chosen} - {a.message_id for a in moved})
+            why = (
+                "the connection to the broker was lost during the re-drive"
+                if refused is None
+                else f"the broker refused some: {refused}"
+            )
             raise QuarantineRedriveError(
-                f"the connection to the broker was lost during the re-drive: {', '.join(kept)} "
-                f"stayed in {quarantine} (the others moved): run the re-drive again for them"
+                f"{why}: {', '.join(kept)} stayed in {quarantine} (the others moved and are "
+                "recorded): run the re-drive again for them"
             )
         return [a.message_id for a in moved]
 

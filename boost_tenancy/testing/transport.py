@@ -24,6 +24,7 @@ from boost_tenancy.transports.base import (
     ListedQueue,
     OnDelivery,
     Outgoing,
+    PartlyForwardedError,
     QueueStats,
     SubscribeRequest,
     Subscription,
@@ -230,10 +231,17 @@ class InMemoryTransport(ManagedRoutes):
     def send_then_ack_many(
         self, moves: Sequence[tuple[Delivery, Sequence[Outgoing]]]
     ) -> list[Delivery]:
-        moved = []
+        moved: list[Delivery] = []
         for delivery, items in moves:
             if self.is_live(delivery):
-                self.send_then_ack(delivery, items)
+                try:
+                    self.send_then_ack(delivery, items)
+                except TransportError as exc:
+                    if not moved:
+                        raise
+                    # The ones before are moved and acknowledged, as a broker without atomic
+                    # forward leaves them (AmqpTransport on RabbitMQ): named, not moved again.
+                    raise PartlyForwardedError(str(exc), moved) from exc
                 moved.append(delivery)
         return moved
 

@@ -206,9 +206,11 @@ class Transport(Protocol):
 
         For bulk moves (parking, re-driving), where one broker commit per message is too slow.
         A delivery whose connection is gone is skipped (the broker redelivers it); returns the
-        deliveries moved, so that callers report and count only those. Without atomic_forward,
-        copies the broker refuses on a live connection raise PartlyForwardedError naming the
-        deliveries moved nonetheless: a caller moving the rest again moves only those.
+        deliveries moved, so that callers report and count only those. Where a refusal leaves
+        some moved (the AMQP transport without atomic_forward; the in-memory one), it raises
+        PartlyForwardedError naming them: a caller moving the rest again moves only those. A
+        refused STOMP SEND ends its connection (an ERROR frame): none is live then, and what was
+        stored before it may come back as a duplicate, as after a crash.
         """
 
     def is_live(self, delivery: Delivery) -> bool:

@@ -25,7 +25,7 @@ import pytest
 from proton._io import IO
 
 from boost_tenancy.application.brokers import open_transport
-from boost_tenancy.errors import TransportError
+from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.testing.amqp_peer import AmqpPeer
 from boost_tenancy.transports.amqp import AmqpTransport
@@ -203,5 +203,33 @@ def test_a_transaction_under_way_when_the_connection_is_lost_fails_at_once(
             with pytest.raises(TransportError, match="lost"):
                 run_within(10, send_then_lose)
             assert peer.depth("tenant.org-A.q") == 0
+        finally:
+            transport.close()
+
+
+def test_a_send_the_broker_never_confirms_is_not_confirmed_and_the_connection_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether the broker took it is unknown: NotConfirmedError, which callers leave to
+    redelivery (a plain TransportError made them dead-letter a copy the broker may hold), and a
+    new connection, so the broker redelivers what the old one held (as over STOMP)."""
+    with AmqpPeer() as peer:
+        waits = {
+            **WAITS,
+            "BOOST_BROKER_RECONNECT_WAIT_S": "0.5",
+            "BOOST_BROKER_CONFIRM_TIMEOUT_S": "0.5",
+        }
+        transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
+        assert isinstance(transport, AmqpTransport)
+        transport.connect()
+        try:
+            generation = transport._engine.generation
+            monkeypatch.setattr(peer._engine.transfers, "on_transfer", lambda *_args: None)
+            with pytest.raises(NotConfirmedError, match="no confirmation from the broker"):
+                transport.send("tenant.org-A.q", message("never confirmed"))
+            monkeypatch.undo()
+            assert wait_until(lambda: transport._engine.generation > generation)
+            transport.send("tenant.org-A.q", message("after"))
+            assert peer.depth("tenant.org-A.q") == 1
         finally:
             transport.close()

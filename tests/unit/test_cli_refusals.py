@@ -133,6 +133,24 @@ def test_a_mistyped_option_is_named_before_any_flag_it_leaves_missing(
     assert f"error: unrecognized arguments: {shown}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        # Another command's option is no suggestion, nor is an option suggested for itself.
+        (["dlq", "list", "--tenant", "a", "--queue", "q", "--message-id", "x"], "--message-id"),
+        (["--json", "stats", "--tenant", "a", "--queue", "q"], "--json"),
+    ],
+)
+def test_an_option_of_another_command_is_named_without_a_suggestion(
+    argv: list[str], shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {shown}" in err
+    assert "did you mean" not in err
+
+
 def test_help_and_version_print_once_and_as_they_are(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])

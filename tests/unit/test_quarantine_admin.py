@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from boost_tenancy.cli import main
 from boost_tenancy.cli import migration as migration_cli
 from boost_tenancy.cli import quarantine as quarantine_cli
 from boost_tenancy.cli.output import body_json
-from boost_tenancy.errors import ConfigError
+from boost_tenancy.errors import ConfigError, TransportError
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
     DEAD_LETTER_REASON_PROPERTY,
@@ -43,6 +43,7 @@ from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome
 from boost_tenancy.routing import Routing, Topology
 from boost_tenancy.selectors import TENANT_PROPERTY
 from boost_tenancy.testing import InMemoryBroker, InMemoryTransport
+from boost_tenancy.transports.base import Delivery, Outgoing
 from tests.conftest import recorded, unique_queue, wait_until
 
 ORG_A, ORG_B = TenantId("org-A"), TenantId("org-B")
@@ -201,6 +202,42 @@ def test_redrive_assigns_a_message_to_the_tenant_and_records_who(
     assert record.raw_tenant is None
     assert "assigned to tenant org-A by alice" in record.error_text
     assert quarantined.shared in record.error_text
+
+
+def test_a_redrive_the_broker_takes_in_part_records_what_moved_and_names_what_stayed(
+    quarantined: Quarantined, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where forwarding is not atomic, the broker refusing one copy leaves the others moved: they
+    went unrecorded, and the operator heard of a bare transport error."""
+    moved_id = quarantined.by_property(quarantined.shared, None)
+    refused_id = quarantined.by_property(quarantined.shared, HOSTILE)
+    transport = quarantined.admin._transport
+    real_one = transport.send_then_ack
+
+    def refuse_bytes(delivery: Delivery, items: Sequence[Outgoing]) -> None:
+        if isinstance(delivery.body, bytes):
+            raise TransportError("the broker rejected the message: queue full")
+        real_one(delivery, items)
+
+    monkeypatch.setattr(transport, "send_then_ack", refuse_bytes)
+    with pytest.raises(QuarantineRedriveError) as refused:
+        quarantined.admin.redrive(
+            quarantined.queue,
+            tenant=ORG_A,
+            message_ids=[moved_id, refused_id],
+            actor="alice",
+            idle_s=IDLE,
+        )
+    assert (
+        f"the broker refused some: the broker rejected the message: queue full: {refused_id}"
+        in (str(refused.value))
+    )
+    [sent] = quarantined.broker.messages(f"tenant.org-A.{quarantined.queue}")
+    assert sent.properties[MESSAGE_ID_PROPERTY] == moved_id
+    assert refused_id in quarantined.ids(quarantined.shared)
+    recorded(
+        quarantined.store, 1, tenant=ORG_A, message_id=moved_id, outcome=FailureOutcome.REDRIVE
+    )
 
 
 def test_redrive_on_a_shared_queue_sends_to_the_shared_queue_stamped(

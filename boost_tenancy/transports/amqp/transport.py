@@ -16,6 +16,7 @@ from typing import TypeVar
 from boost_tenancy.errors import (
     BoostTenancyError,
     ConfigError,
+    NotConfirmedError,
     QueueStatsUnavailableError,
     TransportError,
 )
@@ -131,14 +132,16 @@ class AmqpTransport(ManagedRoutes):
 
     # -- running on the loop ---------------------------------------------------------------------
     def _when_open(self, what: str, work: Callable[[Future[None]], None]) -> None:
-        """Run work on the loop thread once the connection is open and wait for its future:
-        at most reconnect_wait_s for a lost connection to come back, then confirm_timeout_s."""
+        """Run work on the loop once the connection is open and wait for its future: at most
+        reconnect_wait_s for a lost connection to come back, then confirm_timeout_s."""
         done: Future[None] = Future()
         engine = self._engine
+        started: list[bool] = []
 
         def start() -> None:
             if done.cancelled():
                 return
+            started.append(True)
             if not engine.is_open:
                 resolve(done, TransportError(f"{what}: the AMQP connection is closed"))
                 return
@@ -157,7 +160,12 @@ class AmqpTransport(ManagedRoutes):
             if done.cancel():
                 engine.loop.post(lambda: engine.forget_waiting(start))
                 text = f"{what}: no confirmation from the broker within {timeout} s"
-                raise TransportError(text) from None
+                if not started:
+                    raise TransportError(text) from None  # never sent: nothing is stored
+                # Sent, its fate unknown: the connection is given up (as STOMP's on a missing
+                # receipt), so the broker redelivers what it held and no delivery waits for good.
+                engine.loop.post(lambda: engine.abandon(f"no confirmation within {timeout} s"))
+                raise NotConfirmedError(text) from None
             done.result(0)  # its outcome came as the wait ended: a confirmed send stays confirmed
         except CancelledError:
             raise TransportError(f"{what}: abandoned") from None
@@ -362,9 +370,7 @@ class AmqpTransport(ManagedRoutes):
     def list_queues(self, prefixes: Sequence[str]) -> list[ListedQueue]:
         """Every queue under the prefixes (QueueLister), where capabilities.queue_listing."""
         if not self.capabilities.queue_listing:
-            raise QueueStatsUnavailableError(
-                f"{self.server or 'the broker'} lists no queues over AMQP"
-            )
+            raise QueueStatsUnavailableError(f"{self.server or 'the broker'} lists no queues")
         checked = [check_queue_prefix(p) for p in prefixes]
         return self.management_session(lambda session: artemis_queues.list_queues(session, checked))
 
