@@ -45,16 +45,24 @@ def tenants(given: Sequence[str], flag: str = "--tenant") -> tuple[TenantId, ...
     return parse_tenants(named)
 
 
-def existing_store(url: str, variable: str, what: str) -> str:
-    """url, for a command that only reads the store: a SQLite file that does not exist is
-    refused rather than made (an empty store read from a mistyped path looked like no data)."""
+def missing_store(url: str, variable: str, what: str) -> str | None:
+    """For a command that only reads the store: why a SQLite file the URL names is not there
+    (an empty store made at a mistyped path looked like no data), or None when it is."""
     store = parse_store_url(url, what=what)
     if store.backend == "sqlite" and not Path(store.target).exists():
-        raise ConfigError(
+        return (
             f"{variable} names the SQLite file {str(Path(store.target).absolute())!r}, which does "
             f"not exist (sqlite:///relative/path is read from the current folder, "
             f"sqlite:////absolute/path from the root); the {what} is made where it is first written"
         )
+    return None
+
+
+def existing_store(url: str, variable: str, what: str) -> str:
+    """url, where missing_store finds the file; a ConfigError saying why where it does not."""
+    missing = missing_store(url, variable, what)
+    if missing is not None:
+        raise ConfigError(missing)
     return url
 
 

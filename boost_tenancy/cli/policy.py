@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from datetime import date
 from typing import Any
 
@@ -16,6 +17,7 @@ from boost_tenancy.cli.common import (
     Subparsers,
     acting,
     existing_store,
+    missing_store,
     tenants,
 )
 from boost_tenancy.errors import ConfigError
@@ -144,13 +146,17 @@ def usage_command(args: argparse.Namespace, settings: AppSettings) -> int:
         until = date.fromisoformat(args.until) if args.until else date.max
     except ValueError as exc:
         raise ConfigError(f"--since/--until must be dates like 2026-11-23: {exc}") from None
-    store = open_usage_store(
-        existing_store(settings.usage_store_url, "BOOST_USAGE_STORE", "usage store")
-    )
-    try:
-        days = store.days(tenant, since=since, until=until)
-    finally:
-        store.close()
+    missing = missing_store(settings.usage_store_url, "BOOST_USAGE_STORE", "usage store")
+    days: dict[str, dict[str, int]] = {}
+    if missing is not None:
+        # Nothing recorded there yet, or a mistyped path: said, and no file made.
+        print(f"boost-tenancy: no usage read: {missing}", file=sys.stderr)
+    else:
+        store = open_usage_store(settings.usage_store_url)
+        try:
+            days = store.days(tenant, since=since, until=until)
+        finally:
+            store.close()
     totals: dict[str, int] = {}
     for counts in days.values():
         for counter, count in counts.items():
