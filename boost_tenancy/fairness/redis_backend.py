@@ -211,8 +211,7 @@ class RedisConcurrencyLimiter:
         self._renew = client.register_script(_RENEW_LUA)
         self._held: dict[TenantId, set[str]] = {}
         self._unreleased: dict[TenantId, set[str]] = {}
-        """Slots whose release failed (Redis down, the breaker open): removed before the
-        tenant's next acquire and on each renewal pass, rather than held for a whole lease."""
+        """Slots whose release failed: removed before the tenant's next acquire, and on renewal."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
