@@ -31,11 +31,7 @@ from boost_tenancy.ops.moving import (
 )
 from boost_tenancy.processing.inbound import adopt
 from boost_tenancy.processing.outcomes import Quarantine
-from boost_tenancy.resilience.dead_letter import (
-    DeadLetterReason,
-    dead_letter_queue,
-    raw_dead_letter_copy,
-)
+from boost_tenancy.resilience.dead_letter import dead_letter_queue, dead_letter_refused
 from boost_tenancy.resilience.error_store import ErrorStore
 from boost_tenancy.routing import PARKED_QUEUE_PREFIX, parked_queue
 from boost_tenancy.selectors import (
@@ -324,29 +320,14 @@ class ParkedRedrive:
 
     def _dead_letter(self, move: ParkedMove, delivery: Delivery, exc: Exception) -> None:
         adopted = adopt(delivery)
-        error = f"unparking to {move.target!r} was refused: {exc}"
-        copy = raw_dead_letter_copy(
-            adopted.delivery,
+        dead_letter_refused(
+            self._transport,
+            delivery,
+            dead_letter_queue(move.target),
+            refusal=exc,
+            error=f"unparking to {move.target!r} was refused: {exc}",
             message_id=adopted.message_id,
-            error_type=type(exc).__name__,
-            error_text=error,
             attempt=adopted.attempt,
-        )
-        try:
-            self._transport.send_then_ack(
-                delivery, [Outgoing(dead_letter_queue(move.target), copy)]
-            )
-        except Exception as again:  # it stays parked: back when the subscription ends
-            log.critical(
-                "message_unsettleable", queue=delivery.queue, error=error, last_error=str(again)
-            )
-            return
-        log.error(
-            "message_dead_lettered",
-            reason=DeadLetterReason.UNSETTLEABLE.value,
-            queue=delivery.queue,
-            error_type=type(exc).__name__,
-            error=error,
         )
 
     def wait(self, timeout: float | None = None) -> bool:

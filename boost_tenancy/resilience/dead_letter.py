@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+import structlog
+
 from boost_tenancy.header_values import header_text
 from boost_tenancy.messages import (
     ATTEMPT_PROPERTY,
@@ -23,7 +25,9 @@ from boost_tenancy.messages import (
 )
 from boost_tenancy.routing import DLQ_PREFIX, QUARANTINE_SUFFIX
 from boost_tenancy.selectors import TENANT_PROPERTY
-from boost_tenancy.transports.base import Delivery
+from boost_tenancy.transports.base import Delivery, Outgoing, Transport
+
+log = structlog.get_logger("boost_tenancy.resilience")
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -123,6 +127,44 @@ def raw_dead_letter_copy(
         properties=with_error(properties, error_type=error_type, error_text=error_text),
         correlation_id=None,
         expires_at_ms=None,  # a dead letter never expires (dead_letter_copy says why)
+    )
+
+
+def dead_letter_refused(
+    transport: Transport,
+    delivery: Delivery,
+    target: str,
+    *,
+    refusal: Exception,
+    error: str,
+    message_id: str,
+    attempt: int,
+) -> None:
+    """A copy the broker refused on a live connection, away from the dispatcher (a held retry,
+    a parked message moved back): the original bytes go to target, the dead-letter queue, and
+    delivery is acknowledged, as raw_dead_letter_copy's last resort does. Should that be refused
+    too, delivery stays unacknowledged, reported as message_unsettleable, until its connection
+    ends and the broker has it back."""
+    copy = raw_dead_letter_copy(
+        delivery,
+        message_id=message_id,
+        error_type=type(refusal).__name__,
+        error_text=error,
+        attempt=attempt,
+    )
+    try:
+        transport.send_then_ack(delivery, [Outgoing(target, copy)])
+    except Exception as again:
+        log.critical(
+            "message_unsettleable", queue=delivery.queue, error=error, last_error=str(again)
+        )
+        return
+    log.error(
+        "message_dead_lettered",
+        reason=DeadLetterReason.UNSETTLEABLE.value,
+        queue=delivery.queue,
+        error_type=type(refusal).__name__,
+        error=error,
     )
 
 

@@ -18,9 +18,8 @@ import structlog
 from boost_tenancy.header_values import parse_attempt
 from boost_tenancy.messages import ATTEMPT_PROPERTY, MESSAGE_ID_PROPERTY, WireMessage
 from boost_tenancy.resilience.dead_letter import (
-    DeadLetterReason,
     dead_letter_queue,
-    raw_dead_letter_copy,
+    dead_letter_refused,
     with_error,
 )
 from boost_tenancy.resilience.failure import ErrorInfo
@@ -172,36 +171,19 @@ class HeldRedelivery(RepublishRedelivery):
             except Exception as exc:  # the timer thread serves every held message: it goes on
                 log.warning("held_retry_failed", queue=delivery.queue, error=str(exc))
                 if transport.is_live(delivery):
-                    self._dead_letter_raw(transport, delivery, exc)
+                    # Refused on a live connection (a queue over its limit, say): dead-lettered,
+                    # as the dispatcher's last resort does for a copy refused at once.
+                    dead_letter_refused(
+                        transport,
+                        delivery,
+                        dead_letter_queue(delivery.queue),
+                        refusal=exc,
+                        error=f"the retry's copy could not be sent: {exc}",
+                        message_id=delivery.properties.get(MESSAGE_ID_PROPERTY, ""),
+                        attempt=self._attempt(delivery),
+                    )
 
         self._timers.call_later(delay_ms / 1000.0, forward)
-
-    def _dead_letter_raw(self, transport: Transport, delivery: Delivery, exc: Exception) -> None:
-        """The broker refused the copy on a live connection (a queue over its limit, say): the
-        original bytes go to the dead-letter queue, as the dispatcher's last resort does for a
-        copy refused at once. Should that be refused too, the original stays held and reported
-        (message_unsettleable), until its connection ends and the broker has it back."""
-        error = f"the retry's copy could not be sent: {exc}"
-        raw = raw_dead_letter_copy(
-            delivery,
-            message_id=delivery.properties.get(MESSAGE_ID_PROPERTY, ""),
-            error_type=type(exc).__name__,
-            error_text=error,
-            attempt=self._attempt(delivery),
-        )
-        try:
-            transport.send_then_ack(delivery, [Outgoing(dead_letter_queue(delivery.queue), raw)])
-        except Exception as again:
-            log.critical(
-                "message_unsettleable", queue=delivery.queue, error=error, last_error=str(again)
-            )
-        else:
-            log.error(
-                "message_dead_lettered",
-                reason=DeadLetterReason.UNSETTLEABLE.value,
-                error_type=type(exc).__name__,
-                error=error,
-            )
 
 
 _TIMERS = _Timers()
