@@ -248,8 +248,7 @@ class RedisConcurrencyLimiter:
         try:
             self._breaker.call(self._client.zrem, self.key(tenant), message_id)
         except Exception:
-            # Left in Redis, the slot would count against the tenant for the rest of its lease
-            # (300 s by default) across every process: retried before its next acquire.
+            # Left in Redis it counts against the tenant for its lease: retried (_unreleased).
             with self._lock:
                 self._unreleased.setdefault(tenant, set()).add(message_id)
                 self._start_renewer()
@@ -257,16 +256,17 @@ class RedisConcurrencyLimiter:
 
     def _release_unreleased(self, tenant: TenantId | None = None) -> None:
         """Remove the slots whose release failed, of tenant (None: of every tenant)."""
-        with self._lock:
-            tenants = list(self._unreleased) if tenant is None else [tenant]
-            pending = {t: ids for t in tenants if (ids := self._unreleased.pop(t, None))}
-        for index, (owner, ids) in enumerate(pending.items()):
+        if not self._unreleased:
+            return  # the usual case, on every acquire: no lock taken
+        for owner in list(self._unreleased) if tenant is None else [tenant]:
+            with self._lock:
+                ids = self._unreleased.pop(owner, set())
             try:
-                self._breaker.call(self._client.zrem, self.key(owner), *ids)
+                if ids:
+                    self._breaker.call(self._client.zrem, self.key(owner), *ids)
             except Exception:
-                with self._lock:
-                    for again, left in list(pending.items())[index:]:
-                        self._unreleased.setdefault(again, set()).update(left)
+                with self._lock:  # tried again on the next acquire or renewal pass
+                    self._unreleased.setdefault(owner, set()).update(ids)
                 raise
 
     def renew(self, tenant: TenantId, message_id: str) -> bool:
