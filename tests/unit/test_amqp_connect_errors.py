@@ -60,6 +60,16 @@ def unreachable(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     yield port
 
 
+def connected(peer: AmqpPeer, **waits: str) -> AmqpTransport:
+    """A transport to peer, connected, with WAITS and the waits given (reconnect_wait_s="0.1"
+    sets BOOST_BROKER_RECONNECT_WAIT_S)."""
+    env = {**WAITS, **{f"BOOST_BROKER_{name.upper()}": value for name, value in waits.items()}}
+    transport = open_transport(f"amqp://127.0.0.1:{peer.port}", env)
+    assert isinstance(transport, AmqpTransport)
+    transport.connect()
+    return transport
+
+
 def message(text: str) -> WireMessage:
     return WireMessage(body=text, properties={"tenantUUID": "org-A"})
 
@@ -103,14 +113,7 @@ def test_sends_while_the_broker_is_gone_fail_and_leave_nothing_behind() -> None:
     """Each send waits reconnect_wait_s + confirm_timeout_s, then fails; what it would have sent
     is let go at once, however long the broker stays away."""
     peer = AmqpPeer()
-    waits = {
-        **WAITS,
-        "BOOST_BROKER_RECONNECT_WAIT_S": "0.1",
-        "BOOST_BROKER_CONFIRM_TIMEOUT_S": "0.1",
-    }
-    transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
-    assert isinstance(transport, AmqpTransport)
-    transport.connect()
+    transport = connected(peer, reconnect_wait_s="0.1", confirm_timeout_s="0.1")
     try:
         queue = f"tenant.org-A.cmd.{uuid.uuid4().hex[:8]}"
         peer.close()
@@ -126,13 +129,7 @@ def test_sends_while_the_broker_is_gone_fail_and_leave_nothing_behind() -> None:
 
 def test_with_no_reconnect_wait_a_send_while_the_broker_is_gone_fails_at_once() -> None:
     peer = AmqpPeer()
-    waits = {
-        **WAITS,
-        "BOOST_BROKER_RECONNECT_WAIT_S": "0",
-        "BOOST_BROKER_CONFIRM_TIMEOUT_S": "60",
-    }
-    transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
-    transport.connect()
+    transport = connected(peer, reconnect_wait_s="0", confirm_timeout_s="60")
     try:
         peer.close()
         assert wait_until(lambda: not transport.is_connected)
@@ -145,9 +142,7 @@ def test_with_no_reconnect_wait_a_send_while_the_broker_is_gone_fails_at_once() 
 
 def test_a_send_after_close_fails_at_once() -> None:
     with AmqpPeer() as peer:
-        waits = {**WAITS, "BOOST_BROKER_CONFIRM_TIMEOUT_S": "60"}
-        transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
-        transport.connect()
+        transport = connected(peer, confirm_timeout_s="60")
         transport.close()
         with pytest.raises(TransportError):
             run_within(5, lambda: transport.send("tenant.org-A.q", message("late")))
@@ -184,9 +179,7 @@ def test_a_transaction_under_way_when_the_connection_is_lost_fails_at_once(
         monkeypatch.setattr(
             peer._engine.transfers, "on_control", lambda *_args: declared.append(True)
         )
-        waits = {**WAITS, "BOOST_BROKER_CONFIRM_TIMEOUT_S": "60"}
-        transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
-        transport.connect()
+        transport = connected(peer, confirm_timeout_s="60")
         try:
             batch = [("tenant.org-A.q", message("one")), ("tenant.org-A.q", message("two"))]
 
@@ -214,14 +207,7 @@ def test_a_send_the_broker_never_confirms_is_not_confirmed_and_the_connection_gi
     redelivery (a plain TransportError made them dead-letter a copy the broker may hold), and a
     new connection, so the broker redelivers what the old one held (as over STOMP)."""
     with AmqpPeer() as peer:
-        waits = {
-            **WAITS,
-            "BOOST_BROKER_RECONNECT_WAIT_S": "0.5",
-            "BOOST_BROKER_CONFIRM_TIMEOUT_S": "0.5",
-        }
-        transport = open_transport(f"amqp://127.0.0.1:{peer.port}", waits)
-        assert isinstance(transport, AmqpTransport)
-        transport.connect()
+        transport = connected(peer, reconnect_wait_s="0.5", confirm_timeout_s="0.5")
         try:
             generation = transport._engine.generation
             monkeypatch.setattr(peer._engine.transfers, "on_transfer", lambda *_args: None)
