@@ -27,8 +27,9 @@ REFUSED = "refuse me"
 
 @pytest.fixture
 def peer(monkeypatch: pytest.MonkeyPatch) -> Iterator[AmqpPeer]:
-    """A RabbitMQ-like peer that rejects a message whose body is REFUSED, as RabbitMQ rejects
-    one for a queue at its length limit (reject-publish), and stores the rest."""
+    """A peer without transactions that settles a message whose body is REFUSED rejected (the
+    AMQP outcome for a refusal) and stores the rest. RabbitMQ 3.10 ends the connection instead,
+    modelled and tested in test_amqp_refusal_ends_connection.py."""
     with AmqpPeer(PeerFlavour.RABBITMQ) as made:
         refusing: list[bool] = []
         routing = made._engine.routing

@@ -35,6 +35,9 @@ from boost_tenancy.testing.amqp_peer.transfers import _Transfers
 from boost_tenancy.testing.amqp_peer.wire import _Refusal
 from boost_tenancy.testing.diverts import DivertModel
 
+REFUSAL_CLOSE_S: Final = 3.0
+"""RabbitMQ 3.10.8 ended the connection this long after a refused message (measured)."""
+
 # How often scheduled messages are checked against the clock (an injected clock may jump).
 _TICK_S: Final = 0.05
 
@@ -82,6 +85,9 @@ class _Engine:
             self._queues.__contains__, self.management.make_queue, self.management.queue_counts
         )
         self.manage = True  # the user's manage permission on activemq.management
+        self.length_limits: dict[str, int] = {}
+        """RabbitMQ: a queue's max-length with overflow reject-publish (transfers.py)."""
+        self.refusal_close_s = REFUSAL_CLOSE_S
 
     # -- plumbing ---------------------------------------------------------------------------------
     def on_peer_call(self, _event: Any) -> None:

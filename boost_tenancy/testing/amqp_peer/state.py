@@ -52,6 +52,7 @@ class _Conn:
     sock: socket.socket
     closed_cleanly: bool = False
     txns: dict[bytes, _Txn] = field(default_factory=dict)
+    crashed: bool = False  # RabbitMQ 3.10: it refused a message; nothing more is taken on it
 
 
 @dataclass(eq=False, slots=True)

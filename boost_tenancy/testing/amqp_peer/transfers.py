@@ -3,13 +3,23 @@ transactions declared, holding sends and acceptances, and discharged."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from proton import Condition, Delivery, Described, Link, Message
 
 from boost_tenancy.testing import amqp_peer
-from boost_tenancy.testing.amqp_peer.state import _Conn, _Consumer, _Entry, _remove, _Txn
+from boost_tenancy.testing.amqp_peer.state import (
+    _Conn,
+    _Consumer,
+    _Entry,
+    _remove,
+    _Target,
+    _Txn,
+)
 from boost_tenancy.testing.amqp_peer.wire import (
     _ACCEPTED,
     _DECLARE,
@@ -43,7 +53,11 @@ class _Transfers:
             self.on_control(engine._coordinators[link], delivery, encoded)
             return
         target = engine._producers.get(link)
-        if target is None:
+        conn = engine._conns.get(link.connection)
+        if target is None or conn is None or conn.crashed:
+            return  # a crashed RabbitMQ session takes nothing more
+        if not engine._artemis and self._over_limit(target):
+            self._crash(conn)
             return
         message = Message()
         message.decode(encoded)
@@ -75,6 +89,28 @@ class _Transfers:
         else:
             engine.routing.route(target, encoded, message)
             amqp_peer._settle(delivery, Delivery.ACCEPTED)
+
+    def _over_limit(self, target: _Target) -> bool:
+        """RabbitMQ: the queue is at its max-length (reject-publish), counting ready messages."""
+        engine = self._engine
+        limit = engine.length_limits.get(str(target.address))
+        queue = engine._queues.get(str(target.address))
+        if limit is None or queue is None:
+            return False
+        return sum(1 for entry in queue.entries if entry.holder is None) >= limit
+
+    def _crash(self, conn: _Conn) -> None:
+        """RabbitMQ 3.10.8's refusal (measured; rabbitmq-server#2839): its AMQP 1.0 session has
+        no clause for the queue's negative confirm and crashes. The message is neither stored
+        nor settled, nothing more is taken on the connection, and the connection ends
+        refusal_close_s later, without a close frame."""
+        conn.crashed = True
+
+        def end(_event: Any = None) -> None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+        self._engine.container.schedule(self._engine.refusal_close_s, _Timer(end))
 
     def on_control(self, conn: _Conn, delivery: Delivery, encoded: bytes) -> None:
         control = Message()
@@ -129,3 +165,10 @@ class _Transfers:
                 engine._pump(entry.queue)  # deliverable again, not counted
             else:
                 _remove(entry)
+
+
+class _Timer:
+    """A callback for the container's schedule (proton calls its handler's on_timer_task)."""
+
+    def __init__(self, callback: Callable[[Any], None]) -> None:
+        self.on_timer_task = callback

@@ -21,7 +21,7 @@ from boost_tenancy.transports.amqp.sending import Sending
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.transactions import Transactions
-from boost_tenancy.transports.amqp.waiters import resolve
+from boost_tenancy.transports.amqp.waiters import ConnectionLostError, resolve
 from boost_tenancy.transports.capabilities import TransportCapabilities
 from boost_tenancy.transports.reachability import tcp_failure, unresolvable
 
@@ -242,7 +242,7 @@ class AmqpConnection(LinkEvents, Handler):
         self._conn = None
         self.is_open = False
         url = self.url
-        self._fail_waiting(TransportError(f"AMQP connection to {url} lost: {reason}"))
+        self._fail_waiting(ConnectionLostError(f"AMQP connection to {url} lost: {reason}"))
         count = len(self.settings.addresses)
         if not self._first_open.done() and not was_open and "pythonio" in reason:
             # proton's own words ("proton.pythonio: Connection refused to all addresses") name

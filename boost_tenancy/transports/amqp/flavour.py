@@ -14,6 +14,11 @@ RABBITMQ_QUEUE_PREFIX: Final = "/queue/"
 """RabbitMQ 3.x's AMQP 1.0 plugin names a queue /queue/NAME."""
 DELAYED_DELIVERY: Final = "DELAYED_DELIVERY"
 """The connection capability a broker offers when it honours x-opt-delivery-delay (Artemis)."""
+REFUSAL_ENDS_CONNECTION: Final = (
+    "RabbitMQ 3.x ends the connection when it refuses a message: a queue at its max-length "
+    "with overflow reject-publish, or a queue that is unavailable"
+)
+"""What a lost sending connection most likely was on such a broker (a send error names it)."""
 
 
 class AmqpFlavour(enum.Enum):
@@ -81,6 +86,16 @@ class AmqpFlavour(enum.Enum):
         terminus durability is not none (rabbit_amqp1_0_link_util:durable/1), and proton's
         default is none: every queue the toolkit made there was transient, and a restart of the
         broker dropped what it held. Artemis's queues are durable by its address settings."""
+        return self is AmqpFlavour.RABBITMQ
+
+    @property
+    def refused_send_ends_connection(self) -> bool:
+        """Whether the broker's refusal of one message ends the whole connection instead of
+        settling that message rejected. RabbitMQ 3.x's AMQP 1.0 plugin has no clause for the
+        negative confirm its queues give a message they refuse (rabbitmq-server#2839): its
+        session process crashes and the connection ends, measured on 3.10.8 with a queue at
+        max-length and overflow reject-publish. Every delivery on that connection goes back to
+        the broker, so the transport sends on a connection of its own there."""
         return self is AmqpFlavour.RABBITMQ
 
     def queue_of(self, address: str | None) -> str:

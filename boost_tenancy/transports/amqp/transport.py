@@ -5,11 +5,10 @@ accepted outcome; deliveries are accepted one by one, credit given back once per
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
@@ -23,15 +22,17 @@ from boost_tenancy.errors import (
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import artemis_queues
+from boost_tenancy.transports.amqp import calls
 from boost_tenancy.transports.amqp.batch import AmqpBatch
 from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage, encode_message
 from boost_tenancy.transports.amqp.flavour import AmqpFlavour
 from boost_tenancy.transports.amqp.management import AmqpManagementSession
+from boost_tenancy.transports.amqp.publisher import Publisher
 from boost_tenancy.transports.amqp.receiving import DeliveryToken
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.subscriptions import AmqpSubscription, SubscriptionSpec
-from boost_tenancy.transports.amqp.waiters import all_of, all_settled, resolve
+from boost_tenancy.transports.amqp.waiters import all_of
 from boost_tenancy.transports.artemis_management import ManagedRoutes
 from boost_tenancy.transports.artemis_requests import Runs
 from boost_tenancy.transports.base import (
@@ -60,6 +61,9 @@ class AmqpTransport(ManagedRoutes):
         self._engine = AmqpConnection(self._settings)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._publisher: Publisher | None = None
+        """The connection of what this transport sends, where a refusal ends the connection
+        (AmqpFlavour.refused_send_ends_connection); None: sends share the subscriptions' one."""
         self._started = False
         self._stopped = False
 
@@ -94,17 +98,13 @@ class AmqpTransport(ManagedRoutes):
             if self._started:
                 return  # connected already (the runner connects what it is given)
             self._started = True
-        opened = self._engine.start()
         try:
-            # Each broker of a failover list is tried once, each within connect_timeout_s.
-            attempts = len(self._settings.addresses)
-            opened.result(self._settings.connect_timeout_s * attempts + 1.0)
-        except FutureTimeout:
-            self.close()
-            raise TransportError(
-                f"cannot connect to the AMQP broker at {self._engine.url}: no answer within "
-                f"{self._settings.connect_timeout_s} s"
-            ) from None
+            calls.open_connection(self._engine)
+            if self._engine.flavour.refused_send_ends_connection:
+                # Its refusal of one message would end the connection every subscription of
+                # every tenant is on: what this transport sends goes on one of its own.
+                self._publisher = Publisher(self._settings)
+                self._publisher.open()
         except TransportError:
             self.close()
             raise
@@ -115,60 +115,12 @@ class AmqpTransport(ManagedRoutes):
             if not self._started or self._stopped:
                 return
             self._stopped = True
-        self._stop()
+        if self._publisher is not None:
+            self._publisher.stop()
+        calls.stop(self._engine)
 
-    def _stop(self) -> None:
-        # The close frame goes out and the broker answers within moments; a broker that stopped
-        # reading must not hold a process beyond its grace period: then the socket is just ended.
-        loop = self._engine.loop
-        patience = min(self._settings.connect_timeout_s, 2.0)
-        closing = loop.submit(self._engine.close)
-        try:
-            closing.result(patience).result(patience)
-        except (FutureTimeout, BoostTenancyError, CancelledError):
-            with contextlib.suppress(FutureTimeout, BoostTenancyError, CancelledError):
-                loop.submit(self._engine.force_close).result(patience)  # unless the loop is gone
-        loop.stop(patience)
-
-    # -- running on the loop ---------------------------------------------------------------------
     def _when_open(self, what: str, work: Callable[[Future[None]], None]) -> None:
-        """Run work on the loop once the connection is open and wait for its future: at most
-        reconnect_wait_s for a lost connection to come back, then confirm_timeout_s."""
-        done: Future[None] = Future()
-        engine = self._engine
-        started: list[bool] = []
-
-        def start() -> None:
-            if done.cancelled():
-                return
-            started.append(True)
-            if not engine.is_open:
-                resolve(done, TransportError(f"{what}: the AMQP connection is closed"))
-                return
-            try:
-                work(done)
-            except BoostTenancyError as exc:
-                resolve(done, exc)
-            except Exception as exc:  # a proton error must reach the caller, not the loop
-                resolve(done, TransportError(f"{what} failed: {exc}"))
-
-        engine.loop.post(lambda: engine.when_open(start))
-        timeout = self._settings.reconnect_wait_s + self._settings.confirm_timeout_s
-        try:
-            done.result(timeout)
-        except FutureTimeout:
-            if done.cancel():
-                engine.loop.post(lambda: engine.forget_waiting(start))
-                text = f"{what}: no confirmation from the broker within {timeout} s"
-                if not started:
-                    raise TransportError(text) from None  # never sent: nothing is stored
-                # Sent, its fate unknown: the connection is given up (as STOMP's on a missing
-                # receipt), so the broker redelivers what it held and no delivery waits for good.
-                engine.loop.post(lambda: engine.abandon(f"no confirmation within {timeout} s"))
-                raise NotConfirmedError(text) from None
-            done.result(0)  # its outcome came as the wait ended: a confirmed send stays confirmed
-        except CancelledError:
-            raise TransportError(f"{what}: abandoned") from None
+        calls.when_open(self._engine, what, work)
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
@@ -196,7 +148,21 @@ class AmqpTransport(ManagedRoutes):
     ) -> None:
         """Send messages already encoded, confirmed by the broker as every send is; as_queue=
         False sends to a node that is no queue (management requests, amqp/management.py)."""
-        self._when_open(what, lambda done: self._engine.send(items, done, as_queue=as_queue))
+        [error] = self._send_each(what, [items], as_queue=as_queue)
+        if error is not None:
+            raise error
+
+    def _send_each(
+        self,
+        what: str,
+        groups: Sequence[Sequence[tuple[str, EncodedMessage]]],
+        *,
+        as_queue: bool = True,
+    ) -> list[BaseException | None]:
+        """Each group sent and confirmed on its own, on the publisher's connection if any."""
+        if self._publisher is not None:
+            return self._publisher.send_each(what, groups, as_queue=as_queue)
+        return calls.send_each(self._engine, what, groups, as_queue=as_queue)
 
     def _transaction(self, items: Sequence[Outgoing], accepts: Sequence[DeliveryToken]) -> None:
         encoded = self._encode(items)
@@ -334,15 +300,15 @@ class AmqpTransport(ManagedRoutes):
         # moving the rest again moves only those (a retry of the whole batch stored the others
         # twice).
         encoded = [self._encode(items) for _, items in kept]
-        confirmed: list[Future[None]] = [Future() for _ in kept]
-
-        def forward(done: Future[None]) -> None:
-            for items, future in zip(encoded, confirmed, strict=True):
-                self._engine.send(items, future)
-            all_settled(confirmed, done)
-
-        self._when_open(f"forward of {len(copies)} message(s)", forward)
-        errors = [future.exception() for future in confirmed]
+        try:
+            errors = self._send_each(f"forward of {len(copies)} message(s)", encoded)
+        except NotConfirmedError:
+            if self._publisher is not None:
+                # The originals' connection is given up too, as the publisher's was: the broker
+                # redelivers them rather than holding them unacknowledged for good.
+                engine = self._engine
+                engine.loop.post(lambda: engine.abandon("a forward's copies went unconfirmed"))
+            raise
         self._accept([token for token, error in zip(tokens, errors, strict=True) if error is None])
         forwarded = [d for d, error in zip(moved, errors, strict=True) if error is None]
         first = next((error for error in errors if error is not None), None)

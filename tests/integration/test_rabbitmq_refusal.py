@@ -1,0 +1,202 @@
+"""A message RabbitMQ 3.x refuses ends the connection it came on, and one tenant's full queue
+must not touch any other tenant.
+
+Measured on RabbitMQ 3.10.8 with a queue at max-length and overflow reject-publish: the broker's
+AMQP 1.0 session has no clause for the queue's negative confirm (rabbitmq-server#2839), crashes,
+and the connection ends 3 s later. When the toolkit sent on the connection of its
+subscriptions, a tenant whose handler published to its full queue sent every delivery of every
+tenant back, again and again: the other tenant's 200 messages were handled 57 times over 40 s,
+16 distinct, and the refused tenant's messages never ended. The transport now sends on a
+connection of its own there (transports/amqp/publisher.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boost_tenancy import (
+    DispatchSettings,
+    HandlerContext,
+    IncomingMessage,
+    ProcessorRunner,
+    RetryPolicy,
+    RunnerSettings,
+    TenantProcessor,
+)
+from boost_tenancy.errors import TransportError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.resilience.dead_letter import dead_letter_queue
+from boost_tenancy.resilience.error_store import SQLiteErrorStore
+from boost_tenancy.routing import DEFAULT_ROUTING
+from boost_tenancy.transports.amqp import AmqpTransport
+from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.registry import open_transport
+from tests.conftest import wait_until
+from tests.raw_refusal import CONNECTION_ENDED, refusal_of_a_full_queue
+
+pytestmark = pytest.mark.amqp_broker
+
+POLICY = "boost-test-full"
+PATTERN = r"boost-full\."
+"""Queues whose name holds this have a length limit of 1 and refuse what goes beyond it."""
+
+
+@pytest.fixture
+def rabbitmq_url(amqp_url: str) -> Iterator[str]:
+    """amqp_url when it is a RabbitMQ whose policies rabbitmqctl sets, with the policy above."""
+    probe = open_transport(amqp_url)
+    probe.connect()
+    try:
+        assert isinstance(probe, AmqpTransport)
+        if not probe.flavour.refused_send_ends_connection:
+            pytest.skip(f"{probe.server} settles a refused message; its connection stays")
+    finally:
+        probe.close()
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not on PATH: this RabbitMQ's policies cannot be set")
+    definition = '{"max-length":1,"overflow":"reject-publish"}'
+    ctl = ["rabbitmqctl", "-q"]
+    subprocess.run(
+        [*ctl, "set_policy", POLICY, PATTERN, definition, "--apply-to", "queues"],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    try:
+        yield amqp_url
+    finally:
+        subprocess.run([*ctl, "clear_policy", POLICY], check=False, timeout=60)
+
+
+def full_name() -> str:
+    return f"boost-full.{uuid.uuid4().hex[:10]}"
+
+
+def test_the_broker_ends_the_connection_instead_of_rejecting_the_message(
+    rabbitmq_url: str,
+) -> None:
+    """The fact itself, with a plain proton client: should a RabbitMQ settle the refused message
+    rejected instead, the flavour's refused_send_ends_connection is wrong for it."""
+    address = f"/queue/{full_name()}"
+    assert refusal_of_a_full_queue(rabbitmq_url, address) == CONNECTION_ENDED
+
+
+def test_a_refused_send_fails_and_the_transport_keeps_its_deliveries(rabbitmq_url: str) -> None:
+    transport = open_transport(rabbitmq_url)
+    transport.connect()
+    try:
+        source, full = f"src.{uuid.uuid4().hex[:10]}", full_name()
+        inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox.put)
+        transport.send(source, WireMessage(body="held", properties={"tenantUUID": "org-a"}))
+        held = inbox.get(timeout=10)
+        transport.send(full, WireMessage(body="first", properties={}))
+        with pytest.raises(TransportError, match="ends the connection when it refuses"):
+            transport.send(full, WireMessage(body="second", properties={}))
+        assert transport.is_live(held), "the refusal ended the subscriptions' connection"
+        transport.ack(held)
+        transport.send(source, WireMessage(body="after", properties={"tenantUUID": "org-a"}))
+        after = inbox.get(timeout=10)
+        assert after.body == "after", "the held message came back: its ack was lost"
+        transport.ack(after)
+    finally:
+        transport.close()
+
+
+class _Outputs(TenantProcessor):
+    """org-a publishes each message to its full queue; org-b's are handled and counted."""
+
+    def __init__(self, source: str, full: str) -> None:
+        self.queues = (source,)
+        self.full = full
+        self.handled: collections.Counter[tuple[str, int]] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        with self._lock:
+            self.handled[(ctx.tenant.value, int(message.data["n"]))] += 1
+        if ctx.tenant.value == "org-a":
+            ctx.publish(self.full, {"n": message.data["n"]})
+
+
+def drain(transport: Transport, name: str, expected: int, timeout_s: float = 30) -> list[Delivery]:
+    """Read name until expected messages came, or timeout_s passed; each is acknowledged."""
+    got: list[Delivery] = []
+
+    def take(delivery: Delivery) -> None:
+        got.append(delivery)
+        transport.ack(delivery)
+
+    subscription = transport.subscribe(name, selector=None, prefetch=50, on_delivery=take)
+    wait_until(lambda: len(got) >= expected, timeout=timeout_s)
+    transport.unsubscribe(subscription)
+    return got
+
+
+def test_a_tenant_publishing_to_its_full_queue_touches_no_other_tenant(
+    rabbitmq_url: str, tmp_path: Path
+) -> None:
+    source, full = f"refusal.{uuid.uuid4().hex[:10]}", full_name()
+    producer = open_transport(rabbitmq_url)
+    producer.connect()
+    runner_transport = open_transport(rabbitmq_url)
+    processor = _Outputs(source, full)
+    store = SQLiteErrorStore(str(tmp_path / "errors.db"))
+    runner = ProcessorRunner(
+        processor,
+        runner_transport,
+        ["org-a", "org-b"],
+        error_store=store,
+        settings=RunnerSettings(
+            workers=4,
+            prefetch=20,
+            dispatch=DispatchSettings(
+                retry=RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
+            ),
+        ),
+    )
+    try:
+        # Filled while nothing runs: org-a's output queue is at its limit from the start.
+        producer.send(DEFAULT_ROUTING.physical(full, "org-a"), WireMessage(body="x", properties={}))
+        for tenant, count in (("org-a", 5), ("org-b", 100)):
+            for n in range(count):
+                producer.send(
+                    source,
+                    WireMessage(
+                        body=f'{{"n": {n}}}',
+                        properties={"tenantUUID": tenant, "content-type": "application/json"},
+                    ),
+                )
+        started = time.monotonic()
+        runner.start()
+        handled_b = lambda: {n for tenant, n in processor.handled if tenant == "org-b"}  # noqa: E731
+        assert wait_until(lambda: len(handled_b()) == 100, timeout=60), (
+            f"org-b: {len(handled_b())} of 100 handled in 60 s"
+        )
+        dead_a = drain(producer, dead_letter_queue(DEFAULT_ROUTING.physical(source, "org-a")), 5)
+        elapsed = time.monotonic() - started
+        assert isinstance(runner_transport, AmqpTransport)
+        # The subscriptions' connection was never lost (reached into: no API counts them).
+        assert runner_transport._engine.generation == 1
+    finally:
+        runner.stop()
+        runner_transport.close()
+    try:
+        org_b_dead_letters = dead_letter_queue(DEFAULT_ROUTING.physical(source, "org-b"))
+        dead_b = drain(producer, org_b_dead_letters, 1, timeout_s=3)
+    finally:
+        producer.close()
+    assert sorted(int(str(d.body).split('"n": ')[1].split("}")[0]) for d in dead_a) == list(
+        range(5)
+    ), f"org-a's messages were not each dead-lettered once ({elapsed:.1f} s)"
+    assert dead_b == [], "an org-b message was dead-lettered for org-a's full queue"
