@@ -13,6 +13,7 @@ connection of its own there (transports/amqp/publisher.py).
 from __future__ import annotations
 
 import collections
+import json
 import queue
 import shutil
 import subprocess
@@ -200,3 +201,82 @@ def test_a_tenant_publishing_to_its_full_queue_touches_no_other_tenant(
         range(5)
     ), f"org-a's messages were not each dead-lettered once ({elapsed:.1f} s)"
     assert dead_b == [], "an org-b message was dead-lettered for org-a's full queue"
+
+
+def ready_in(name: str) -> int:
+    """Messages ready (not in flight) in a queue of the local RabbitMQ, by rabbitmqctl."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "name", "messages_ready", "--formatter", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return sum(
+        int(row["messages_ready"]) for row in json.loads(listed.stdout) if row["name"] == name
+    )
+
+
+class _FailsOnceHeld(TenantProcessor):
+    """Message 'a' fails once the test has filled its queue; every other message is handled."""
+
+    def __init__(self, source: str) -> None:
+        self.queues = (source,)
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.handled: list[str] = []
+
+    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
+        key = str(message.data["key"])
+        self.handled.append(key)
+        if key == "a":
+            self.started.set()
+            self.go.wait(30)
+            raise RuntimeError("fails while its queue is full")
+
+
+def test_a_held_retry_whose_copy_is_refused_is_dead_lettered(
+    rabbitmq_url: str, tmp_path: Path
+) -> None:
+    """RabbitMQ has no delayed delivery: a retry holds the original for its backoff, then sends
+    the copy to the message's queue. That queue at its limit refuses the copy; the original is
+    dead-lettered (dead_letter_refused), not held for as long as its connection lives."""
+    source = full_name()
+    tenant_queue = DEFAULT_ROUTING.physical(source, "org-a")
+    producer = open_transport(rabbitmq_url)
+    producer.connect()
+    processor = _FailsOnceHeld(source)
+    runner_transport = open_transport(rabbitmq_url)
+    runner = ProcessorRunner(
+        processor,
+        runner_transport,
+        ["org-a"],
+        error_store=SQLiteErrorStore(str(tmp_path / "errors.db")),
+        settings=RunnerSettings(
+            workers=1,
+            prefetch=1,
+            dispatch=DispatchSettings(
+                retry=RetryPolicy(max_attempts=3, base_delay_ms=300, max_delay_ms=300, jitter=0.0)
+            ),
+        ),
+    )
+    try:
+        tenant = {"tenantUUID": "org-a", "content-type": "application/json"}
+        producer.send(source, WireMessage(body='{"key": "a"}', properties=tenant))
+        runner.start()
+        assert processor.started.wait(30), "message a was never handled"
+        # a is in flight; b, moved to the tenant's queue, fills it (its limit counts ready ones).
+        producer.send(source, WireMessage(body='{"key": "b"}', properties=tenant))
+        assert wait_until(lambda: ready_in(tenant_queue) == 1, timeout=30, interval=0.5)
+        processor.go.set()
+        dead = drain(producer, dead_letter_queue(tenant_queue), 1)
+        assert wait_until(lambda: "b" in processor.handled, timeout=30)
+    finally:
+        processor.go.set()
+        runner.stop()
+        runner_transport.close()
+        producer.close()
+    bodies = [d.body.decode() if isinstance(d.body, bytes) else d.body for d in dead]
+    assert [json.loads(body)["key"] for body in bodies] == ["a"], bodies
+    assert "the retry's copy could not be sent" in dead[0].properties.get("boostError", "")
+    assert processor.handled == ["a", "b"], "a was handled again: its retry was not settled"
