@@ -33,7 +33,13 @@ from boost_tenancy.resilience.recorder import record_failure
 from boost_tenancy.routing import DEFAULT_ROUTING, Routing
 from boost_tenancy.selectors import TENANT_PROPERTY, tenant_selector
 from boost_tenancy.tenancy import TenantId, belongs_to
-from boost_tenancy.transports.base import Delivery, Outgoing, Transport, queue_stats_reader
+from boost_tenancy.transports.base import (
+    Delivery,
+    Outgoing,
+    Subscription,
+    Transport,
+    queue_stats_reader,
+)
 
 log = structlog.get_logger("boost_tenancy.ops")
 
@@ -54,9 +60,11 @@ class DeadLetterView:
 
 
 class _Collector:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, expected: int | None = None) -> None:
         self.items: list[Delivery] = []
         self.limit = limit
+        self.expected = expected
+        """What the broker said the queue held before reading began (queue_depth), if known."""
         self.lock = threading.Lock()
         self.last = time.monotonic()
 
@@ -66,12 +74,14 @@ class _Collector:
             self.last = time.monotonic()
 
     def wait_idle(self, idle_s: float, max_s: float) -> list[Delivery]:
-        """Return what arrived once nothing new came for idle_s (or the limit or max_s is hit)."""
+        """Return what arrived once nothing new came for idle_s, or as soon as the limit, or
+        everything the queue held (expected), has come; max_s at most."""
         started = time.monotonic()
+        enough = self.limit if self.expected is None else min(self.limit, self.expected)
         while True:
             with self.lock:
                 done = (
-                    len(self.items) >= self.limit
+                    len(self.items) >= enough
                     or time.monotonic() - self.last >= idle_s
                     or time.monotonic() - started >= max_s
                 )
@@ -80,17 +90,18 @@ class _Collector:
             time.sleep(0.02)
 
 
-def known_empty(transport: Transport, queue: str) -> bool:
-    """Whether the broker says queue holds nothing (no such queue, or none waiting or in
-    flight), where the transport reads queue statistics; False where it cannot tell, and then
-    the caller reads the queue until it is idle. Saves a listing of an empty queue that wait."""
+def queue_depth(transport: Transport, queue: str) -> int | None:
+    """How many messages the broker says queue holds (waiting and in flight; 0: no such queue),
+    where the transport reads queue statistics; None where it cannot tell, and then the caller
+    reads the queue until it is idle. A listing of an empty queue, or of one whose every message
+    has come, saves that wait."""
     if not transport.capabilities.queue_statistics:
-        return False
+        return None
     try:
         stats = queue_stats_reader(transport).queue_stats([queue]).get(queue)
     except (TransportError, QueueStatsUnavailableError):
-        return False
-    return stats is None or (stats.waiting == 0 and stats.in_flight == 0)
+        return None
+    return 0 if stats is None else stats.waiting + stats.in_flight
 
 
 class DeadLetterAdmin:
@@ -109,11 +120,18 @@ class DeadLetterAdmin:
 
     def _read(
         self, tenant: TenantId, queue: str, *, limit: int, idle_s: float, max_s: float
-    ) -> tuple[object, list[Delivery]]:
-        collector = _Collector(limit)
+    ) -> tuple[Subscription | None, list[Delivery]]:
+        """The tenant's dead letters of queue, read until the queue is idle; with the broker's
+        count of its own dead-letter queue, as soon as that many came, and not at all (no
+        subscription) when that count is 0. None are acknowledged."""
+        dead_letters = dead_letter_queue(self._routing.physical(queue, tenant))
+        depth = queue_depth(self._transport, dead_letters)
+        if depth == 0:
+            return None, []
+        collector = _Collector(limit, depth)
         collector.last = time.monotonic()
         subscription = self._transport.subscribe(
-            dead_letter_queue(self._routing.physical(queue, tenant)),
+            dead_letters,
             selector=self._transport.capabilities.guard_selector(tenant_selector(tenant)),
             prefetch=limit,
             on_delivery=collector,
@@ -130,6 +148,10 @@ class DeadLetterAdmin:
             )
         return subscription, mine
 
+    def _unsubscribe(self, subscription: Subscription | None) -> None:
+        if subscription is not None:
+            self._transport.unsubscribe(subscription)
+
     def list(
         self,
         tenant: TenantId | str,
@@ -141,15 +163,11 @@ class DeadLetterAdmin:
     ) -> builtins.list[DeadLetterView]:
         """A tenant's dead letters of queue, oldest first; they stay in the dead-letter queue."""
         tenant_id = TenantId.parse(tenant)
-        if known_empty(
-            self._transport, dead_letter_queue(self._routing.physical(queue, tenant_id))
-        ):
-            return []
         subscription, deliveries = self._read(
             tenant_id, queue, limit=limit, idle_s=idle_s, max_s=max_s
         )
         # Unacknowledged on purpose: unsubscribing returns them to the dead-letter queue.
-        self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
+        self._unsubscribe(subscription)
         views = []
         # Where a re-drive sends them: derived from the dead-letter queue's name, never from
         # what a message claims.
@@ -182,7 +200,7 @@ class DeadLetterAdmin:
         subscription, deliveries = self._read(
             tenant_id, queue, limit=cap, idle_s=idle_s, max_s=60.0
         )
-        self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
+        self._unsubscribe(subscription)
         return len(deliveries)
 
     def redrive(
@@ -241,5 +259,5 @@ class DeadLetterAdmin:
                 )
                 redriven.append(adopted.message_id)
         finally:
-            self._transport.unsubscribe(subscription)  # type: ignore[arg-type]
+            self._unsubscribe(subscription)
         return redriven

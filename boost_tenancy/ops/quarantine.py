@@ -33,7 +33,7 @@ from boost_tenancy.messages import (
     WireMessage,
     body_text,
 )
-from boost_tenancy.ops.dead_letters import _Collector, known_empty
+from boost_tenancy.ops.dead_letters import _Collector, queue_depth
 from boost_tenancy.processing.inbound import Adopted, adopt
 from boost_tenancy.resilience.dead_letter import quarantine_queue, redrive_copy
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, FailureRecord
@@ -144,11 +144,17 @@ class QuarantineAdmin:
         return quarantine_queue(self._routing.physical(queue, tenant))
 
     def _read(
-        self, quarantine: str, *, limit: int, idle_s: float, max_s: float
+        self,
+        quarantine: str,
+        *,
+        limit: int,
+        idle_s: float,
+        max_s: float,
+        expected: int | None = None,
     ) -> tuple[Subscription, builtins.list[Delivery]]:
         if limit < 1:
             raise ConfigError(f"limit must be at least 1, got {limit}")
-        collector = _Collector(limit)
+        collector = _Collector(limit, expected)
         # No selector: a quarantined message's tenantUUID is missing, invalid or another
         # tenant's; the quarantine queue is the boundary.
         subscription = self._transport.subscribe(
@@ -168,9 +174,12 @@ class QuarantineAdmin:
         """The first limit quarantined messages of queue, oldest first; they stay there."""
         tenant_id = None if tenant is None else TenantId.parse(tenant)
         quarantine = self.quarantine_of(queue, tenant_id)
-        if known_empty(self._transport, quarantine):
+        depth = queue_depth(self._transport, quarantine)
+        if depth == 0:
             return []
-        subscription, deliveries = self._read(quarantine, limit=limit, idle_s=idle_s, max_s=max_s)
+        subscription, deliveries = self._read(
+            quarantine, limit=limit, idle_s=idle_s, max_s=max_s, expected=depth
+        )
         # Unacknowledged on purpose: unsubscribing returns them, in their order, uncounted.
         self._transport.unsubscribe(subscription)
         queue_tenant = tenant_id if quarantine != quarantine_queue(queue) else None

@@ -3,6 +3,7 @@ failures and re-driven to their original queue, never another tenant's."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,10 @@ from boost_tenancy.messages import (
     ERROR_TYPE_PROPERTY,
     MESSAGE_ID_PROPERTY,
     ORIGINAL_QUEUE_PROPERTY,
+    WireMessage,
 )
 from boost_tenancy.ops.dead_letters import DeadLetterAdmin
+from boost_tenancy.ops.quarantine import QuarantineAdmin
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import ErrorStore, FailureOutcome, SQLiteErrorStore
 from boost_tenancy.routing import Routing, Topology
@@ -233,3 +236,42 @@ def test_an_empty_dead_letter_queue_is_listed_from_its_counts_without_reading_it
     assert subscribed == []
     assert [v.message_id for v in dead.admin.list(ORG_A, dead.queue)] == dead.a_ids
     assert subscribed == [dead.dlq]
+
+
+@pytest.mark.parametrize("kind", ["dead letters", "quarantine"])
+def test_a_listing_ends_once_every_message_the_broker_counted_has_come(
+    tmp_path: Path, kind: str
+) -> None:
+    """With queue statistics the broker says how many the queue holds: the listing ends when
+    that many came, not after a quiet idle_s (3 s by default on every `dlq list`); here idle_s
+    is 600 s, so only the count can end it."""
+    broker = InMemoryBroker()
+    transport = InMemoryTransport(broker)
+    transport.connect()
+    store = SQLiteErrorStore(tmp_path / "errors.sqlite3")
+    assert transport.capabilities.queue_statistics
+    queue = unique_queue("count")
+    per_tenant = Routing(Topology.PER_TENANT)
+    if kind == "dead letters":
+        target = dead_letter_queue(per_tenant.physical(queue, ORG_A))
+        dead_admin = DeadLetterAdmin(transport, store, routing=per_tenant)
+        listing = lambda: dead_admin.list(ORG_A, queue, idle_s=600, max_s=600)  # noqa: E731
+    else:
+        quarantine_admin = QuarantineAdmin(transport, store)
+        target = quarantine_admin.quarantine_of(queue, None)
+        listing = lambda: quarantine_admin.list(queue, idle_s=600, max_s=600)  # noqa: E731
+    for n in range(5):
+        transport.send(
+            target,
+            WireMessage(body=f'{{"n": {n}}}', properties={"tenantUUID": ORG_A.value}),
+        )
+    listed: list[int] = []
+    reader = threading.Thread(target=lambda: listed.append(len(listing())), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    try:
+        assert listed == [5], "the listing waited for a quiet moment the count made needless"
+    finally:
+        transport.close()
+        store.close()
+        broker.close()
