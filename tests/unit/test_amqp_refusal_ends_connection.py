@@ -83,9 +83,9 @@ def test_a_refused_send_fails_naming_the_likely_cause_and_leaves_every_delivery_
     with pytest.raises(TransportError, match="ends the connection when it refuses a message"):
         transport.send(full, WireMessage(body="second", properties={}))
     assert peer.depth(full) == 1
-    # Only the sending connection ended (twice: the refused send went again alone) and came
-    # back; the delivery is still this consumer's to settle.
-    assert wait_until(lambda: peer.connections_opened == opened + 2)
+    # Only the sending connection ended (once: the send was alone on it, so it was the refused
+    # one, and it is not sent again) and came back; the delivery is still this consumer's.
+    assert wait_until(lambda: peer.connections_opened == opened + 1)
     assert transport.is_live(held)
     transport.ack(held)
     assert wait_until(lambda: peer.depth(source) == 0)
@@ -142,3 +142,56 @@ def test_a_queue_that_refused_is_sent_to_on_another_connection_so_others_do_not_
         stalled.join(timeout=4 * CLOSE_AFTER_S + 10)
     assert len(refused_again) == 1
     assert [str(m.body) for m in peer.messages(ok)] == ["not held up"]
+
+
+def crashed(peer: AmqpPeer) -> bool:
+    """Whether a connection of the peer refused a message and takes nothing more (reached into:
+    the peer has no API for it)."""
+    return peer._call(lambda: any(c.crashed for c in peer._engine._conns.values()))
+
+
+def test_a_send_lost_with_the_refusal_goes_through_though_sends_fail_at_once(
+    peer: AmqpPeer,
+) -> None:
+    """With reconnect_wait_s 0 a send fails at once while its connection is away. A send of
+    another tenant lost with the refused one's connection is still sent again once the sending
+    connection is back, instead of failing (and having its message dead-lettered)."""
+    transport = open_transport(
+        f"amqp://127.0.0.1:{peer.port}",
+        {"BOOST_BROKER_RECONNECT_INITIAL_S": "0.05", "BOOST_BROKER_RECONNECT_WAIT_S": "0"},
+    )
+    transport.connect()
+    try:
+        _, full, ok = names()
+        full_queue(peer, transport, full)
+        refused: list[BaseException] = []
+
+        def send_to_full() -> None:
+            try:
+                transport.send(full, WireMessage(body="refused", properties={}))
+            except TransportError as exc:
+                refused.append(exc)
+
+        first = threading.Thread(target=send_to_full)
+        first.start()
+        assert wait_until(lambda: crashed(peer))
+        transport.send(ok, WireMessage(body="lost with it, then sent", properties={}))
+        first.join(timeout=4 * CLOSE_AFTER_S + 10)
+        assert [str(m.body) for m in peer.messages(ok)] == ["lost with it, then sent"]
+        assert len(refused) == 1
+    finally:
+        transport.close()
+
+
+def test_a_send_to_a_refusing_queue_after_close_fails_and_opens_nothing(
+    peer: AmqpPeer, transport: Transport
+) -> None:
+    _, full, _ = names()
+    full_queue(peer, transport, full)
+    with pytest.raises(TransportError):
+        transport.send(full, WireMessage(body="refused", properties={}))
+    transport.close()
+    with pytest.raises(TransportError, match="closed"):
+        transport.send(full, WireMessage(body="after close", properties={}))
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("amqp-sender")]
+    assert alive == [], f"a sending connection outlived close: {alive}"

@@ -88,6 +88,8 @@ class _Engine:
         self.length_limits: dict[str, int] = {}
         """RabbitMQ: a queue's max-length with overflow reject-publish (transfers.py)."""
         self.refusal_close_s = REFUSAL_CLOSE_S
+        self.pending_timers: list[Any] = []
+        """Timers that would keep the container running past shutdown (cancelled there)."""
 
     # -- plumbing ---------------------------------------------------------------------------------
     def on_peer_call(self, _event: Any) -> None:
@@ -128,6 +130,8 @@ class _Engine:
     def shutdown(self, injector: EventInjector) -> None:
         """Close every socket so the container's loop runs out."""
         self.stopping = True
+        for timer in self.pending_timers:
+            timer.cancel()
         self.drop_connections()
         for selectable in [self.listening, *self.doorways]:
             selectable.terminate()

@@ -110,7 +110,8 @@ class _Transfers:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
 
-        self._engine.container.schedule(self._engine.refusal_close_s, _Timer(end))
+        engine = self._engine
+        engine.pending_timers.append(engine.container.schedule(engine.refusal_close_s, _Timer(end)))
 
     def on_control(self, conn: _Conn, delivery: Delivery, encoded: bytes) -> None:
         control = Message()

@@ -13,8 +13,10 @@ under way: one refused again is refused (its caller settles its message), the re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,19 +48,26 @@ class Publisher:
     full queue stalls that connection, never the sends of the others."""
 
     def __init__(self, settings: AmqpSettings) -> None:
-        self._settings = settings
-        self._main = _Lane(AmqpConnection(settings, name="amqp-sender"))
+        # A send waits for its connection at least connect_timeout_s, even where the caller
+        # fails at once while the broker is away (reconnect_wait_s 0): a refusal ends this
+        # connection while the subscriptions' stays, so failing at once would fail other
+        # tenants' sends that would have gone through a moment later.
+        waits = max(settings.reconnect_wait_s, settings.connect_timeout_s)
+        self._settings = dataclasses.replace(settings, reconnect_wait_s=waits)
+        self._main = _Lane(AmqpConnection(self._settings, name="amqp-sender"))
         self._refusing: _Lane | None = None
         self._suspects: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
         """Guards _suspects and _refusing; never held while waiting on the broker."""
         self._opening = threading.Lock()
+        self._stopped = False
 
     def open(self) -> None:
         calls.open_connection(self._main.engine)
 
     def stop(self) -> None:
         with self._lock:
+            self._stopped = True
             lanes = [lane for lane in (self._refusing, self._main) if lane is not None]
         for lane in lanes:
             calls.stop(lane.engine)
@@ -75,38 +84,57 @@ class Publisher:
         again alone, on the lane its queues have by then, and fails only if it is refused (or
         lost) again."""
         errors: list[BaseException | None] = [None] * len(groups)
+        alone: list[bool] = [False] * len(groups)
         suspect = self._suspected(groups)
         for on_refusing_lane in (False, True):
             indexes = [i for i, is_suspect in enumerate(suspect) if is_suspect is on_refusing_lane]
-            if indexes:
-                lane = self._lane(on_refusing_lane)
-                sent = lane.send_each(what, [groups[i] for i in indexes], as_queue)
-                for index, error in zip(indexes, sent, strict=True):
-                    errors[index] = error
+            if not indexes:
+                continue
+            lane = self._lane(on_refusing_lane)
+            sent, was_alone = lane.send_each(what, [groups[i] for i in indexes], as_queue)
+            for index, error in zip(indexes, sent, strict=True):
+                errors[index], alone[index] = error, was_alone
+                if on_refusing_lane and error is None:  # it takes messages again
+                    self._suspect((queue for queue, _ in groups[index]), forget=True)
         for index, error in enumerate(errors):
-            if isinstance(error, ConnectionLostError):
-                group = groups[index]
-                try:
-                    again = self._send_alone(what, group, as_queue)
-                except NotConfirmedError:
-                    raise  # sent, its fate unknown: the caller gives up connections for it
-                except TransportError as exc:  # never sent (the connection stayed away)
-                    again = exc
-                if isinstance(again, ConnectionLostError):
-                    again = RefusedError(f"{again} ({REFUSAL_ENDS_CONNECTION})")
-                    self._suspect(queue for queue, _ in group)
-                errors[index] = again
+            if not isinstance(error, ConnectionLostError):
+                continue
+            group = groups[index]
+            # Lost while it was the only send on its connection: it was the refused one.
+            again = error if alone[index] else self._send_alone(what, group, as_queue)
+            if isinstance(again, ConnectionLostError):
+                again = RefusedError(f"{again} ({REFUSAL_ENDS_CONNECTION})")
+                self._suspect(queue for queue, _ in group)
+            errors[index] = again
         return errors
 
     def _send_alone(
         self, what: str, group: Sequence[tuple[str, EncodedMessage]], as_queue: bool
     ) -> BaseException | None:
         """group sent alone on its lane; one suspected while it waited for the main lane (a send
-        before it was refused alone) goes on the refusing lane instead."""
+        before it was refused alone) goes on the refusing lane instead.
+
+        Lone sends go one at a time: one that cannot have its connection to itself within a
+        send's own wait fails as unconfirmed (its first send's fate is unknown), which leaves
+        its message to the broker's redelivery. A send that never went out again (its
+        connection stayed away) fails as such."""
+        wait_s = self._settings.reconnect_wait_s + self._settings.confirm_timeout_s
+        deadline = time.monotonic() + wait_s
         while True:
             refusing = self._suspected([group])[0]
             moved = functools.partial(self._moved, group, refusing)
-            sent = self._lane(refusing).send_alone(what, group, as_queue, unless=moved)
+            try:
+                sent = self._lane(refusing).send_alone(
+                    what, group, as_queue, unless=moved, deadline=deadline
+                )
+            except NotConfirmedError:
+                raise  # sent, its fate unknown: the caller gives up connections for it
+            except TimeoutError:
+                raise NotConfirmedError(
+                    f"{what}: lost with its connection, and not sent again alone within {wait_s} s"
+                ) from None
+            except TransportError as exc:  # never sent again (its connection stayed away)
+                return exc
             if sent is not None:
                 return sent[0]
 
@@ -117,9 +145,13 @@ class Publisher:
         with self._lock:
             return [any(queue in self._suspects for queue, _ in group) for group in groups]
 
-    def _suspect(self, queues: Iterable[str]) -> None:
+    def _suspect(self, queues: Iterable[str], *, forget: bool = False) -> None:
+        """Remember queues as refusing; forget: as taking messages again."""
         with self._lock:
             for queue in queues:
+                if forget:
+                    self._suspects.pop(queue, None)
+                    continue
                 self._suspects[queue] = None
                 self._suspects.move_to_end(queue)
             while len(self._suspects) > SUSPECTS_KEPT:
@@ -132,6 +164,8 @@ class Publisher:
             with self._lock:
                 if self._refusing is not None:
                     return self._refusing
+                if self._stopped:
+                    raise TransportError("this AmqpTransport was closed; make a new one")
             lane = _Lane(AmqpConnection(self._settings, name="amqp-sender-refused"))
             try:
                 calls.open_connection(lane.engine)
@@ -139,7 +173,12 @@ class Publisher:
                 calls.stop(lane.engine)
                 raise
             with self._lock:
-                self._refusing = lane
+                stopped = self._stopped
+                if not stopped:
+                    self._refusing = lane
+            if stopped:  # closed while it opened
+                calls.stop(lane.engine)
+                raise TransportError("this AmqpTransport was closed; make a new one")
             return lane
 
 
@@ -149,15 +188,30 @@ class _Lane:
     def __init__(self, engine: AmqpConnection) -> None:
         self.engine = engine
         self._gate = _Gate()
+        self._count = threading.Lock()
+        self._in_flight = 0
+        self._started = 0
 
     def send_each(
         self,
         what: str,
         groups: Sequence[Sequence[tuple[str, EncodedMessage]]],
         as_queue: bool,
-    ) -> list[BaseException | None]:
+    ) -> tuple[list[BaseException | None], bool]:
+        """calls.send_each, and whether the one group was the only send on the connection from
+        its start to its end."""
         with self._gate.shared():
-            return calls.send_each(self.engine, what, groups, as_queue=as_queue)
+            with self._count:
+                alone_at_start, mark = self._in_flight == 0, self._started
+                self._in_flight += len(groups)
+                self._started += len(groups)
+            try:
+                errors = calls.send_each(self.engine, what, groups, as_queue=as_queue)
+            finally:
+                with self._count:
+                    self._in_flight -= len(groups)
+                    alone = alone_at_start and len(groups) == 1 and self._started == mark + 1
+            return errors, alone
 
     def send_alone(
         self,
@@ -166,10 +220,12 @@ class _Lane:
         as_queue: bool,
         *,
         unless: Callable[[], bool],
+        deadline: float,
     ) -> list[BaseException | None] | None:
         """Send group with no other send under way on this connection; None, sending nothing,
-        when unless() is true once this connection is free."""
-        with self._gate.exclusive():
+        when unless() is true once this connection is free. TimeoutError: not free by deadline
+        (time.monotonic())."""
+        with self._gate.exclusive(deadline):
             if unless():
                 return None
             return calls.send_each(self.engine, what, [group], as_queue=as_queue)
@@ -200,12 +256,19 @@ class _Gate:
                     self._changed.notify_all()
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, deadline: float) -> Iterator[None]:
+        """Held alone; TimeoutError when that cannot be by deadline (time.monotonic())."""
         with self._changed:
             self._waiting += 1
-            while self._exclusive or self._shared:
-                self._changed.wait()
-            self._waiting -= 1
+            try:
+                while self._exclusive or self._shared:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    self._changed.wait(left)
+            finally:
+                self._waiting -= 1
+                self._changed.notify_all()  # shared holders waited on this one
             self._exclusive = True
         try:
             yield

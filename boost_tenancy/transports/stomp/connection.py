@@ -354,12 +354,22 @@ class StompConnection:
     def receipt_received(self, receipt: str | None) -> None:
         self.receipts.resolve(receipt, None)
 
-    def error_received(self, headers: Mapping[str, str], body: bytes | str) -> None:
+    def error_received(
+        self, generation: int, headers: Mapping[str, str], body: bytes | str
+    ) -> None:
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
         message = headers.get("message", "broker error")
         detail = f"{message}: {text.strip()}" if text.strip() else message
         log.error("stomp_error_frame", message=message)
-        self.receipts.resolve(headers.get("receipt-id"), detail)
+        receipt = headers.get("receipt-id")
+        if receipt is not None:
+            self.receipts.resolve(receipt, detail)
+            return
+        # A frame sent without a receipt was refused: a SEND of a transaction, or one before a
+        # batch's last. Its batch or commit must not read as confirmed, and Artemis 2.44 sent
+        # the commit's RECEIPT after this ERROR (measured): nothing awaited on this connection
+        # is taken as confirmed.
+        self.receipts.fail(generation, f"the broker refused a frame of it: {detail}")
 
     def connection_lost(self, generation: int) -> None:
         with self._lock:

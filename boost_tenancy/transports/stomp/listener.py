@@ -19,7 +19,9 @@ class FrameEvents(Protocol):
     def receipt_received(self, receipt: str | None) -> None:
         pass
 
-    def error_received(self, headers: Mapping[str, str], body: bytes | str) -> None:
+    def error_received(
+        self, generation: int, headers: Mapping[str, str], body: bytes | str
+    ) -> None:
         pass
 
     def connection_lost(self, generation: int) -> None:
@@ -49,7 +51,7 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self._events.receipt_received(frame.headers.get("receipt-id"))
 
     def on_error(self, frame: Any) -> None:
-        self._events.error_received(frame.headers, frame.body)
+        self._events.error_received(self._generation, frame.headers, frame.body)
         self.answered.set()
 
     def on_disconnected(self) -> None:
