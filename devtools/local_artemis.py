@@ -122,6 +122,9 @@ class ArtemisSettings:
     catch_all_xml: str = ""
     """Elements added to the address settings every address gets (match "#"): a cluster's
     redistribution delay."""
+    address_settings_xml: str = ""
+    """<address-setting> elements added to the address settings (a test's address that refuses
+    what does not fit, say)."""
     plugins_xml: str = field(default_factory=lambda: plugin_xml([]))
     """The <broker-plugins> element put into <core> (devtools.artemis_plugin.plugin_xml): by
     default the StompLossPlugin alone, which every Artemis of the project runs (docs/interop.md).
@@ -254,6 +257,12 @@ def render_broker_xml(settings: ArtemisSettings, source: str | None = None) -> s
         )
         if matched != 1:
             raise LocalBrokerError(f"{BROKER_XML} should have one address-setting for #")
+    if settings.address_settings_xml:
+        text, added = re.subn(
+            r"(\n *</address-settings>)", rf"\n{settings.address_settings_xml}\g<1>", text
+        )
+        if added != 1:
+            raise LocalBrokerError(f"{BROKER_XML} should have one <address-settings>")
     if settings.shared_data is not None:
         text, moved_dirs = re.subn(
             r"(<[a-z-]+-directory>)data/", rf"\g<1>{settings.shared_data}/", text

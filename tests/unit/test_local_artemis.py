@@ -40,6 +40,14 @@ def test_the_projects_broker_xml_is_rendered_with_every_acceptor_on_its_own_loop
     assert "0.0.0.0" not in rendered
 
 
+def test_address_settings_of_a_test_go_among_the_projects_own() -> None:
+    extra = '<address-setting match="t.#"><max-size-bytes>1</max-size-bytes></address-setting>'
+    rendered = la.render_broker_xml(la.ArtemisSettings(home=Path("/x"), address_settings_xml=extra))
+    settings = re.search(r"<address-settings>(.*?)</address-settings>", rendered, re.S)
+    assert settings is not None
+    assert extra in settings[1] and '<address-setting match="#">' in settings[1]
+
+
 @pytest.mark.parametrize(
     ("name", "plain", "tls_port"), [("stomp", 61813, 61812), ("amqp", 5872, 5871)]
 )

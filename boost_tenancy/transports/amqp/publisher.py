@@ -78,11 +78,13 @@ class Publisher:
         groups: Sequence[Sequence[tuple[str, EncodedMessage]]],
         *,
         as_queue: bool = True,
+        wanted: Callable[[int], bool] = lambda _index: True,
     ) -> list[BaseException | None]:
         """calls.send_each, each group on the lane of its queues: the second connection when
         one of them refused a message before. A group the connection's loss failed is sent
         again alone, on the lane its queues have by then, and fails only if it is refused (or
-        lost) again."""
+        lost) again; unless wanted(its index) is false by then (the caller's originals went
+        back to the broker with their own connection, and come again): it keeps its loss."""
         errors: list[BaseException | None] = [None] * len(groups)
         alone: list[bool] = [False] * len(groups)
         suspect = self._suspected(groups)
@@ -97,11 +99,18 @@ class Publisher:
                 if on_refusing_lane and error is None:  # it takes messages again
                     self._suspect((queue for queue, _ in groups[index]), forget=True)
         for index, error in enumerate(errors):
-            if not isinstance(error, ConnectionLostError):
+            if not isinstance(error, ConnectionLostError) or not wanted(index):
                 continue
             group = groups[index]
             # Lost while it was the only send on its connection: it was the refused one.
-            again = error if alone[index] else self._send_alone(what, group, as_queue)
+            if alone[index]:
+                again: BaseException | None = error
+            else:
+                resent, again = self._send_alone(
+                    what, group, as_queue, functools.partial(wanted, index)
+                )
+                if not resent:
+                    continue
             if isinstance(again, ConnectionLostError):
                 again = RefusedError(f"{again} ({REFUSAL_ENDS_CONNECTION})")
                 self._suspect(queue for queue, _ in group)
@@ -109,20 +118,27 @@ class Publisher:
         return errors
 
     def _send_alone(
-        self, what: str, group: Sequence[tuple[str, EncodedMessage]], as_queue: bool
-    ) -> BaseException | None:
+        self,
+        what: str,
+        group: Sequence[tuple[str, EncodedMessage]],
+        as_queue: bool,
+        wanted: Callable[[], bool],
+    ) -> tuple[bool, BaseException | None]:
         """group sent alone on its lane; one suspected while it waited for the main lane (a send
         before it was refused alone) goes on the refusing lane instead.
 
         Lone sends go one at a time: one that cannot have its connection to itself within a
         send's own wait fails as unconfirmed (its first send's fate is unknown), which leaves
         its message to the broker's redelivery. A send that never went out again (its
-        connection stayed away) fails as such."""
+        connection stayed away) fails as such. (False, None): not sent again, no longer
+        wanted."""
         wait_s = self._settings.reconnect_wait_s + self._settings.confirm_timeout_s
         deadline = time.monotonic() + wait_s
         while True:
+            if not wanted():
+                return False, None
             refusing = self._suspected([group])[0]
-            moved = functools.partial(self._moved, group, refusing)
+            moved = functools.partial(self._moved, group, refusing, wanted)
             try:
                 sent = self._lane(refusing).send_alone(
                     what, group, as_queue, unless=moved, deadline=deadline
@@ -134,12 +150,18 @@ class Publisher:
                     f"{what}: lost with its connection, and not sent again alone within {wait_s} s"
                 ) from None
             except TransportError as exc:  # never sent again (its connection stayed away)
-                return exc
+                return True, exc
             if sent is not None:
-                return sent[0]
+                return True, sent[0]
 
-    def _moved(self, group: Sequence[tuple[str, EncodedMessage]], refusing: bool) -> bool:
-        return self._suspected([group])[0] != refusing
+    def _moved(
+        self,
+        group: Sequence[tuple[str, EncodedMessage]],
+        refusing: bool,
+        wanted: Callable[[], bool],
+    ) -> bool:
+        """Whether group is no longer this lane's, or no longer to be sent at all."""
+        return self._suspected([group])[0] != refusing or not wanted()
 
     def _suspected(self, groups: Sequence[Sequence[tuple[str, EncodedMessage]]]) -> list[bool]:
         with self._lock:

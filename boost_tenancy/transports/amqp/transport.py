@@ -158,10 +158,17 @@ class AmqpTransport(ManagedRoutes):
         groups: Sequence[Sequence[tuple[str, EncodedMessage]]],
         *,
         as_queue: bool = True,
+        originals: Sequence[DeliveryToken] = (),
     ) -> list[BaseException | None]:
-        """Each group sent and confirmed on its own, on the publisher's connection if any."""
+        """Each group sent and confirmed on its own, on the publisher's connection if any;
+        originals: each group's delivery, whose loss makes sending its group again needless."""
         if self._publisher is not None:
-            return self._publisher.send_each(what, groups, as_queue=as_queue)
+            wanted = (
+                (lambda index: self._token_is_live(originals[index]))
+                if originals
+                else (lambda _index: True)
+            )
+            return self._publisher.send_each(what, groups, as_queue=as_queue, wanted=wanted)
         return calls.send_each(self._engine, what, groups, as_queue=as_queue)
 
     def _transaction(self, items: Sequence[Outgoing], accepts: Sequence[DeliveryToken]) -> None:
@@ -301,7 +308,9 @@ class AmqpTransport(ManagedRoutes):
         # twice).
         encoded = [self._encode(items) for _, items in kept]
         try:
-            errors = self._send_each(f"forward of {len(copies)} message(s)", encoded)
+            errors = self._send_each(
+                f"forward of {len(copies)} message(s)", encoded, originals=tokens
+            )
         except NotConfirmedError:
             if self._publisher is not None:
                 # The originals' connection is given up too, as the publisher's was: the broker

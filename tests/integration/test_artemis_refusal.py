@@ -1,0 +1,176 @@
+"""What Artemis 2.44 does with a message for an address that is full under address-full-policy
+FAIL, on a real Artemis of the test's own (every other Artemis of the suite pages instead):
+
+- over STOMP a refused SEND is answered by ERROR and the connection is closed; a SEND of a
+  transaction asked for no receipt, so its ERROR carries no receipt-id, and the COMMIT's RECEIPT
+  sometimes followed it: the toolkit's batch must never read as confirmed then (it returned with
+  nothing stored 4 to 11 times in 100 before the transport failed every awaited receipt on such
+  an ERROR);
+- over AMQP the broker gives a sender to the full address no credit (ARTEMIS-5645, in 2.43:
+  credit drained while the address refuses): the message never leaves the client, nothing
+  settles it, and the send ends unconfirmed after the transport's waits (which then gives its
+  connection up, as for any unconfirmed send: docs/interop.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from boost_tenancy.application.brokers import open_transport
+from boost_tenancy.errors import NotConfirmedError, TransportError
+from boost_tenancy.messages import WireMessage
+from boost_tenancy.transports.amqp import AmqpTransport
+from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
+from tests.broker_target import raw_connect_frame
+from tests.conftest import unavailable, wait_until
+
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.local_broker("runs an Artemis of its own with an address that refuses"),
+    pytest.mark.own_broker("artemis"),
+]
+
+OFFSET = 1900
+"""Ports 63513 (STOMP), 63516 (CORE), 7572 (AMQP): clear of every other broker of the suite."""
+FULL = "boost-full"
+FULL_SETTING = (
+    f'<address-setting match="{FULL}.#"><max-size-bytes>20000</max-size-bytes>'
+    "<address-full-policy>FAIL</address-full-policy></address-setting>"
+)
+BODY = "x" * 4000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalArtemis]:
+    if shutil.which("mvn") is None or shutil.which("java") is None:
+        unavailable("the project's Artemis plugins are built with Maven and run on Java 17")
+    settings = ArtemisSettings(
+        home=tmp_path_factory.mktemp("artemis-refusal") / "broker",
+        port_offset=OFFSET,
+        address_settings_xml=FULL_SETTING,
+    )
+    started = LocalArtemis(settings)
+    started.start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def stomp_transport(broker: LocalArtemis) -> StompTransport:
+    return StompTransport(
+        StompSettings(
+            host=HOST,
+            port=broker.settings.stomp_port,
+            username=USER,
+            password=PASSWORD,
+            reconnect_initial_s=0.05,
+        )
+    )
+
+
+def full_address(transport: StompTransport) -> str:
+    """A fresh address of the FAIL setting, sent to until it refuses."""
+    address = f"{FULL}.{uuid.uuid4().hex[:8]}"
+    for _ in range(20):
+        try:
+            transport.send(address, WireMessage(body=BODY, properties={}))
+        except TransportError:
+            return address
+    raise AssertionError(f"{address} took 80,000 bytes under max-size-bytes 20,000")
+
+
+def frames_after(sock: socket.socket, wait_s: float = 5.0) -> tuple[list[bytes], bool]:
+    """The frames the broker sends until it closes the socket (True) or wait_s passes."""
+    sock.settimeout(wait_s)
+    received = b""
+    closed = False
+    deadline = time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                closed = True
+                break
+            received += chunk
+    except TimeoutError:
+        pass
+    return [f.strip(b"\n") for f in received.split(b"\x00") if f.strip(b"\n")], closed
+
+
+def test_a_refused_send_of_a_transaction_is_answered_by_an_error_without_receipt_id(
+    broker: LocalArtemis,
+) -> None:
+    setup = stomp_transport(broker)
+    setup.connect()
+    try:
+        address = full_address(setup)
+    finally:
+        setup.close()
+    settings = StompSettings(
+        host=HOST, port=broker.settings.stomp_port, username=USER, password=PASSWORD
+    )
+    with socket.create_connection((HOST, broker.settings.stomp_port), timeout=5) as sock:
+        sock.sendall(raw_connect_frame(settings))
+        assert sock.recv(65536).startswith(b"CONNECTED")
+        sock.sendall(
+            b"BEGIN\ntransaction:t1\n\n\x00"
+            + f"SEND\ndestination:{address}\ntransaction:t1\n\n{BODY}\x00".encode()
+            + b"COMMIT\ntransaction:t1\nreceipt:c1\n\n\x00"
+        )
+        frames, closed = frames_after(sock)
+    assert frames, "the broker answered nothing"
+    first = frames[0].split(b"\n")
+    assert first[0] == b"ERROR", frames
+    assert not any(line.startswith(b"receipt-id:") for line in first), frames
+    assert closed, "the broker kept the connection after its ERROR"
+
+
+def test_a_transaction_with_a_refused_message_never_reads_as_confirmed(
+    broker: LocalArtemis,
+) -> None:
+    """100 tries, each once the transport is connected again (the refusal closed it): the
+    commit's RECEIPT came after the refusal in 3 to 11 of 100 such tries before."""
+    transport = stomp_transport(broker)
+    transport.connect()
+    try:
+        address = full_address(transport)
+        confirmed = 0
+        for n in range(100):
+            assert wait_until(lambda: transport.is_connected, timeout=10)
+            try:
+                transport.send_batch([(address, WireMessage(body=f"m{n}", properties={}))])
+            except TransportError:
+                continue
+            confirmed += 1
+        assert confirmed == 0, f"{confirmed} of 100 commits refused by a full address confirmed"
+    finally:
+        transport.close()
+
+
+def test_over_amqp_a_send_to_the_full_address_is_never_settled(broker: LocalArtemis) -> None:
+    stomp = stomp_transport(broker)
+    stomp.connect()
+    try:
+        address = full_address(stomp)
+    finally:
+        stomp.close()
+    transport = open_transport(
+        f"amqp://{USER}:{PASSWORD}@{HOST}:{broker.settings.amqp_port}",
+        {"BOOST_BROKER_CONFIRM_TIMEOUT_S": "3", "BOOST_BROKER_RECONNECT_WAIT_S": "1"},
+    )
+    assert isinstance(transport, AmqpTransport)
+    transport.connect()
+    try:
+        with pytest.raises(NotConfirmedError, match="no confirmation from the broker within 4"):
+            transport.send(address, WireMessage(body=BODY, properties={}))
+    finally:
+        transport.close()
