@@ -77,6 +77,16 @@ def stomp_transport(broker: LocalArtemis) -> StompTransport:
     )
 
 
+def filled(broker: LocalArtemis) -> str:
+    """A fresh address of the FAIL setting, filled over a STOMP transport of its own."""
+    transport = stomp_transport(broker)
+    transport.connect()
+    try:
+        return full_address(transport)
+    finally:
+        transport.close()
+
+
 def full_address(transport: StompTransport) -> str:
     """A fresh address of the FAIL setting, sent to until it refuses."""
     address = f"{FULL}.{uuid.uuid4().hex[:8]}"
@@ -109,12 +119,7 @@ def frames_after(sock: socket.socket, wait_s: float = 5.0) -> tuple[list[bytes],
 def test_a_refused_send_of_a_transaction_is_answered_by_an_error_without_receipt_id(
     broker: LocalArtemis,
 ) -> None:
-    setup = stomp_transport(broker)
-    setup.connect()
-    try:
-        address = full_address(setup)
-    finally:
-        setup.close()
+    address = filled(broker)
     settings = StompSettings(
         host=HOST, port=broker.settings.stomp_port, username=USER, password=PASSWORD
     )
@@ -157,12 +162,7 @@ def test_a_transaction_with_a_refused_message_never_reads_as_confirmed(
 
 
 def test_over_amqp_a_send_to_the_full_address_is_never_settled(broker: LocalArtemis) -> None:
-    stomp = stomp_transport(broker)
-    stomp.connect()
-    try:
-        address = full_address(stomp)
-    finally:
-        stomp.close()
+    address = filled(broker)
     transport = open_transport(
         f"amqp://{USER}:{PASSWORD}@{HOST}:{broker.settings.amqp_port}",
         {"BOOST_BROKER_CONFIRM_TIMEOUT_S": "3", "BOOST_BROKER_RECONNECT_WAIT_S": "1"},

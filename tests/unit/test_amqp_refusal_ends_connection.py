@@ -57,6 +57,23 @@ def full_queue(peer: AmqpPeer, transport: Transport, name: str) -> None:
     transport.send(name, WireMessage(body="first", properties={}))
 
 
+def send_in_background(
+    transport: Transport, queue: str, body: str
+) -> tuple[threading.Thread, list[BaseException]]:
+    """A send to queue on a thread of its own, started; what it raised goes in the list."""
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            transport.send(queue, WireMessage(body=body, properties={}))
+        except TransportError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread, raised
+
+
 def delivered(transport: Transport, source: str, count: int) -> list[Delivery]:
     inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
     transport.subscribe(source, selector=None, prefetch=10, on_delivery=inbox.put)
@@ -122,16 +139,7 @@ def test_a_queue_that_refused_is_sent_to_on_another_connection_so_others_do_not_
         transport.send(full, WireMessage(body="refused", properties={}))
     opened = peer.connections_opened
 
-    refused_again: list[BaseException] = []
-
-    def send_to_full() -> None:
-        try:
-            transport.send(full, WireMessage(body="refused again", properties={}))
-        except TransportError as exc:
-            refused_again.append(exc)
-
-    stalled = threading.Thread(target=send_to_full)
-    stalled.start()
+    stalled, refused_again = send_in_background(transport, full, "refused again")
     try:
         # The peer takes the refused message and ends its connection CLOSE_AFTER_S later;
         # meanwhile a send to another queue is confirmed on the other connection.
@@ -164,16 +172,7 @@ def test_a_send_lost_with_the_refusal_goes_through_though_sends_fail_at_once(
     try:
         _, full, ok = names()
         full_queue(peer, transport, full)
-        refused: list[BaseException] = []
-
-        def send_to_full() -> None:
-            try:
-                transport.send(full, WireMessage(body="refused", properties={}))
-            except TransportError as exc:
-                refused.append(exc)
-
-        first = threading.Thread(target=send_to_full)
-        first.start()
+        first, refused = send_in_background(transport, full, "refused")
         assert wait_until(lambda: crashed(peer))
         transport.send(ok, WireMessage(body="lost with it, then sent", properties={}))
         first.join(timeout=4 * CLOSE_AFTER_S + 10)
