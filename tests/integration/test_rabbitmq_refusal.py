@@ -130,6 +130,24 @@ class _Outputs(TenantProcessor):
             ctx.publish(self.full, {"n": message.data["n"]})
 
 
+def runner_of(
+    processor: TenantProcessor,
+    transport: Transport,
+    tenants: list[str],
+    store: SQLiteErrorStore,
+    *,
+    workers: int,
+    prefetch: int,
+    delay_ms: int,
+) -> ProcessorRunner:
+    """A runner whose retries wait delay_ms each, three attempts in all."""
+    retry = RetryPolicy(max_attempts=3, base_delay_ms=delay_ms, max_delay_ms=delay_ms, jitter=0.0)
+    settings = RunnerSettings(
+        workers=workers, prefetch=prefetch, dispatch=DispatchSettings(retry=retry)
+    )
+    return ProcessorRunner(processor, transport, tenants, error_store=store, settings=settings)
+
+
 def drain(transport: Transport, name: str, expected: int, timeout_s: float = 30) -> list[Delivery]:
     """Read name until expected messages came, or timeout_s passed; each is acknowledged."""
     got: list[Delivery] = []
@@ -153,18 +171,8 @@ def test_a_tenant_publishing_to_its_full_queue_touches_no_other_tenant(
     runner_transport = open_transport(rabbitmq_url)
     processor = _Outputs(source, full)
     store = SQLiteErrorStore(str(tmp_path / "errors.db"))
-    runner = ProcessorRunner(
-        processor,
-        runner_transport,
-        ["org-a", "org-b"],
-        error_store=store,
-        settings=RunnerSettings(
-            workers=4,
-            prefetch=20,
-            dispatch=DispatchSettings(
-                retry=RetryPolicy(max_attempts=3, base_delay_ms=0, max_delay_ms=0, jitter=0.0)
-            ),
-        ),
+    runner = runner_of(
+        processor, runner_transport, ["org-a", "org-b"], store, workers=4, prefetch=20, delay_ms=0
     )
     try:
         # Filled while nothing runs: org-a's output queue is at its limit from the start.
@@ -247,18 +255,9 @@ def test_a_held_retry_whose_copy_is_refused_is_dead_lettered(
     producer.connect()
     processor = _FailsOnceHeld(source)
     runner_transport = open_transport(rabbitmq_url)
-    runner = ProcessorRunner(
-        processor,
-        runner_transport,
-        ["org-a"],
-        error_store=SQLiteErrorStore(str(tmp_path / "errors.db")),
-        settings=RunnerSettings(
-            workers=1,
-            prefetch=1,
-            dispatch=DispatchSettings(
-                retry=RetryPolicy(max_attempts=3, base_delay_ms=300, max_delay_ms=300, jitter=0.0)
-            ),
-        ),
+    store = SQLiteErrorStore(str(tmp_path / "errors.db"))
+    runner = runner_of(
+        processor, runner_transport, ["org-a"], store, workers=1, prefetch=1, delay_ms=300
     )
     try:
         tenant = {"tenantUUID": "org-a", "content-type": "application/json"}

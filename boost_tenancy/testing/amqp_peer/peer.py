@@ -17,7 +17,7 @@ from proton import Message
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from boost_tenancy.errors import BoostTenancyError
-from boost_tenancy.testing.amqp_peer.engine import _Engine
+from boost_tenancy.testing.amqp_peer.engine import REFUSAL_CLOSE_S, _Engine
 from boost_tenancy.testing.amqp_peer.profiles import PeerFlavour
 from boost_tenancy.testing.amqp_peer.sockets import _Listener
 
@@ -126,7 +126,9 @@ class AmqpPeer:
         body, plus application-properties content-length and destination."""
         self._call(lambda: self._engine.put_over_stomp(queue, body, properties))
 
-    def limit_length(self, queue: str, max_length: int, *, close_after_s: float = 3.0) -> None:
+    def limit_length(
+        self, queue: str, max_length: int, *, close_after_s: float = REFUSAL_CLOSE_S
+    ) -> None:
         """RabbitMQ: give queue a max-length with overflow reject-publish. A message sent to it
         full ends the sending connection close_after_s later, as RabbitMQ 3.10.8 does (measured:
         3 s), every other send on that connection unconfirmed."""

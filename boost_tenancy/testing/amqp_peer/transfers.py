@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from proton import Condition, Delivery, Described, Link, Message
@@ -28,6 +27,7 @@ from boost_tenancy.testing.amqp_peer.wire import (
     _TRANSACTIONAL_STATE,
     _binary,
 )
+from boost_tenancy.transports.amqp.events import Timer
 from boost_tenancy.transports.artemis_requests import MANAGEMENT_ADDRESS
 
 if TYPE_CHECKING:
@@ -106,12 +106,12 @@ class _Transfers:
         refusal_close_s later, without a close frame."""
         conn.crashed = True
 
-        def end(_event: Any = None) -> None:
+        def end() -> None:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
 
         engine = self._engine
-        engine.pending_timers.append(engine.container.schedule(engine.refusal_close_s, _Timer(end)))
+        engine.pending_timers.append(engine.container.schedule(engine.refusal_close_s, Timer(end)))
 
     def on_control(self, conn: _Conn, delivery: Delivery, encoded: bytes) -> None:
         control = Message()
@@ -166,10 +166,3 @@ class _Transfers:
                 engine._pump(entry.queue)  # deliverable again, not counted
             else:
                 _remove(entry)
-
-
-class _Timer:
-    """A callback for the container's schedule (proton calls its handler's on_timer_task)."""
-
-    def __init__(self, callback: Callable[[Any], None]) -> None:
-        self.on_timer_task = callback

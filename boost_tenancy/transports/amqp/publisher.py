@@ -210,9 +210,6 @@ class _Lane:
     def __init__(self, engine: AmqpConnection) -> None:
         self.engine = engine
         self._gate = _Gate()
-        self._count = threading.Lock()
-        self._in_flight = 0
-        self._started = 0
 
     def send_each(
         self,
@@ -222,18 +219,9 @@ class _Lane:
     ) -> tuple[list[BaseException | None], bool]:
         """calls.send_each, and whether the one group was the only send on the connection from
         its start to its end."""
-        with self._gate.shared():
-            with self._count:
-                alone_at_start, mark = self._in_flight == 0, self._started
-                self._in_flight += len(groups)
-                self._started += len(groups)
-            try:
-                errors = calls.send_each(self.engine, what, groups, as_queue=as_queue)
-            finally:
-                with self._count:
-                    self._in_flight -= len(groups)
-                    alone = alone_at_start and len(groups) == 1 and self._started == mark + 1
-            return errors, alone
+        with self._gate.shared() as stay:
+            errors = calls.send_each(self.engine, what, groups, as_queue=as_queue)
+        return errors, len(groups) == 1 and stay.alone
 
     def send_alone(
         self,
@@ -253,6 +241,16 @@ class _Lane:
             return calls.send_each(self.engine, what, [group], as_queue=as_queue)
 
 
+@dataclasses.dataclass(slots=True)
+class _Stay:
+    """One shared hold of a _Gate: whether no other holder was there when it began, and how
+    many holds had begun then; once it ends, whether it was alone throughout."""
+
+    first: bool
+    mark: int
+    alone: bool = False
+
+
 class _Gate:
     """Any number of shared holders at once, or one exclusive holder alone; an exclusive one
     waiting goes before shared ones that come after it."""
@@ -260,20 +258,25 @@ class _Gate:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._shared = 0
+        self._begun = 0
+        """Shared holds begun so far."""
         self._exclusive = False
         self._waiting = 0
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self) -> Iterator[_Stay]:
         with self._changed:
             while self._exclusive or self._waiting:
                 self._changed.wait()
+            stay = _Stay(first=self._shared == 0, mark=self._begun)
             self._shared += 1
+            self._begun += 1
         try:
-            yield
+            yield stay
         finally:
             with self._changed:
                 self._shared -= 1
+                stay.alone = stay.first and self._begun == stay.mark + 1
                 if not self._shared:
                     self._changed.notify_all()
 
