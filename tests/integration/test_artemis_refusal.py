@@ -14,11 +14,13 @@ FAIL, on a real Artemis of the test's own (every other Artemis of the suite page
 
 from __future__ import annotations
 
+import queue
 import shutil
 import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,10 +28,12 @@ from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.amqp import AmqpTransport
+from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 from tests.broker_target import raw_connect_frame
 from tests.conftest import unavailable, wait_until
+from tests.refusing_tenant import assert_only_the_refused_tenant_paid, two_tenants
 
 pytestmark = [
     pytest.mark.broker,
@@ -41,9 +45,10 @@ pytestmark = [
 OFFSET = 1900
 """Ports 63513 (STOMP), 63516 (CORE), 7572 (AMQP): clear of every other broker of the suite."""
 FULL = "boost-full"
-FULL_SETTING = (
-    f'<address-setting match="{FULL}.#"><max-size-bytes>20000</max-size-bytes>'
+FULL_SETTING = "".join(
+    f'<address-setting match="{match}"><max-size-bytes>20000</max-size-bytes>'
     "<address-full-policy>FAIL</address-full-policy></address-setting>"
+    for match in (f"{FULL}.#", f"tenant.*.{FULL}.#")  # a tenant's own queue too
 )
 BODY = "x" * 4000
 
@@ -159,6 +164,71 @@ def test_a_transaction_with_a_refused_message_never_reads_as_confirmed(
         assert confirmed == 0, f"{confirmed} of 100 commits refused by a full address confirmed"
     finally:
         transport.close()
+
+
+def fill(transport: StompTransport, address: str) -> None:
+    """Send to address until it refuses."""
+    for _ in range(20):
+        try:
+            transport.send(address, WireMessage(body=BODY, properties={}))
+        except TransportError:
+            return
+    raise AssertionError(f"{address} took 80,000 bytes under max-size-bytes 20,000")
+
+
+def subscription_connections_lost(transport: StompTransport) -> int:
+    """How often the connections carrying transport's subscriptions were lost (reached into:
+    no API counts them)."""
+    lines = transport._subscriptions._lines
+    return sum(
+        line.connection._generation - 1
+        for line in lines
+        if line.opened and line.index != 0 and line.connection._generation
+    )
+
+
+def test_a_refused_send_fails_and_the_transport_keeps_its_deliveries(
+    broker: LocalArtemis,
+) -> None:
+    transport = stomp_transport(broker)
+    transport.connect()
+    try:
+        source = f"src.{uuid.uuid4().hex[:10]}"
+        inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox.put)
+        transport.send(source, WireMessage(body="held", properties={"tenantUUID": "org-a"}))
+        held = inbox.get(timeout=10)
+        address = full_address(transport)
+        with pytest.raises(TransportError, match="Error sending message"):
+            transport.send(address, WireMessage(body=BODY, properties={}))
+        assert transport.is_live(held), "the refusal ended the subscriptions' connection"
+        transport.ack(held)
+        transport.send(source, WireMessage(body="after", properties={"tenantUUID": "org-a"}))
+        after = inbox.get(timeout=10)
+        assert after.body == "after", "the held message came back: its ack was lost"
+        transport.ack(after)
+    finally:
+        transport.close()
+
+
+def test_a_tenant_publishing_to_its_full_address_touches_no_other_tenant(
+    broker: LocalArtemis, tmp_path: Path
+) -> None:
+    producer = stomp_transport(broker)
+    producer.connect()
+    runner_transport = stomp_transport(broker)
+    try:
+        result = two_tenants(
+            producer,
+            runner_transport,
+            tmp_path,
+            full_prefix=f"{FULL}.",
+            fill=lambda name: fill(producer, name),
+            connections_lost=lambda: subscription_connections_lost(runner_transport),
+        )
+    finally:
+        producer.close()
+    assert_only_the_refused_tenant_paid(result)
 
 
 def test_over_amqp_a_send_to_the_full_address_is_never_settled(broker: LocalArtemis) -> None:

@@ -12,13 +12,11 @@ connection of its own there (transports/amqp/publisher.py).
 
 from __future__ import annotations
 
-import collections
 import json
 import queue
 import shutil
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +24,8 @@ from pathlib import Path
 import pytest
 
 from boost_tenancy import (
-    DispatchSettings,
     HandlerContext,
     IncomingMessage,
-    ProcessorRunner,
-    RetryPolicy,
-    RunnerSettings,
     TenantProcessor,
 )
 from boost_tenancy.errors import TransportError
@@ -40,10 +34,11 @@ from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.amqp import AmqpTransport
-from boost_tenancy.transports.base import Delivery, Transport
+from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.registry import open_transport
 from tests.conftest import wait_until
 from tests.raw_refusal import CONNECTION_ENDED, refusal_of_a_full_queue
+from tests.refusing_tenant import assert_only_the_refused_tenant_paid, drain, runner_of, two_tenants
 
 pytestmark = pytest.mark.amqp_broker
 
@@ -114,101 +109,26 @@ def test_a_refused_send_fails_and_the_transport_keeps_its_deliveries(rabbitmq_ur
         transport.close()
 
 
-class _Outputs(TenantProcessor):
-    """org-a publishes each message to its full queue; org-b's are handled and counted."""
-
-    def __init__(self, source: str, full: str) -> None:
-        self.queues = (source,)
-        self.full = full
-        self.handled: collections.Counter[tuple[str, int]] = collections.Counter()
-        self._lock = threading.Lock()
-
-    def handle(self, message: IncomingMessage, ctx: HandlerContext) -> None:
-        with self._lock:
-            self.handled[(ctx.tenant.value, int(message.data["n"]))] += 1
-        if ctx.tenant.value == "org-a":
-            ctx.publish(self.full, {"n": message.data["n"]})
-
-
-def runner_of(
-    processor: TenantProcessor,
-    transport: Transport,
-    tenants: list[str],
-    store: SQLiteErrorStore,
-    *,
-    workers: int,
-    prefetch: int,
-    delay_ms: int,
-) -> ProcessorRunner:
-    """A runner whose retries wait delay_ms each, three attempts in all."""
-    retry = RetryPolicy(max_attempts=3, base_delay_ms=delay_ms, max_delay_ms=delay_ms, jitter=0.0)
-    settings = RunnerSettings(
-        workers=workers, prefetch=prefetch, dispatch=DispatchSettings(retry=retry)
-    )
-    return ProcessorRunner(processor, transport, tenants, error_store=store, settings=settings)
-
-
-def drain(transport: Transport, name: str, expected: int, timeout_s: float = 30) -> list[Delivery]:
-    """Read name until expected messages came, or timeout_s passed; each is acknowledged."""
-    got: list[Delivery] = []
-
-    def take(delivery: Delivery) -> None:
-        got.append(delivery)
-        transport.ack(delivery)
-
-    subscription = transport.subscribe(name, selector=None, prefetch=50, on_delivery=take)
-    wait_until(lambda: len(got) >= expected, timeout=timeout_s)
-    transport.unsubscribe(subscription)
-    return got
-
-
 def test_a_tenant_publishing_to_its_full_queue_touches_no_other_tenant(
     rabbitmq_url: str, tmp_path: Path
 ) -> None:
-    source, full = f"refusal.{uuid.uuid4().hex[:10]}", full_name()
     producer = open_transport(rabbitmq_url)
     producer.connect()
     runner_transport = open_transport(rabbitmq_url)
-    processor = _Outputs(source, full)
-    store = SQLiteErrorStore(str(tmp_path / "errors.db"))
-    runner = runner_of(
-        processor, runner_transport, ["org-a", "org-b"], store, workers=4, prefetch=20, delay_ms=0
-    )
+    assert isinstance(runner_transport, AmqpTransport)
+    engine = runner_transport._engine  # reached into: no API counts its connections
     try:
-        # Filled while nothing runs: org-a's output queue is at its limit from the start.
-        producer.send(DEFAULT_ROUTING.physical(full, "org-a"), WireMessage(body="x", properties={}))
-        for tenant, count in (("org-a", 5), ("org-b", 100)):
-            for n in range(count):
-                producer.send(
-                    source,
-                    WireMessage(
-                        body=f'{{"n": {n}}}',
-                        properties={"tenantUUID": tenant, "content-type": "application/json"},
-                    ),
-                )
-        started = time.monotonic()
-        runner.start()
-        handled_b = lambda: {n for tenant, n in processor.handled if tenant == "org-b"}  # noqa: E731
-        assert wait_until(lambda: len(handled_b()) == 100, timeout=60), (
-            f"org-b: {len(handled_b())} of 100 handled in 60 s"
+        result = two_tenants(
+            producer,
+            runner_transport,
+            tmp_path,
+            full_prefix="boost-full.",
+            fill=lambda name: producer.send(name, WireMessage(body="x", properties={})),
+            connections_lost=lambda: engine.generation - 1,
         )
-        dead_a = drain(producer, dead_letter_queue(DEFAULT_ROUTING.physical(source, "org-a")), 5)
-        elapsed = time.monotonic() - started
-        assert isinstance(runner_transport, AmqpTransport)
-        # The subscriptions' connection was never lost (reached into: no API counts them).
-        assert runner_transport._engine.generation == 1
-    finally:
-        runner.stop()
-        runner_transport.close()
-    try:
-        org_b_dead_letters = dead_letter_queue(DEFAULT_ROUTING.physical(source, "org-b"))
-        dead_b = drain(producer, org_b_dead_letters, 1, timeout_s=3)
     finally:
         producer.close()
-    assert sorted(int(str(d.body).split('"n": ')[1].split("}")[0]) for d in dead_a) == list(
-        range(5)
-    ), f"org-a's messages were not each dead-lettered once ({elapsed:.1f} s)"
-    assert dead_b == [], "an org-b message was dead-lettered for org-a's full queue"
+    assert_only_the_refused_tenant_paid(result)
 
 
 def ready_in(name: str) -> int:

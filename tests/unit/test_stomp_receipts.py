@@ -62,9 +62,11 @@ def test_a_receipt_taken_out_at_the_deadline_counts_as_answered(
     # after it: the send was confirmed, and the waiter says so instead of "no receipt".
     answer = PendingReceipt.answer
 
-    def late_answer(self: PendingReceipt, error: str | None) -> None:
+    def late_answer(
+        self: PendingReceipt, error: str | None, failure: type[TransportError] = TransportError
+    ) -> None:
         time.sleep(0.2)
-        answer(self, error)
+        answer(self, error, failure)
 
     monkeypatch.setattr(PendingReceipt, "answer", late_answer)
     receipts = Receipts(timeout_s=0.1)

@@ -21,8 +21,9 @@ from boost_tenancy.transports.amqp.sending import Sending
 from boost_tenancy.transports.amqp.settings import AmqpSettings
 from boost_tenancy.transports.amqp.subscriptions import SubscriptionSpec
 from boost_tenancy.transports.amqp.transactions import Transactions
-from boost_tenancy.transports.amqp.waiters import ConnectionLostError, resolve
+from boost_tenancy.transports.amqp.waiters import resolve
 from boost_tenancy.transports.capabilities import TransportCapabilities
+from boost_tenancy.transports.lost_sends import ConnectionLostError
 from boost_tenancy.transports.reachability import tcp_failure, unresolvable
 
 log = structlog.get_logger("boost_tenancy.transports.amqp")

@@ -18,8 +18,7 @@ import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
@@ -28,7 +27,7 @@ from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
 from boost_tenancy.transports.amqp.flavour import REFUSAL_ENDS_CONNECTION
 from boost_tenancy.transports.amqp.settings import AmqpSettings
-from boost_tenancy.transports.amqp.waiters import ConnectionLostError
+from boost_tenancy.transports.lost_sends import ConnectionLostError, SendGate
 
 SUSPECTS_KEPT: Final = 10_000
 """Queues remembered as refusing at most; the oldest are forgotten first."""
@@ -209,7 +208,7 @@ class _Lane:
 
     def __init__(self, engine: AmqpConnection) -> None:
         self.engine = engine
-        self._gate = _Gate()
+        self._gate = SendGate()
 
     def send_each(
         self,
@@ -239,65 +238,3 @@ class _Lane:
             if unless():
                 return None
             return calls.send_each(self.engine, what, [group], as_queue=as_queue)
-
-
-@dataclasses.dataclass(slots=True)
-class _Stay:
-    """One shared hold of a _Gate: whether no other holder was there when it began, and how
-    many holds had begun then; once it ends, whether it was alone throughout."""
-
-    first: bool
-    mark: int
-    alone: bool = False
-
-
-class _Gate:
-    """Any number of shared holders at once, or one exclusive holder alone; an exclusive one
-    waiting goes before shared ones that come after it."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._shared = 0
-        self._begun = 0
-        """Shared holds begun so far."""
-        self._exclusive = False
-        self._waiting = 0
-
-    @contextmanager
-    def shared(self) -> Iterator[_Stay]:
-        with self._changed:
-            while self._exclusive or self._waiting:
-                self._changed.wait()
-            stay = _Stay(first=self._shared == 0, mark=self._begun)
-            self._shared += 1
-            self._begun += 1
-        try:
-            yield stay
-        finally:
-            with self._changed:
-                self._shared -= 1
-                stay.alone = stay.first and self._begun == stay.mark + 1
-                if not self._shared:
-                    self._changed.notify_all()
-
-    @contextmanager
-    def exclusive(self, deadline: float) -> Iterator[None]:
-        """Held alone; TimeoutError when that cannot be by deadline (time.monotonic())."""
-        with self._changed:
-            self._waiting += 1
-            try:
-                while self._exclusive or self._shared:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError
-                    self._changed.wait(left)
-            finally:
-                self._waiting -= 1
-                self._changed.notify_all()  # shared holders waited on this one
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._exclusive = False
-                self._changed.notify_all()

@@ -1,19 +1,12 @@
 """What callers wait on while the loop thread works for them: futures resolved once (a waiter
 that gave up is skipped), several futures awaited as one (up to the first failure, or every one
-settled), a batch's confirmations counted, and the error of a lost connection.
+settled), a batch's confirmations counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
-
-from boost_tenancy.errors import TransportError
-
-
-class ConnectionLostError(TransportError):
-    """What waited on a connection failed because the connection was lost: whether the broker
-    took a send of it is unknown (the broker did not refuse it, as far as the transport saw)."""
 
 
 def resolve(future: Future[None], error: BaseException | None = None) -> None:

@@ -5,8 +5,8 @@ text content-type (so they stay text on Artemis), confirms every send by receipt
 client-individual acks in the broker's prefetch unit, and reconnects and resubscribes by itself.
 """
 
+from boost_tenancy.transports.stomp.backoff import reconnect_delay
 from boost_tenancy.transports.stomp.batch import StompBatch
-from boost_tenancy.transports.stomp.connection import reconnect_delay
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import encode_frame
 from boost_tenancy.transports.stomp.settings import StompSettings

@@ -6,10 +6,10 @@ import contextlib
 import os
 
 from boost_tenancy.messages import WireMessage
-from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.frames import encode_frame, send_frame, with_receipt
 from boost_tenancy.transports.stomp.link import FrameWriter
 from boost_tenancy.transports.stomp.receipts import new_receipt
+from boost_tenancy.transports.stomp.sending import Sender
 
 
 def new_transaction() -> str:
@@ -18,16 +18,22 @@ def new_transaction() -> str:
 
 
 class StompBatch:
-    """Atomic: a transaction whose frames stream out in chunks while the batch fills. Otherwise:
-    plain sends, each encoded as it is added and all written at commit, one receipt on the last
-    (nothing is written if the block fails)."""
+    """Atomic: a transaction whose frames stream out in chunks while the batch fills, except
+    where the broker closes the connection when it refuses a frame (Artemis): there the
+    transaction is written whole at commit, by the sender, so that a refusal of another send
+    cannot cut it short unseen, and it is written again when lost with the connection
+    (stomp/sending.py). Otherwise: plain sends, each encoded as it is added and all written at
+    commit, one receipt on the last (nothing is written if the block fails)."""
 
-    def __init__(self, connection: StompConnection, *, atomic: bool) -> None:
-        self._connection = connection
-        self._link = connection.current()
-        self._writer = FrameWriter(self._link, "batch write")
+    def __init__(self, sender: Sender, *, atomic: bool) -> None:
+        self._sender = sender
         self._tx = new_transaction() if atomic else None
-        self._plain: list[bytes] = []
+        self._stream = atomic and not sender.connection.flavour.refusal_closes_connection
+        self._link = sender.connection.current()
+        self._writer = FrameWriter(self._link, "batch write")
+        self._held: list[bytes] = []
+        """Frames written at commit: plain sends, or a transaction's that does not stream."""
+        self._queues: set[str] = set()
         self._count = 0
         self._began = False
 
@@ -36,26 +42,32 @@ class StompBatch:
         nothing of it written, and the batch stays usable."""
         if self._tx is None:
             # Encoded now, once: an error names this add, and commit only writes.
-            self._plain.append(send_frame(queue, message, 0, {}))
+            self._held.append(send_frame(queue, message, 0, {}))
+            self._queues.add(queue)
             return
         # Encoded before BEGIN (the queue name and the body checked): a first message that cannot
         # be encoded leaves nothing written.
         frame = send_frame(queue, message, 0, {"transaction": self._tx})
+        self._count += 1
+        self._queues.add(queue)
+        if not self._stream:
+            self._held.append(frame)
+            return
         if not self._began:
             self._writer.push(encode_frame("BEGIN", {"transaction": self._tx}))
             self._began = True
         self._writer.push(frame)
-        self._count += 1
 
     def commit(self) -> None:
-        if self._tx is None:
-            self._commit_plain()
+        tx = self._tx
+        if not self._stream or tx is None:
+            self._commit_held()
             return
         if not self._began:
             return
         receipt = new_receipt()
-        commit = encode_frame("COMMIT", {"transaction": self._tx, "receipt": receipt})
-        self._connection.confirm(
+        commit = encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
+        self._sender.connection.confirm(
             self._link,
             [commit],
             receipt,
@@ -63,24 +75,33 @@ class StompBatch:
             writer=self._writer,
         )
 
-    def _commit_plain(self) -> None:
-        """Every plain send, the last asking for the receipt that confirms them all: a
-        connection's frames are handled in order. Written on the connection live now, since
-        nothing of the batch went out before."""
-        if not self._plain:
+    def _commit_held(self) -> None:
+        """The frames held, written together on the connection live now, since nothing of the
+        batch went out before: plain sends with the receipt that confirms them all on the last
+        (a connection's frames are handled in order), or a transaction with it on its COMMIT."""
+        frames, self._held = self._held, []
+        if not frames:
             return
-        receipt = new_receipt()
-        frames = self._plain
-        frames[-1] = with_receipt(frames[-1], receipt)
-        self._plain = []
-        what = f"batch of {len(frames)} message(s)"
-        self._connection.confirm(self._connection.current(), frames, receipt, what)
+        tx = self._tx
+        if tx is None:
+            what = f"batch of {len(frames)} message(s)"
+            self._sender.confirm(
+                lambda r: [*frames[:-1], with_receipt(frames[-1], r)], what, self._queues
+            )
+            return
+        begin = encode_frame("BEGIN", {"transaction": tx})
+        self._sender.confirm(
+            lambda r: [begin, *frames, encode_frame("COMMIT", {"transaction": tx, "receipt": r})],
+            f"commit of {len(frames)} message(s)",
+            self._queues,
+        )
 
     def abort(self) -> None:
-        if self._tx is None or not self._began:
-            self._plain.clear()
+        tx = self._tx
+        if not self._stream or tx is None or not self._began:
+            self._held.clear()
             return
         self._writer.clear()
         # Nothing of an aborted transaction is stored; a dead connection aborts it anyway.
         with contextlib.suppress(Exception):
-            self._link.write(encode_frame("ABORT", {"transaction": self._tx}), "abort")
+            self._link.write(encode_frame("ABORT", {"transaction": tx}), "abort")

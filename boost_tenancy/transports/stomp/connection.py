@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -16,6 +15,7 @@ import structlog
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.reachability import tcp_failure
+from boost_tenancy.transports.stomp.backoff import reconnect_delay
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.link import (
     FrameWriter,
@@ -54,19 +54,6 @@ OnMessage = Callable[[int, Mapping[str, str], bytes], None]
 """(generation of the connection, headers, body) of a MESSAGE frame, on the receiving thread."""
 
 
-def reconnect_delay(
-    attempt: int, initial_s: float, max_s: float, rand: Callable[[], float] = random.random
-) -> float:
-    """Seconds to wait after the attempt-th failed reconnection (1-based).
-
-    Doubles from initial_s up to max_s, then takes a random 50-100% of that, so clients that
-    lost the same broker do not come back in step and the wait never exceeds max_s.
-    """
-    # The exponent is capped: 2.0**1024 overflows, and a long outage counts that many attempts.
-    base = min(max_s, initial_s * 2.0 ** min(attempt - 1, 60))
-    return base * (0.5 + rand() / 2)
-
-
 class StompConnection:
     """The broker connection of one transport, across reconnections.
 
@@ -89,6 +76,7 @@ class StompConnection:
         self._live = threading.Condition(self._lock)
         self._link: Link | None = None
         self._connected = False
+        self._doomed: int | None = None  # a generation the broker closes after its ERROR
         self._generation = 0
         self._closing = False
         self._server = ""
@@ -118,18 +106,18 @@ class StompConnection:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     # -- taking the connection -------------------------------------------------------------------
-    def current(self) -> Link:
-        """The live connection, waiting up to reconnect_wait_s for one."""
+    def current(self, wait_s: float | None = None) -> Link:
+        """The live connection, waiting up to wait_s (by default reconnect_wait_s) for one."""
+        wait_s = self._settings.reconnect_wait_s if wait_s is None else wait_s
         with self._lock:
-            deadline = time.monotonic() + self._settings.reconnect_wait_s
+            deadline = time.monotonic() + wait_s
             while not self._connected or self._link is None:
                 if self._closing:
                     raise TransportError("STOMP transport is closed")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TransportError(
-                        f"no connection to the STOMP broker at {self.where} within "
-                        f"{self._settings.reconnect_wait_s}s"
+                        f"no connection to the STOMP broker at {self.where} within {wait_s}s"
                     )
                 self._live.wait(remaining)
             return self._link
@@ -218,7 +206,7 @@ class StompConnection:
             self._closing = True
             link, self._link = self._link, None
             self._connected = False
-        self.receipts.fail(None, "transport closed")
+        self.receipts.fail(None, "transport closed", TransportError)
         if link is not None:
             try:
                 link.disconnect(wait_s=min(self._settings.receipt_timeout_s, _CLOSE_WAIT_S))
@@ -361,21 +349,37 @@ class StompConnection:
         message = headers.get("message", "broker error")
         detail = f"{message}: {text.strip()}" if text.strip() else message
         log.error("stomp_error_frame", message=message)
-        receipt = headers.get("receipt-id")
-        if receipt is not None:
-            self.receipts.resolve(receipt, detail)
-            return
-        # A frame sent without a receipt was refused: a SEND of a transaction, or one before a
-        # batch's last. Its batch or commit must not read as confirmed, and Artemis 2.44 sent
-        # the commit's RECEIPT after this ERROR (measured): nothing awaited on this connection
-        # is taken as confirmed.
-        self.receipts.fail(generation, f"the broker refused a frame of it: {detail}")
+        self.receipts.refused(
+            generation,
+            headers.get("receipt-id"),
+            detail,
+            for_the_connection=self._flavour.refused_with_its_connection(message),
+        )
+        if self._flavour.refusal_closes_connection:
+            self._closed_by_broker(generation)
+
+    def _closed_by_broker(self, generation: int) -> None:
+        """The broker closes this connection after its ERROR: no frame is written into it from
+        now on, while receipts of frames written before still come in until it closes (else a
+        send stored would be sent twice). Dropped if not closed within connect_timeout_s."""
+        with self._lock:
+            if generation != self._generation or not self._connected or self._link is None:
+                return
+            self._connected, self._doomed, link = False, generation, self._link
+        timer = threading.Timer(self._settings.connect_timeout_s, self._drop_doomed, (link,))
+        timer.daemon = True
+        timer.start()
+
+    def _drop_doomed(self, link: Link) -> None:
+        if self._doomed == link.generation:
+            self.abandon(link, "the broker sent ERROR and kept the connection")
 
     def connection_lost(self, generation: int) -> None:
         with self._lock:
             if generation != self._generation:
                 return
-            was_connected, self._connected = self._connected, False
+            was_connected = self._connected or self._doomed == generation
+            self._connected, self._doomed = False, None
             closing = self._closing
             # A connection that never came up is reported by _open to its caller instead.
             if (

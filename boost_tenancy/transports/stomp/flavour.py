@@ -14,6 +14,12 @@ ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION: Final = 500
 """How many subscriptions the transport puts on one connection to Artemis: each SUBSCRIBE there
 wakes every consumer of its connection (stomp/subscriptions.py)."""
 
+REFUSAL_CLOSES_CONNECTION: Final = (
+    "the broker closes the connection when it refuses a message: most likely this one, refused "
+    "(a full address under address-full-policy FAIL, or no right to send there)"
+)
+"""Said of a send lost alone on a connection the broker closed after a refusal."""
+
 MAX_CONSUMER_WINDOW: Final = 2**31 - 1
 """The largest consumer-window-size Artemis takes (a Java int)."""
 
@@ -57,6 +63,19 @@ class BrokerFlavour(enum.Enum):
         """The most subscriptions one connection to this broker should carry; None: any number
         (Classic's cost of a SUBSCRIBE does not grow with those before it)."""
         return ARTEMIS_SUBSCRIPTIONS_PER_CONNECTION if self is BrokerFlavour.ARTEMIS else None
+
+    @property
+    def refusal_closes_connection(self) -> bool:
+        """Whether the broker closes the connection after the ERROR of a frame it refused
+        (Artemis 2.44, measured: a SEND to a full address under address-full-policy FAIL):
+        then the transport's sends go on a connection that carries no subscription."""
+        return self is BrokerFlavour.ARTEMIS
+
+    def refused_with_its_connection(self, message: str) -> bool:
+        """Whether an ERROR's message refuses its frame only because the connection is closing:
+        Artemis 2.44 answers each frame that came after a refused one, before its close, with
+        'AMQ339010 Connection is not valid.' (measured). Such a frame was not refused."""
+        return self is BrokerFlavour.ARTEMIS and message.startswith("AMQ339010")
 
     def message_identity(self, message_id: str | None) -> str | None:
         """What names the message itself in a MESSAGE frame's message-id, the same on each of its

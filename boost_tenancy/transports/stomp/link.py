@@ -13,6 +13,7 @@ import time
 from typing import Any, Final
 
 from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.lost_sends import ConnectionLostError
 from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 
 WRITE_CHUNK: Final = 64 * 1024
@@ -84,8 +85,8 @@ class Link:
         self._queued = not conn.transport.blocking
 
     def write(self, data: bytes, what: str) -> None:
-        """One write of data; a failure is a TransportError naming what was written, and drops
-        the connection."""
+        """One write of data; a failure is a TransportError naming what was written (a
+        ConnectionLostError unless the broker stopped reading), and drops the connection."""
         transport = self._conn.transport
         try:
             if self._queued:
@@ -104,7 +105,7 @@ class Link:
             self.drop()
             if isinstance(exc, TransportError):
                 raise
-            raise TransportError(f"{what} failed: {exc}") from exc
+            raise ConnectionLostError(f"{what} failed: {exc}") from exc
 
     def _enqueue(self, transport: Any, data: bytes) -> None:
         """Queue data for stomp.py's io thread once fewer than _QUEUED_MAX writes wait there,
@@ -121,7 +122,7 @@ class Link:
             if now >= deadline:
                 raise BlockingIOError("the broker took nothing queued")
             time.sleep(_POLL_S)
-        raise TransportError("the connection is closed")
+        raise ConnectionLostError("the connection is closed")
 
     def unsubscribe(self, sub_id: str) -> None:
         try:

@@ -1,5 +1,6 @@
 """Receipts the toolkit waits for: registered before their frame is written, resolved on the
-receiving thread by RECEIPT or ERROR, failed when their connection is lost.
+receiving thread by RECEIPT or ERROR, failed when their connection is lost (ConnectionLostError)
+or when the broker refused a frame that asked for none (UnclaimedRefusalError).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
+from boost_tenancy.transports.lost_sends import ConnectionLostError
 
 RECEIPT_PREFIX: Final = "r-"
 """Every receipt the toolkit asks for starts so; stomp.py's own (its DISCONNECT's) never do."""
@@ -20,6 +22,12 @@ def new_receipt() -> str:
     """A fresh receipt id: 128 random bits in hex, asked for once per confirmed send or batch
     (0.4 us, against 1.8 us through a uuid.UUID)."""
     return RECEIPT_PREFIX + os.urandom(16).hex()
+
+
+class UnclaimedRefusalError(ConnectionLostError):
+    """The broker refused a frame of this receipt's connection that asked for no receipt (a SEND
+    of a transaction, or one before a batch's last): this receipt's frames may hold it, or may
+    only have been under way beside it."""
 
 
 def _held_lock() -> LockType:
@@ -40,11 +48,15 @@ class PendingReceipt:
     id: str
     generation: int
     error: str | None = None
+    failure: type[TransportError] = TransportError
+    """What the waiter raises when error is set."""
     _answered: LockType = field(default_factory=_held_lock)
 
-    def answer(self, error: str | None) -> None:
-        """Confirmed (error None) or refused; called once, by whoever took it out of Receipts."""
+    def answer(self, error: str | None, failure: type[TransportError] = TransportError) -> None:
+        """Confirmed (error None) or failed as failure says; called once, by whoever took it out
+        of Receipts."""
         self.error = error
+        self.failure = failure
         self._answered.release()
 
     def wait(self, timeout_s: float) -> bool:
@@ -90,20 +102,45 @@ class Receipts:
         if not answered:
             raise NotConfirmedError(f"{what}: no receipt within {self._timeout_s}s")
         if pending.error is not None:
-            raise TransportError(f"{what}: {pending.error}")
+            raise pending.failure(f"{what}: {pending.error}")
 
-    def resolve(self, receipt: str | None, error: str | None) -> None:
-        """The broker answered: confirmed when error is None, refused otherwise."""
+    def resolve(
+        self,
+        receipt: str | None,
+        error: str | None,
+        failure: type[TransportError] = TransportError,
+    ) -> None:
+        """The broker answered: confirmed when error is None, failed as failure otherwise."""
         if receipt is None:
             return
         # Taken out under the lock: a receipt is answered once, whoever else answers it.
         with self._lock:
             pending = self._pending.pop(receipt, None)
         if pending is not None:
-            pending.answer(error)
+            pending.answer(error, failure)
 
-    def fail(self, generation: int | None, reason: str) -> None:
-        """Fail the receipts of one connection (None: of every connection)."""
+    def refused(
+        self, generation: int, receipt: str | None, detail: str, *, for_the_connection: bool
+    ) -> None:
+        """The broker sent ERROR on the connection of generation, for the frame that asked for
+        receipt (None: for one that asked for none); for_the_connection: the frame was refused
+        only because the connection is closing (BrokerFlavour.refused_with_its_connection)."""
+        if receipt is not None:
+            lost = for_the_connection
+            self.resolve(receipt, detail, ConnectionLostError if lost else TransportError)
+            return
+        # A frame that asked for no receipt was refused (a SEND of a transaction, or one before a
+        # batch's last); Artemis 2.44 sent the commit's RECEIPT after this ERROR (measured):
+        # nothing awaited on this connection is taken as confirmed.
+        self.fail(generation, f"the broker refused a frame of it: {detail}", UnclaimedRefusalError)
+
+    def fail(
+        self,
+        generation: int | None,
+        reason: str,
+        failure: type[TransportError] = ConnectionLostError,
+    ) -> None:
+        """Fail the receipts of one connection (None: of every connection) as failure."""
         with self._lock:
             failed = [
                 p
@@ -113,4 +150,4 @@ class Receipts:
             for pending in failed:
                 del self._pending[pending.id]
         for pending in failed:
-            pending.answer(reason)
+            pending.answer(reason, failure)

@@ -10,10 +10,13 @@ connections of 500. Classic's cost grows linearly (4,000: 0.31 s either way).
 So subscriptions are spread over connections ("lines") of at most
 StompSettings.subscriptions_per_connection each, by default the broker flavour's own figure
 (Artemis: 500, which started a runner of 4,000 tenants as fast as 100 did, with a fifth of the
-connections; Classic: no limit). Line 0 is the transport's own connection, which also carries
-every send; the others carry subscriptions only. Each line reconnects on its own and re-creates
-its subscriptions there; a delivery's token names its line and that line's connection, so it is
-acknowledged on the connection that made it, or not at all once that connection is lost.
+connections; Classic: no limit). Line 0 is the transport's own connection, which carries every
+send, and on Classic the first subscriptions too; the others carry subscriptions only. Artemis
+closes a connection that sent a message it refused, so there line 0 carries no subscription: one
+tenant's refused message never sends the other tenants' deliveries back (stomp/sending.py).
+Each line reconnects on its own and re-creates its subscriptions there; a delivery's token
+names its line and that line's connection, so it is acknowledged on the connection that made
+it, or not at all once that connection is lost.
 """
 
 from __future__ import annotations
@@ -169,8 +172,9 @@ class Subscriptions:
             else self._settings.subscriptions_per_connection
             or primary.flavour.subscriptions_per_connection
         )
+        apart = primary is not None and primary.flavour.refusal_closes_connection
         with self._lock:
-            places = self._place(len(made), limit)
+            places = self._place(len(made), limit, apart=apart)
         with self._opening:
             for index in sorted(set(places) - {0}):
                 line = self._lines[index]
@@ -195,17 +199,25 @@ class Subscriptions:
         self._create([(self._lines[index], link, group) for index, (link, group) in groups.items()])
         return subs
 
-    def _place(self, count: int, limit: int | None) -> list[int]:
+    def _place(self, count: int, limit: int | None, *, apart: bool) -> list[int]:
         """The line of each of count new subscriptions: the first with room, new lines when
-        none has (under the lock)."""
-        if limit is None:
+        none has (under the lock); never line 0 when apart (the broker closes a connection
+        that sent a message it refused: stomp/sending.py)."""
+        if limit is None and not apart:
             return [0] * count
         held = [0] * len(self._lines)
         for sub in self._subscriptions.values():
             held[sub.line] += 1
         places = []
         for _ in range(count):
-            index = next((i for i, n in enumerate(held) if n < limit), None)
+            index = next(
+                (
+                    i
+                    for i, n in enumerate(held)
+                    if (limit is None or n < limit) and not (apart and i == 0)
+                ),
+                None,
+            )
             if index is None:
                 index = self._new_line().index
                 held.append(0)

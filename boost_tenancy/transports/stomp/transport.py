@@ -4,10 +4,10 @@ Artemis. Sends are confirmed by receipt, deliveries acknowledged one by one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from boost_tenancy.errors import QueueStatsUnavailableError, TransportError
+from boost_tenancy.errors import NotConfirmedError, QueueStatsUnavailableError, TransportError
 from boost_tenancy.messages import WireMessage, check_queue_name
 from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports import artemis_queues
@@ -32,6 +32,7 @@ from boost_tenancy.transports.stomp.frames import encode_frame, send_frame
 from boost_tenancy.transports.stomp.link import Link
 from boost_tenancy.transports.stomp.management import management_session
 from boost_tenancy.transports.stomp.receipts import new_receipt
+from boost_tenancy.transports.stomp.sending import Sender, always
 from boost_tenancy.transports.stomp.settings import StompSettings
 from boost_tenancy.transports.stomp.statistics import ClassicStatistics
 from boost_tenancy.transports.stomp.subscriptions import Line, StompSubscription, Subscriptions
@@ -46,7 +47,9 @@ class StompTransport(ManagedRoutes):
         self._settings = settings or StompSettings()
         self._subscriptions = Subscriptions(self._settings)
         self._connection: StompConnection = self._subscriptions.primary.connection
-        """The transport's own connection: every send, and the first subscriptions."""
+        """The transport's own connection: every send, and the first subscriptions (none on
+        Artemis: stomp/sending.py)."""
+        self._sender = Sender(self._connection, self._settings)
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -81,27 +84,30 @@ class StompTransport(ManagedRoutes):
         self._subscriptions.connect()
 
     def close(self) -> None:
+        self._sender.close()
         self._subscriptions.close()
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, queue: str, message: WireMessage, *, delay_ms: int = 0) -> None:
         self._send_confirmed([Outgoing(queue, message, delay_ms)], f"send to {queue!r}")
 
-    def _send_confirmed(self, items: Sequence[Outgoing], what: str) -> None:
+    def _send_confirmed(
+        self, items: Sequence[Outgoing], what: str, wanted: Callable[[], bool] = always
+    ) -> None:
         """Send items in order, all confirmed by one receipt on the last: a connection's frames
-        are handled in order. A failure may leave a prefix stored."""
+        are handled in order. A failure may leave a prefix stored. Sent again alone when lost
+        with the connection as stomp/sending.py says, if wanted() still holds then."""
         for queue, _, _ in items:
             check_queue_name(queue)
         # All are encoded before the first is written: a MessageEncodeError leaves nothing
         # written and nothing awaited.
-        receipt = new_receipt()
-        last = len(items) - 1
-        frames = [
-            self._send_frame(q, m, delay_ms, {"receipt": receipt} if i == last else {})
-            for i, (q, m, delay_ms) in enumerate(items)
-        ]
-        link = self._connection.current()
-        self._connection.confirm(link, frames, receipt, what)
+        head = [self._send_frame(q, m, delay_ms, {}) for q, m, delay_ms in items[:-1]]
+        queue, message, delay_ms = items[-1]
+
+        def frames_for(receipt: str) -> list[bytes]:
+            return [*head, self._send_frame(queue, message, delay_ms, {"receipt": receipt})]
+
+        self._sender.confirm(frames_for, what, {q for q, _, _ in items}, wanted=wanted)
 
     def _send_frame(
         self, queue: str, message: WireMessage, delay_ms: int, extra: Mapping[str, str]
@@ -122,20 +128,27 @@ class StompTransport(ManagedRoutes):
         # Every SEND is encoded before BEGIN is written: a body that cannot be encoded fails
         # alone (MessageEncodeError), not as half a transaction on a healthy connection.
         sends = [self._send_frame(q, m, delay_ms, in_tx) for q, m, delay_ms in items]
-        connection = acks[0].connection if acks is not None else self._connection
-        link = connection.current()
-        if acks is not None and acks[1].generation != link.generation:
+        ack_ids = acks[2] if acks is not None else ()
+        what = f"commit of {len(items)} message(s)"
+
+        def frames_for(receipt: str) -> list[bytes]:
+            return [
+                encode_frame("BEGIN", in_tx),
+                *sends,
+                *(encode_frame("ACK", {"id": ack_id, "transaction": tx}) for ack_id in ack_ids),
+                encode_frame("COMMIT", {"transaction": tx, "receipt": receipt}),
+            ]
+
+        if acks is None:
+            # Nothing acknowledged: lost with the connection, it is sent again whole (a
+            # transaction the connection's end cut short stored nothing).
+            self._sender.confirm(frames_for, what, {q for q, _, _ in items})
+            return
+        line, link, _ = acks
+        if line.connection.current().generation != link.generation:
             raise TransportError("delivery belongs to a lost connection")
         receipt = new_receipt()
-
-        def frames() -> Iterator[bytes]:
-            yield encode_frame("BEGIN", in_tx)
-            yield from sends
-            for ack_id in acks[2] if acks is not None else ():
-                yield encode_frame("ACK", {"id": ack_id, "transaction": tx})
-            yield encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
-
-        connection.confirm(link, frames(), receipt, f"commit of {len(items)} message(s)")
+        line.connection.confirm(link, frames_for(receipt), receipt, what)
 
     def send_batch(self, items: Sequence[tuple[str, WireMessage]], *, atomic: bool = True) -> None:
         if not items:
@@ -147,7 +160,7 @@ class StompTransport(ManagedRoutes):
             self._send_confirmed(outgoing, f"batch of {len(items)} message(s)")
 
     def open_batch(self, *, atomic: bool = True) -> StompBatch:
-        return StompBatch(self._connection, atomic=atomic)
+        return StompBatch(self._sender, atomic=atomic)
 
     # -- consuming -------------------------------------------------------------------------------
     def subscribe(
@@ -179,7 +192,7 @@ class StompTransport(ManagedRoutes):
             # At least once: every copy is confirmed before the ack goes out, so a connection
             # lost in between redelivers the original (a duplicate with the same boostMessageId),
             # never loses it. Artemis would ignore an ACK inside the transaction anyway.
-            self._send_confirmed(items, f"forward of {len(items)} message(s)")
+            self._forward(line, link, items)
             self.ack(delivery)
 
     def send_then_ack_many(
@@ -201,11 +214,26 @@ class StompTransport(ManagedRoutes):
                 self._transaction(copies, (line, link, [ack_id for _, _, ack_id in live]))
             else:
                 if copies:
-                    self._send_confirmed(copies, f"forward of {len(copies)} message(s)")
+                    self._forward(line, link, copies)
                 for delivery, _, _ in live:
                     self.ack(delivery)
             done.extend(delivery for delivery, _, _ in live)
         return done
+
+    def _forward(self, line: Line, link: Link, copies: Sequence[Outgoing]) -> None:
+        """Send the copies of deliveries of line's link, confirmed, while that link lives. When
+        their fate is unknown the originals' connection is given up too: the broker redelivers
+        them rather than holding them unacknowledged for good (the copies go on the transport's
+        own connection, which on Artemis carries no subscription)."""
+        try:
+            self._send_confirmed(
+                copies,
+                f"forward of {len(copies)} message(s)",
+                lambda: line.connection.live() is link,
+            )
+        except NotConfirmedError:
+            line.connection.abandon(link, "a forward's copies went unconfirmed")
+            raise
 
     def is_live(self, delivery: Delivery) -> bool:
         return self._subscriptions.ack_target(delivery) is not None

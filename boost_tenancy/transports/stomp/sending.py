@@ -1,0 +1,193 @@
+"""The confirmed sends of a StompTransport, and what a loss of their connection failed.
+
+Artemis closes a connection after the ERROR of a frame it refused (a SEND to a full address
+under address-full-policy FAIL, or to one the user may not write to; measured on 2.44.0): every
+send under way there fails with it, though only one was refused. So on Artemis the transport's
+own connection carries no subscription (stomp/subscriptions.py), and each send lost with it is
+sent again alone (transports/lost_sends.py): one refused again is refused (its caller settles
+its message), the others are stored. A send whose receipt the close took may be stored twice,
+with the same boostMessageId: Artemis answers a durable SEND once its journal has it, after the
+ERROR of a later frame (measured). So a queue that refused is sent to on a second connection
+until a send to it goes through, and its next refusals cost no other send.
+
+Classic keeps the connection, but an ERROR for a frame that asked for no receipt fails every
+receipt awaited there (receipts.py): those sends are sent again alone the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Final
+
+from boost_tenancy.errors import NotConfirmedError, TransportError
+from boost_tenancy.transports.lost_sends import ConnectionLostError, SendGate
+from boost_tenancy.transports.stomp.connection import StompConnection
+from boost_tenancy.transports.stomp.flavour import REFUSAL_CLOSES_CONNECTION
+from boost_tenancy.transports.stomp.receipts import UnclaimedRefusalError, new_receipt
+from boost_tenancy.transports.stomp.settings import StompSettings
+
+FramesFor = Callable[[str], Sequence[bytes]]
+"""The frames of one send, encoded, the last asking for the given receipt."""
+
+SUSPECTS_KEPT: Final = 10_000
+"""Queues remembered as refusing at most; the oldest are forgotten first."""
+
+
+class RefusedError(TransportError):
+    """The broker refused a frame that asked for no receipt while this send was the only one on
+    its connection, or again when it was sent alone: this send was the refused one."""
+
+
+def always() -> bool:
+    return True
+
+
+class _Lane:
+    """One connection sends go on, and its gate: a send lost with it has it to itself when it
+    is written again."""
+
+    def __init__(self, connection: StompConnection) -> None:
+        self.connection = connection
+        self.gate = SendGate()
+
+
+class Sender:
+    """Confirmed sends, on the transport's own connection or, for a queue that refused, on a
+    second one; and the rule above for what a loss of either failed."""
+
+    def __init__(self, connection: StompConnection, settings: StompSettings) -> None:
+        self._settings = settings
+        self._main = _Lane(connection)
+        self._refusing: _Lane | None = None
+        self._suspects: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        """Guards _suspects and _refusing; never held while waiting on the broker."""
+        self._closed = False
+        # A send waits for its connection at least connect_timeout_s, even where the caller
+        # fails at once while the broker is away (reconnect_wait_s 0): another tenant's refused
+        # message closes this connection, and failing at once would fail sends that would go
+        # through a moment later.
+        self._wait_s = max(settings.reconnect_wait_s, settings.connect_timeout_s)
+        self._alone_s = self._wait_s + settings.receipt_timeout_s
+
+    @property
+    def connection(self) -> StompConnection:
+        """The transport's own connection."""
+        return self._main.connection
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            refusing = self._refusing
+        if refusing is not None:
+            refusing.connection.close()
+
+    def confirm(
+        self,
+        frames_for: FramesFor,
+        what: str,
+        queues: Collection[str],
+        *,
+        wanted: Callable[[], bool] | None = always,
+    ) -> None:
+        """Write frames_for(a new receipt), which send to queues, and wait for that receipt. A
+        send lost as above is written again alone, with a new receipt, if wanted() still holds
+        once it has its connection to itself; wanted None: never again (its frames acknowledge
+        deliveries of the lost connection)."""
+        refusing = self._suspected(queues)
+        lane = self._lane(refusing)
+        try:
+            self._confirm(lane, frames_for, what, wanted)
+        except (NotConfirmedError, ConnectionLostError):
+            raise
+        except TransportError:
+            if lane.connection.flavour.refusal_closes_connection:
+                self._suspect(queues)
+            raise
+        if refusing:
+            self._suspect(queues, forget=True)  # it takes messages again
+
+    def _confirm(
+        self, lane: _Lane, frames_for: FramesFor, what: str, wanted: Callable[[], bool] | None
+    ) -> None:
+        lost: ConnectionLostError
+        with lane.gate.shared() as stay:
+            try:
+                self._once(lane, frames_for, what)
+                return
+            except ConnectionLostError as exc:
+                lost = exc
+        refused_near = isinstance(lost, UnclaimedRefusalError)
+        closes = lane.connection.flavour.refusal_closes_connection
+        if wanted is None or not (refused_near or closes):
+            raise lost
+        if refused_near and stay.alone:
+            raise RefusedError(f"{lost} (the only send on its connection)") from None
+        deadline = time.monotonic() + self._alone_s
+        try:
+            with lane.gate.exclusive(deadline):
+                if not wanted():
+                    raise lost
+                self._once(lane, frames_for, what)
+        except TimeoutError:
+            raise NotConfirmedError(
+                f"{what}: lost with its connection, and not sent again alone within "
+                f"{self._alone_s}s"
+            ) from None
+        except UnclaimedRefusalError as again:
+            raise RefusedError(f"{again} ({REFUSAL_CLOSES_CONNECTION})") from None
+        except ConnectionLostError as again:
+            # Lost twice, with no refusal seen: whether the broker holds it is unknown.
+            raise NotConfirmedError(f"{again} (lost again when sent alone)") from None
+
+    def _once(self, lane: _Lane, frames_for: FramesFor, what: str) -> None:
+        receipt = new_receipt()
+        frames = frames_for(receipt)
+        link = lane.connection.current(self._wait_s)
+        lane.connection.confirm(link, frames, receipt, what)
+
+    def _suspected(self, queues: Iterable[str]) -> bool:
+        if not self._suspects:  # read without the lock: the common case costs no lock
+            return False
+        with self._lock:
+            return any(queue in self._suspects for queue in queues)
+
+    def _suspect(self, queues: Iterable[str], *, forget: bool = False) -> None:
+        """Remember queues as refusing; forget: as taking messages again."""
+        with self._lock:
+            for queue in queues:
+                if forget:
+                    self._suspects.pop(queue, None)
+                    continue
+                self._suspects[queue] = None
+                self._suspects.move_to_end(queue)
+            while len(self._suspects) > SUSPECTS_KEPT:
+                self._suspects.popitem(last=False)
+
+    def _lane(self, refusing: bool) -> _Lane:
+        """The main lane, or the second, opened when first needed."""
+        if not refusing:
+            return self._main
+        with self._lock:
+            if self._closed:
+                raise TransportError("STOMP transport is closed")
+            if self._refusing is None:
+                connection = StompConnection(
+                    self._settings, on_open=lambda link: None, on_message=lambda *_: None
+                )
+                self._refusing = _Lane(connection)
+                opening = True
+            else:
+                opening = False
+            lane = self._refusing
+        if opening:
+            try:
+                lane.connection.connect()
+            except TransportError:
+                with self._lock:
+                    self._refusing = None  # the next send to a refusing queue tries again
+                raise
+        return lane
