@@ -145,9 +145,11 @@ def lose_connection_now(transport: Transport) -> None:
         transport._engine.loop.post(lambda: transport._engine.abandon("lost for the test"))
     else:
         assert isinstance(transport, StompTransport)
-        link = transport._connection.live()
-        if link is not None:  # the socket closes now, as the broker would see a crash
-            transport._connection.abandon(link, "lost for the test")
+        # Every connection of it (on Artemis the subscriptions are not on the transport's own).
+        for line in transport._subscriptions._lines:
+            link = line.connection.live()
+            if link is not None:  # the socket closes now, as the broker would see a crash
+                line.connection.abandon(link, "lost for the test")
 
 
 @pytest.fixture
