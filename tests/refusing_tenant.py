@@ -6,12 +6,15 @@ the connections of the subscriptions are never lost."""
 from __future__ import annotations
 
 import collections
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from boost_tenancy import (
     DispatchSettings,
@@ -22,6 +25,7 @@ from boost_tenancy import (
     RunnerSettings,
     TenantProcessor,
 )
+from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
@@ -162,3 +166,24 @@ def assert_only_the_refused_tenant_paid(result: TwoTenants) -> None:
     assert result.connections_lost == 0, (
         f"the subscriptions' connections were lost {result.connections_lost} time(s)"
     )
+
+
+def refusal_keeps_the_deliveries(
+    transport: Transport, refuse: Callable[[], None]
+) -> TransportError:
+    """A delivery is held while refuse() sends a message the broker refuses: that send fails,
+    the delivery stays live, and its ack is kept (it does not come back). The refusal's error."""
+    source = f"src.{uuid.uuid4().hex[:10]}"
+    inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+    transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox.put)
+    transport.send(source, WireMessage(body="held", properties={"tenantUUID": REFUSED}))
+    held = inbox.get(timeout=10)
+    with pytest.raises(TransportError) as refused:
+        refuse()
+    assert transport.is_live(held), "the refusal ended the subscriptions' connection"
+    transport.ack(held)
+    transport.send(source, WireMessage(body="after", properties={"tenantUUID": REFUSED}))
+    after = inbox.get(timeout=10)
+    assert after.body == "after", "the held message came back: its ack was lost"
+    transport.ack(after)
+    return refused.value

@@ -1,4 +1,5 @@
-"""Sends lost with their connection, and the gate that lets one be sent again alone.
+"""Sends lost with their connection, the gate that lets one be sent again alone, and the queues
+that refused a message.
 
 Where a broker ends a connection when it refuses one message on it (RabbitMQ 3.x over AMQP,
 Artemis over STOMP), every send under way there fails with the connection, and only one of them
@@ -13,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Final
 
 from boost_tenancy.errors import TransportError
 
@@ -84,3 +87,37 @@ class SendGate:
             with self._changed:
                 self._exclusive = False
                 self._changed.notify_all()
+
+
+class RefusingQueues:
+    """The queues that refused a message, and have not taken one since: a transport sends to
+    them on a second connection, so that their next refusals end no connection other sends are
+    on. At most KEPT are remembered, the oldest forgotten first."""
+
+    KEPT: Final = 10_000
+
+    def __init__(self) -> None:
+        self._queues: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def any_of(self, queues: Iterable[str]) -> bool:
+        """Whether one of queues refused (read without the lock while none has: the common
+        case costs no lock)."""
+        if not self._queues:
+            return False
+        with self._lock:
+            return any(queue in self._queues for queue in queues)
+
+    def refused(self, queues: Iterable[str]) -> None:
+        with self._lock:
+            for queue in queues:
+                self._queues[queue] = None
+                self._queues.move_to_end(queue)
+            while len(self._queues) > self.KEPT:
+                self._queues.popitem(last=False)
+
+    def took(self, queues: Iterable[str]) -> None:
+        """queues took a message again."""
+        with self._lock:
+            for queue in queues:
+                self._queues.pop(queue, None)

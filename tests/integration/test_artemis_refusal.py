@@ -7,14 +7,14 @@ FAIL, on a real Artemis of the test's own (every other Artemis of the suite page
   nothing stored 4 to 11 times in 100 before the transport failed every awaited receipt on such
   an ERROR);
 - over AMQP the broker gives a sender to the full address no credit (ARTEMIS-5645, in 2.43:
-  credit drained while the address refuses): the message never leaves the client, nothing
-  settles it, and the send ends unconfirmed after the transport's waits (which then gives its
-  connection up, as for any unconfirmed send: docs/interop.md).
+  credit drained while the address refuses): the message never leaves the client and nothing
+  settles it; the transport drops it and fails its send as refused, and keeps its connection
+  (it used to wait out the whole confirm timeout and then give the connection up, with every
+  delivery on it).
 """
 
 from __future__ import annotations
 
-import queue
 import shutil
 import socket
 import time
@@ -28,12 +28,15 @@ from boost_tenancy.application.brokers import open_transport
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.amqp import AmqpTransport
-from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 from tests.broker_target import raw_connect_frame
 from tests.conftest import unavailable, wait_until
-from tests.refusing_tenant import assert_only_the_refused_tenant_paid, two_tenants
+from tests.refusing_tenant import (
+    assert_only_the_refused_tenant_paid,
+    refusal_keeps_the_deliveries,
+    two_tenants,
+)
 
 pytestmark = [
     pytest.mark.broker,
@@ -193,20 +196,11 @@ def test_a_refused_send_fails_and_the_transport_keeps_its_deliveries(
     transport = stomp_transport(broker)
     transport.connect()
     try:
-        source = f"src.{uuid.uuid4().hex[:10]}"
-        inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
-        transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox.put)
-        transport.send(source, WireMessage(body="held", properties={"tenantUUID": "org-a"}))
-        held = inbox.get(timeout=10)
         address = full_address(transport)
-        with pytest.raises(TransportError, match="Error sending message"):
-            transport.send(address, WireMessage(body=BODY, properties={}))
-        assert transport.is_live(held), "the refusal ended the subscriptions' connection"
-        transport.ack(held)
-        transport.send(source, WireMessage(body="after", properties={"tenantUUID": "org-a"}))
-        after = inbox.get(timeout=10)
-        assert after.body == "after", "the held message came back: its ack was lost"
-        transport.ack(after)
+        error = refusal_keeps_the_deliveries(
+            transport, lambda: transport.send(address, WireMessage(body=BODY, properties={}))
+        )
+        assert "Error sending message" in str(error)
     finally:
         transport.close()
 
@@ -231,16 +225,53 @@ def test_a_tenant_publishing_to_its_full_address_touches_no_other_tenant(
     assert_only_the_refused_tenant_paid(result)
 
 
-def test_over_amqp_a_send_to_the_full_address_is_never_settled(broker: LocalArtemis) -> None:
-    address = filled(broker)
+def amqp_transport(broker: LocalArtemis) -> AmqpTransport:
     transport = open_transport(
         f"amqp://{USER}:{PASSWORD}@{HOST}:{broker.settings.amqp_port}",
         {"BOOST_BROKER_CONFIRM_TIMEOUT_S": "3", "BOOST_BROKER_RECONNECT_WAIT_S": "1"},
     )
     assert isinstance(transport, AmqpTransport)
+    return transport
+
+
+def test_over_amqp_a_send_to_the_full_address_fails_unsent_and_the_connection_stays(
+    broker: LocalArtemis,
+) -> None:
+    """The broker gives the sender no credit: the message never leaves the client. It is dropped
+    and its send fails as refused once half the confirm timeout has passed, rather than ending
+    unconfirmed after the whole wait, which gave the connection up with every delivery on it."""
+    address = filled(broker)
+    transport = amqp_transport(broker)
     transport.connect()
     try:
-        with pytest.raises(NotConfirmedError, match="no confirmation from the broker within 4"):
-            transport.send(address, WireMessage(body=BODY, properties={}))
+        started = time.monotonic()
+        error = refusal_keeps_the_deliveries(
+            transport, lambda: transport.send(address, WireMessage(body=BODY, properties={}))
+        )
+        assert "no credit to send within 1.5 s" in str(error)
+        assert not isinstance(error, NotConfirmedError)
+        assert time.monotonic() - started < 3
+        assert transport._engine.generation == 1  # reached into: no API counts connections
     finally:
         transport.close()
+
+
+def test_over_amqp_a_tenant_publishing_to_its_full_address_touches_no_other_tenant(
+    broker: LocalArtemis, tmp_path: Path
+) -> None:
+    producer = stomp_transport(broker)
+    producer.connect()
+    runner_transport = amqp_transport(broker)
+    engine = runner_transport._engine  # reached into: no API counts its connections
+    try:
+        result = two_tenants(
+            producer,
+            runner_transport,
+            tmp_path,
+            full_prefix=f"{FULL}.",
+            fill=lambda name: fill(producer, name),
+            connections_lost=lambda: engine.generation - 1,
+        )
+    finally:
+        producer.close()
+    assert_only_the_refused_tenant_paid(result)

@@ -13,7 +13,6 @@ connection of its own there (transports/amqp/publisher.py).
 from __future__ import annotations
 
 import json
-import queue
 import shutil
 import subprocess
 import threading
@@ -28,17 +27,21 @@ from boost_tenancy import (
     IncomingMessage,
     TenantProcessor,
 )
-from boost_tenancy.errors import TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.resilience.dead_letter import dead_letter_queue
 from boost_tenancy.resilience.error_store import SQLiteErrorStore
 from boost_tenancy.routing import DEFAULT_ROUTING
 from boost_tenancy.transports.amqp import AmqpTransport
-from boost_tenancy.transports.base import Delivery
 from boost_tenancy.transports.registry import open_transport
 from tests.conftest import wait_until
 from tests.raw_refusal import CONNECTION_ENDED, refusal_of_a_full_queue
-from tests.refusing_tenant import assert_only_the_refused_tenant_paid, drain, runner_of, two_tenants
+from tests.refusing_tenant import (
+    assert_only_the_refused_tenant_paid,
+    drain,
+    refusal_keeps_the_deliveries,
+    runner_of,
+    two_tenants,
+)
 
 pytestmark = pytest.mark.amqp_broker
 
@@ -91,20 +94,12 @@ def test_a_refused_send_fails_and_the_transport_keeps_its_deliveries(rabbitmq_ur
     transport = open_transport(rabbitmq_url)
     transport.connect()
     try:
-        source, full = f"src.{uuid.uuid4().hex[:10]}", full_name()
-        inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
-        transport.subscribe(source, selector=None, prefetch=5, on_delivery=inbox.put)
-        transport.send(source, WireMessage(body="held", properties={"tenantUUID": "org-a"}))
-        held = inbox.get(timeout=10)
+        full = full_name()
         transport.send(full, WireMessage(body="first", properties={}))
-        with pytest.raises(TransportError, match="ends the connection when it refuses"):
-            transport.send(full, WireMessage(body="second", properties={}))
-        assert transport.is_live(held), "the refusal ended the subscriptions' connection"
-        transport.ack(held)
-        transport.send(source, WireMessage(body="after", properties={"tenantUUID": "org-a"}))
-        after = inbox.get(timeout=10)
-        assert after.body == "after", "the held message came back: its ack was lost"
-        transport.ack(after)
+        error = refusal_keeps_the_deliveries(
+            transport, lambda: transport.send(full, WireMessage(body="second", properties={}))
+        )
+        assert "ends the connection when it refuses" in str(error)
     finally:
         transport.close()
 

@@ -86,6 +86,8 @@ class _Engine:
         )
         self.manage = True  # the user's manage permission on activemq.management
         self.length_limits: dict[str, int] = {}
+        self.full_addresses: set[str] = set()
+        """Artemis: addresses whose senders get no credit (full under address-full-policy FAIL)."""
         """RabbitMQ: a queue's max-length with overflow reject-publish (transfers.py)."""
         self.refusal_close_s = REFUSAL_CLOSE_S
         self.pending_timers: list[Any] = []

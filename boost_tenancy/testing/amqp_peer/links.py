@@ -95,7 +95,9 @@ class _Links:
             link.target.copy(remote)
         link.source.copy(link.remote_source)
         link.open()
-        link.flow(engine.profile.credit)
+        producer = engine._producers.get(link)
+        if producer is None or producer.address not in engine.full_addresses:
+            link.flow(engine.profile.credit)
 
     def attach_consumer(self, link: Link, conn: _Conn) -> None:
         engine = self._engine

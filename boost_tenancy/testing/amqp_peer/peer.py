@@ -141,6 +141,14 @@ class AmqpPeer:
 
         self._call(limit)
 
+    def fill_address(self, address: str) -> None:
+        """Artemis: address is full under address-full-policy FAIL. A sender attached to it from
+        now on gets no credit, as Artemis 2.44 gives none while the address refuses (ARTEMIS-5645,
+        measured): a message sent there never leaves the client."""
+        if self.flavour is not PeerFlavour.ARTEMIS:
+            raise PeerError("a full address without credit is modelled for Artemis only")
+        self._call(lambda: self._engine.full_addresses.add(address))
+
     def drop_connections(self) -> None:
         """Close every client socket without an AMQP close, as a network failure would."""
         self._call(self._engine.drop_connections)

@@ -17,9 +17,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.transports.amqp import calls
@@ -27,10 +25,7 @@ from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
 from boost_tenancy.transports.amqp.flavour import REFUSAL_ENDS_CONNECTION
 from boost_tenancy.transports.amqp.settings import AmqpSettings
-from boost_tenancy.transports.lost_sends import ConnectionLostError, SendGate
-
-SUSPECTS_KEPT: Final = 10_000
-"""Queues remembered as refusing at most; the oldest are forgotten first."""
+from boost_tenancy.transports.lost_sends import ConnectionLostError, RefusingQueues, SendGate
 
 
 class RefusedError(TransportError):
@@ -55,9 +50,9 @@ class Publisher:
         self._settings = dataclasses.replace(settings, reconnect_wait_s=waits)
         self._main = _Lane(AmqpConnection(self._settings, name="amqp-sender"))
         self._refusing: _Lane | None = None
-        self._suspects: OrderedDict[str, None] = OrderedDict()
+        self._suspects = RefusingQueues()
         self._lock = threading.Lock()
-        """Guards _suspects and _refusing; never held while waiting on the broker."""
+        """Guards _refusing; never held while waiting on the broker."""
         self._opening = threading.Lock()
         self._stopped = False
 
@@ -96,7 +91,7 @@ class Publisher:
             for index, error in zip(indexes, sent, strict=True):
                 errors[index], alone[index] = error, was_alone
                 if on_refusing_lane and error is None:  # it takes messages again
-                    self._suspect((queue for queue, _ in groups[index]), forget=True)
+                    self._suspects.took(queue for queue, _ in groups[index])
         for index, error in enumerate(errors):
             if not isinstance(error, ConnectionLostError) or not wanted(index):
                 continue
@@ -112,7 +107,7 @@ class Publisher:
                     continue
             if isinstance(again, ConnectionLostError):
                 again = RefusedError(f"{again} ({REFUSAL_ENDS_CONNECTION})")
-                self._suspect(queue for queue, _ in group)
+                self._suspects.refused(queue for queue, _ in group)
             errors[index] = again
         return errors
 
@@ -163,20 +158,7 @@ class Publisher:
         return self._suspected([group])[0] != refusing or not wanted()
 
     def _suspected(self, groups: Sequence[Sequence[tuple[str, EncodedMessage]]]) -> list[bool]:
-        with self._lock:
-            return [any(queue in self._suspects for queue, _ in group) for group in groups]
-
-    def _suspect(self, queues: Iterable[str], *, forget: bool = False) -> None:
-        """Remember queues as refusing; forget: as taking messages again."""
-        with self._lock:
-            for queue in queues:
-                if forget:
-                    self._suspects.pop(queue, None)
-                    continue
-                self._suspects[queue] = None
-                self._suspects.move_to_end(queue)
-            while len(self._suspects) > SUSPECTS_KEPT:
-                self._suspects.popitem(last=False)
+        return [self._suspects.any_of(queue for queue, _ in group) for group in groups]
 
     def _lane(self, refusing: bool) -> _Lane:
         if not refusing:

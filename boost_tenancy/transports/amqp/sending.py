@@ -2,25 +2,37 @@
 settlement: a waiter hears of success only when the broker accepted every message it waits
 for, and of the first rejection, release or lost link otherwise.
 
+A message the broker gives no credit for never leaves the client: Artemis drains a sender's
+credit while its address refuses messages (full under address-full-policy FAIL or BLOCK;
+ARTEMIS-5645, measured on 2.44.0). Such a send waited out the transport's confirm timeout as
+unconfirmed, and the transport gave its connection up, with every tenant's deliveries on it.
+Now a sender still without credit CREDIT_WAIT_SHARE of confirm_timeout_s after a send found it
+so has its unsent messages dropped (never sent: nothing of them is stored) and their sends
+failed as refused, and nothing else is touched.
+
 Loop thread only, like everything the connection handler owns (see connection.py).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cproton import (
     PN_ACCEPTED,
     pn_decref,
+    pn_delivery_abort,
     pn_delivery_link,
     pn_delivery_remote_state,
     pn_delivery_settle,
     pn_delivery_settled,
     pn_delivery_updated,
     pn_incref,
+    pn_link_credit,
+    pn_link_queued,
 )
 from proton import Delivery, Endpoint, Link, Sender, Terminus
 
@@ -33,6 +45,10 @@ from boost_tenancy.transports.amqp.waiters import Countdown, resolve
 if TYPE_CHECKING:
     from boost_tenancy.transports.amqp.connection import AmqpConnection
 
+CREDIT_WAIT_SHARE: Final = 0.5
+"""How much of confirm_timeout_s a send waits for credit before it fails as refused: well within
+the caller's own wait, so the send fails as refused, not as unconfirmed."""
+
 
 class Sending:
     """The senders of the engine's connection and the confirmations their waiters expect."""
@@ -44,6 +60,9 @@ class Sending:
         """Sent and not settled by the broker yet, by pn_delivery_t (with a reference of its
         own, as proton's Delivery keeps one): whose count each one's outcome goes to."""
         self._names = itertools.count(1)
+        self._credit_checks: dict[Any, int] = {}
+        """pn_link_t of the senders whose credit is to be looked at again: how many messages
+        waited on each when it was last looked at (after the send that found it without)."""
 
     def forget_senders(self) -> None:
         """The connection is new or gone: its senders are of no use any more."""
@@ -106,6 +125,40 @@ class Sending:
                 impl = sent._impl
             pn_incref(impl)
             confirms[impl] = countdown
+            link = sender._impl
+            if pn_link_credit(link) <= 0 and link not in self._credit_checks:
+                self._look_again(sender, pn_link_queued(link))
+
+    def _look_again(self, sender: Sender, queued: int) -> None:
+        self._credit_checks[sender._impl] = queued
+        wait_s = self._engine.settings.confirm_timeout_s * CREDIT_WAIT_SHARE
+        # The wrapper, which holds a reference: proton may free a link of a lost connection.
+        self._engine.loop.schedule(wait_s, functools.partial(self._check_credit, sender))
+
+    def _check_credit(self, sender: Sender) -> None:
+        """A send found sender without credit a while ago: if it still has none and not one
+        message has left it since, the messages waiting are dropped unsent and their sends fail
+        as refused; while messages still leave it (a busy broker granting credit slowly), it is
+        looked at again later."""
+        link = sender._impl
+        before = self._credit_checks.pop(link, 0)
+        queued = pn_link_queued(link)
+        if pn_link_credit(link) > 0 or queued <= 0:
+            return
+        if queued < before:
+            self._look_again(sender, queued)
+            return
+        waiting = [impl for impl in self._confirms if pn_delivery_link(impl) == link]
+        wait_s = self._engine.settings.confirm_timeout_s * CREDIT_WAIT_SHARE
+        error = TransportError(
+            f"the broker gave no credit to send within {wait_s} s, and the message was not "
+            "sent (Artemis: its address is full under address-full-policy FAIL or BLOCK)"
+        )
+        # A link sends in order: the last `queued` of its deliveries are the ones not sent.
+        for impl in waiting[-queued:]:
+            pn_delivery_abort(impl)  # never sent: dropped, not aborted on the wire
+            self._confirms.pop(impl).failed(error)
+            pn_decref(impl)
 
     def delivered(self, impl: Any) -> bool:
         """A delivery event's pn_delivery_t, before proton wraps the event (the loop's

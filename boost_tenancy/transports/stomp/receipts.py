@@ -24,6 +24,10 @@ def new_receipt() -> str:
     return RECEIPT_PREFIX + os.urandom(16).hex()
 
 
+class BrokerRefusalError(TransportError):
+    """The broker answered the frame that asked for this receipt with ERROR: it refused it."""
+
+
 class UnclaimedRefusalError(ConnectionLostError):
     """The broker refused a frame of this receipt's connection that asked for no receipt (a SEND
     of a transaction, or one before a batch's last): this receipt's frames may hold it, or may
@@ -127,7 +131,7 @@ class Receipts:
         only because the connection is closing (BrokerFlavour.refused_with_its_connection)."""
         if receipt is not None:
             lost = for_the_connection
-            self.resolve(receipt, detail, ConnectionLostError if lost else TransportError)
+            self.resolve(receipt, detail, ConnectionLostError if lost else BrokerRefusalError)
             return
         # A frame that asked for no receipt was refused (a SEND of a transaction, or one before a
         # batch's last); Artemis 2.44 sent the commit's RECEIPT after this ERROR (measured):

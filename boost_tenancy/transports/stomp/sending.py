@@ -18,25 +18,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Collection, Sequence
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
-from boost_tenancy.transports.lost_sends import ConnectionLostError, SendGate
+from boost_tenancy.transports.lost_sends import ConnectionLostError, RefusingQueues, SendGate
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import REFUSAL_CLOSES_CONNECTION
-from boost_tenancy.transports.stomp.receipts import UnclaimedRefusalError, new_receipt
+from boost_tenancy.transports.stomp.receipts import (
+    BrokerRefusalError,
+    UnclaimedRefusalError,
+    new_receipt,
+)
 from boost_tenancy.transports.stomp.settings import StompSettings
 
 FramesFor = Callable[[str], Sequence[bytes]]
 """The frames of one send, encoded, the last asking for the given receipt."""
 
-SUSPECTS_KEPT: Final = 10_000
-"""Queues remembered as refusing at most; the oldest are forgotten first."""
 
-
-class RefusedError(TransportError):
+class RefusedError(BrokerRefusalError):
     """The broker refused a frame that asked for no receipt while this send was the only one on
     its connection, or again when it was sent alone: this send was the refused one."""
 
@@ -62,9 +61,9 @@ class Sender:
         self._settings = settings
         self._main = _Lane(connection)
         self._refusing: _Lane | None = None
-        self._suspects: OrderedDict[str, None] = OrderedDict()
+        self._suspects = RefusingQueues()
         self._lock = threading.Lock()
-        """Guards _suspects and _refusing; never held while waiting on the broker."""
+        """Guards _refusing; never held while waiting on the broker."""
         self._closed = False
         # A send waits for its connection at least connect_timeout_s, even where the caller
         # fails at once while the broker is away (reconnect_wait_s 0): another tenant's refused
@@ -97,18 +96,16 @@ class Sender:
         send lost as above is written again alone, with a new receipt, if wanted() still holds
         once it has its connection to itself; wanted None: never again (its frames acknowledge
         deliveries of the lost connection)."""
-        refusing = self._suspected(queues)
+        refusing = self._suspects.any_of(queues)
         lane = self._lane(refusing)
         try:
             self._confirm(lane, frames_for, what, wanted)
-        except (NotConfirmedError, ConnectionLostError):
-            raise
-        except TransportError:
+        except BrokerRefusalError:
             if lane.connection.flavour.refusal_closes_connection:
-                self._suspect(queues)
+                self._suspects.refused(queues)
             raise
         if refusing:
-            self._suspect(queues, forget=True)  # it takes messages again
+            self._suspects.took(queues)
 
     def _confirm(
         self, lane: _Lane, frames_for: FramesFor, what: str, wanted: Callable[[], bool] | None
@@ -126,12 +123,17 @@ class Sender:
             raise lost
         if refused_near and stay.alone:
             raise RefusedError(f"{lost} (the only send on its connection)") from None
+        if not wanted():
+            raise lost
         deadline = time.monotonic() + self._alone_s
+        still_wanted = True
         try:
             with lane.gate.exclusive(deadline):
-                if not wanted():
-                    raise lost
-                self._once(lane, frames_for, what)
+                # Unwanted by now (the deliveries it forwards went back to the broker with their
+                # connection): it keeps its loss.
+                still_wanted = wanted()
+                if still_wanted:
+                    self._once(lane, frames_for, what)
         except TimeoutError:
             raise NotConfirmedError(
                 f"{what}: lost with its connection, and not sent again alone within "
@@ -142,30 +144,14 @@ class Sender:
         except ConnectionLostError as again:
             # Lost twice, with no refusal seen: whether the broker holds it is unknown.
             raise NotConfirmedError(f"{again} (lost again when sent alone)") from None
+        if not still_wanted:
+            raise lost
 
     def _once(self, lane: _Lane, frames_for: FramesFor, what: str) -> None:
         receipt = new_receipt()
         frames = frames_for(receipt)
         link = lane.connection.current(self._wait_s)
         lane.connection.confirm(link, frames, receipt, what)
-
-    def _suspected(self, queues: Iterable[str]) -> bool:
-        if not self._suspects:  # read without the lock: the common case costs no lock
-            return False
-        with self._lock:
-            return any(queue in self._suspects for queue in queues)
-
-    def _suspect(self, queues: Iterable[str], *, forget: bool = False) -> None:
-        """Remember queues as refusing; forget: as taking messages again."""
-        with self._lock:
-            for queue in queues:
-                if forget:
-                    self._suspects.pop(queue, None)
-                    continue
-                self._suspects[queue] = None
-                self._suspects.move_to_end(queue)
-            while len(self._suspects) > SUSPECTS_KEPT:
-                self._suspects.popitem(last=False)
 
     def _lane(self, refusing: bool) -> _Lane:
         """The main lane, or the second, opened when first needed."""
