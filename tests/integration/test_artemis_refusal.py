@@ -8,7 +8,8 @@ FAIL, on a real Artemis of the test's own (every other Artemis of the suite page
   an ERROR);
 - over AMQP the broker gives a sender to the full address no credit (ARTEMIS-5645, in 2.43:
   credit drained while the address refuses): the message never leaves the client and nothing
-  settles it; the transport drops it and fails its send as refused, and keeps its connection
+  settles it; the transport, which writes a message only once its sender has credit, fails
+  the send as refused, never written, and keeps its connection
   (it used to wait out the whole confirm timeout and then give the connection up, with every
   delivery on it).
 """
@@ -237,8 +238,8 @@ def amqp_transport(broker: LocalArtemis) -> AmqpTransport:
 def test_over_amqp_a_send_to_the_full_address_fails_unsent_and_the_connection_stays(
     broker: LocalArtemis,
 ) -> None:
-    """The broker gives the sender no credit: the message never leaves the client. It is dropped
-    and its send fails as refused once half the confirm timeout has passed, rather than ending
+    """The broker gives the sender no credit: the message is never written, and its send fails
+    as refused once half the confirm timeout has passed, rather than ending
     unconfirmed after the whole wait, which gave the connection up with every delivery on it."""
     address = filled(broker)
     transport = amqp_transport(broker)

@@ -2,8 +2,9 @@
 credit while its address is full under address-full-policy FAIL or BLOCK (ARTEMIS-5645,
 measured on 2.44.0 in tests/integration/test_artemis_refusal.py; the peer models it). Such a
 send used to wait out the transport's whole confirm timeout as unconfirmed, and the transport
-then gave its connection up, with every tenant's deliveries on it. Now it is dropped unsent
-and fails as refused after half the confirm timeout, and nothing else is touched."""
+then gave its connection up, with every tenant's deliveries on it. Now a message is written
+only once its sender has credit; one that waited half the confirm timeout fails as refused,
+never written, and nothing else is touched."""
 
 from __future__ import annotations
 
@@ -77,3 +78,19 @@ def test_a_forward_given_no_credit_leaves_its_original_to_be_settled(
         transport.send_then_ack(held, [Outgoing("full", WireMessage(body="copy", properties={}))])
     assert transport.is_live(held), "its original went back to the broker with the connection"
     transport.send_then_ack(held, [Outgoing("dlq", WireMessage(body="dead", properties={}))])
+
+
+def test_a_sender_given_credit_again_sends_again(peer: AmqpPeer, transport: AmqpTransport) -> None:
+    """The same sender goes on once the address takes messages again: nothing of the refused
+    message was written, so nothing of it is left in the way, and what waits goes in order."""
+    peer.fill_address("full")
+    with pytest.raises(TransportError, match="no credit"):
+        transport.send("full", WireMessage(body="refused", properties={}))
+    peer.free_address("full")
+    transport.send("full", WireMessage(body="after", properties={}))
+    transport.send_batch([("full", WireMessage(body=f"m{n}", properties={})) for n in range(3)])
+    inbox: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+    transport.subscribe("full", selector=None, prefetch=10, on_delivery=inbox.put)
+    bodies = [inbox.get(timeout=10).body for _ in range(4)]
+    assert bodies == ["after", "m0", "m1", "m2"]
+    assert inbox.empty(), "the refused message was stored"

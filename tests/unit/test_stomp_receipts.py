@@ -10,11 +10,13 @@ import pytest
 
 from boost_tenancy import TransportError
 from boost_tenancy.errors import NotConfirmedError
+from boost_tenancy.transports.lost_sends import ConnectionLostError
 from boost_tenancy.transports.stomp.batch import new_transaction
 from boost_tenancy.transports.stomp.receipts import (
     RECEIPT_PREFIX,
     PendingReceipt,
     Receipts,
+    UnclaimedRefusalError,
     new_receipt,
 )
 
@@ -123,3 +125,14 @@ def test_receipt_and_transaction_ids_are_fresh_and_plain() -> None:
     for value in transactions:
         assert value.startswith("tx-") and len(value) == 35
         int(value[3:], 16)
+
+
+def test_an_error_without_receipt_for_a_closing_connection_is_a_loss() -> None:
+    """Artemis answers a frame after the refused one with 'AMQ339010 Connection is not valid.'
+    (measured): without a receipt-id it names no frame, and refuses none."""
+    receipts = Receipts(timeout_s=1.0)
+    pending = receipts.expect(generation=1)
+    receipts.refused(1, None, "AMQ339010 Connection is not valid.", for_the_connection=True)
+    with pytest.raises(ConnectionLostError) as lost:
+        receipts.wait(pending, "send")
+    assert not isinstance(lost.value, UnclaimedRefusalError)

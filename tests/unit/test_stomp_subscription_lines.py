@@ -207,3 +207,24 @@ def test_the_figure_is_read_from_the_environment() -> None:
     for raw in ("-1", "many"):
         with pytest.raises(ConfigError, match="BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION"):
             stomp_settings_from_env({"BOOST_STOMP_SUBSCRIPTIONS_PER_CONNECTION": raw})
+
+
+def test_artemis_keeps_subscriptions_off_the_sending_connection_while_it_reconnects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker of the transport's own connection is remembered while it is down: a
+    subscription made then goes on a connection of its own, not on the one every send uses."""
+    settings = StompSettings(
+        confirm_timeout_s=2, reconnect_wait_s=0, reconnect_initial_s=30, reconnect_max_s=30
+    )
+    transport, sockets = recording_transport(monkeypatch, ARTEMIS, settings=settings)
+    transport.connect()
+    try:
+        sockets[0].running = False
+        sockets[0].listener.on_disconnected()  # the transport's own connection is lost
+        [sub] = transport.subscribe_many(requests(1))
+        assert transport._subscriptions.connection_of(sub) is not transport._connection
+        assert sum(len(subscribed(sock)) for sock in sockets) == 1
+        assert transport.is_open(sub)
+    finally:
+        transport.close()

@@ -149,6 +149,18 @@ class AmqpPeer:
             raise PeerError("a full address without credit is modelled for Artemis only")
         self._call(lambda: self._engine.full_addresses.add(address))
 
+    def free_address(self, address: str) -> None:
+        """Artemis: address takes messages again; its senders get credit again."""
+
+        def free() -> None:
+            engine = self._engine
+            engine.full_addresses.discard(address)
+            for link, target in engine._producers.items():
+                if target.address == address and link.credit <= 0:
+                    link.flow(engine.profile.credit)
+
+        self._call(free)
+
     def drop_connections(self) -> None:
         """Close every client socket without an AMQP close, as a network failure would."""
         self._call(self._engine.drop_connections)

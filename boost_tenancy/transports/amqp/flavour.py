@@ -89,6 +89,13 @@ class AmqpFlavour(enum.Enum):
         return self is AmqpFlavour.RABBITMQ
 
     @property
+    def withholds_credit_when_full(self) -> bool:
+        """Whether the broker gives a sender no credit while its address refuses messages
+        (Artemis: full under address-full-policy FAIL or BLOCK; ARTEMIS-5645, measured on
+        2.44.0), so that a message waiting that long for credit is refused."""
+        return self is AmqpFlavour.ARTEMIS
+
+    @property
     def refused_send_ends_connection(self) -> bool:
         """Whether the broker's refusal of one message ends the whole connection instead of
         settling that message rejected. RabbitMQ 3.x's AMQP 1.0 plugin has no clause for the

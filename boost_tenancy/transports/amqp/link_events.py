@@ -27,6 +27,11 @@ class LinkEvents:
         if link.is_receiver:
             self.receiving.link_opened(link)
 
+    def on_link_flow(self, event: Event) -> None:
+        sender = event.sender
+        if sender is not None:
+            self.sending.flowed(sender)
+
     def on_link_remote_close(self, event: Event) -> None:
         link: Link = given(event.link, "link")
         reason = describe(link.remote_condition)

@@ -2,21 +2,21 @@
 settlement: a waiter hears of success only when the broker accepted every message it waits
 for, and of the first rejection, release or lost link otherwise.
 
-A message the broker gives no credit for never leaves the client: Artemis drains a sender's
-credit while its address refuses messages (full under address-full-policy FAIL or BLOCK;
-ARTEMIS-5645, measured on 2.44.0). Such a send waited out the transport's confirm timeout as
-unconfirmed, and the transport gave its connection up, with every tenant's deliveries on it.
-Now a sender still without credit CREDIT_WAIT_SHARE of confirm_timeout_s after a send found it
-so has its unsent messages dropped (never sent: nothing of them is stored) and their sends
-failed as refused, and nothing else is touched.
-
-Loop thread only, like everything the connection handler owns (see connection.py).
+A message is written only while its sender has credit; until then it waits here, in order,
+and goes out when the broker gives some. Artemis gives a sender none while its address refuses
+messages (full under address-full-policy FAIL or BLOCK; ARTEMIS-5645, measured on 2.44.0): such
+a send waited out the transport's confirm timeout as unconfirmed, and the transport gave its
+connection up, with every tenant's deliveries on it. There (AmqpFlavour.withholds_credit_when_full)
+messages that waited CREDIT_WAIT_SHARE of confirm_timeout_s, with none of the sender's leaving
+meanwhile, fail as refused: never written, nothing of them is stored, and nothing else is
+touched.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Final
 from cproton import (
     PN_ACCEPTED,
     pn_decref,
-    pn_delivery_abort,
     pn_delivery_link,
     pn_delivery_remote_state,
     pn_delivery_settle,
@@ -32,7 +31,6 @@ from cproton import (
     pn_delivery_updated,
     pn_incref,
     pn_link_credit,
-    pn_link_queued,
 )
 from proton import Delivery, Endpoint, Link, Sender, Terminus
 
@@ -60,20 +58,24 @@ class Sending:
         """Sent and not settled by the broker yet, by pn_delivery_t (with a reference of its
         own, as proton's Delivery keeps one): whose count each one's outcome goes to."""
         self._names = itertools.count(1)
-        self._credit_checks: dict[Any, int] = {}
-        """pn_link_t of the senders whose credit is to be looked at again: how many messages
-        waited on each when it was last looked at (after the send that found it without)."""
+        self._held: dict[Any, deque[tuple[EncodedMessage, Countdown, Any]]] = {}
+        """By pn_link_t: the messages waiting for credit on that sender, in order."""
+        self._moved: set[Any] = set()
+        """pn_link_t of the senders a held message left since they were last looked at."""
 
     def forget_senders(self) -> None:
         """The connection is new or gone: its senders are of no use any more."""
         self._senders = {}
+        self._held, self._moved = {}, set()
 
     def fail_all(self, error: TransportError) -> None:
         """Fail every waiter: the connection their sends went out on is gone."""
         confirms, self._confirms = self._confirms, {}
+        held, self._held = self._held, {}
         for impl in confirms:
             pn_decref(impl)
-        for countdown in dict.fromkeys(confirms.values()):
+        waiting = [countdown for messages in held.values() for _, countdown, _ in messages]
+        for countdown in dict.fromkeys([*confirms.values(), *waiting]):
             countdown.failed(error)
 
     def _sender(self, queue: str, as_queue: bool) -> Sender:
@@ -113,52 +115,80 @@ class Sending:
             resolve(done)
             return
         countdown = Countdown(len(items), done)
-        confirms = self._confirms
+        held = self._held
         for queue, message in items:
             sender = self._sender(queue, as_queue)
-            if transaction is None:
-                impl = message.write(sender)
-            else:
-                sent = transaction.send(sender, message)  # which calls message.send(sender)
-                if not isinstance(sent, Delivery):
-                    raise TransportError("proton returned no delivery for a sent message")
-                impl = sent._impl
-            pn_incref(impl)
-            confirms[impl] = countdown
             link = sender._impl
-            if pn_link_credit(link) <= 0 and link not in self._credit_checks:
-                self._look_again(sender, pn_link_queued(link))
+            if link in held or pn_link_credit(link) <= 0:
+                self._hold(sender, (message, countdown, transaction))
+            else:
+                self._write(sender, message, countdown, transaction)
 
-    def _look_again(self, sender: Sender, queued: int) -> None:
-        self._credit_checks[sender._impl] = queued
+    def _write(
+        self, sender: Sender, message: EncodedMessage, countdown: Countdown, transaction: Any
+    ) -> None:
+        if transaction is None:
+            impl = message.write(sender)
+        else:
+            sent = transaction.send(sender, message)  # which calls message.send(sender)
+            if not isinstance(sent, Delivery):
+                raise TransportError("proton returned no delivery for a sent message")
+            impl = sent._impl
+        pn_incref(impl)
+        self._confirms[impl] = countdown
+
+    def _hold(self, sender: Sender, entry: tuple[EncodedMessage, Countdown, Any]) -> None:
+        """entry waits for credit on sender, after those already waiting."""
+        waiting = self._held.get(sender._impl)
+        if waiting is None:
+            waiting = self._held[sender._impl] = deque()
+            if self._engine.flavour.withholds_credit_when_full:
+                self._look_again(sender)
+        waiting.append(entry)
+
+    def flowed(self, sender: Sender) -> None:
+        """The broker gave sender credit (on_link_flow): the messages waiting go out while it
+        lasts, in order."""
+        link = sender._impl
+        waiting = self._held.get(link)
+        if not waiting:
+            return
+        while waiting and pn_link_credit(link) > 0:
+            message, countdown, transaction = waiting.popleft()
+            try:
+                self._write(sender, message, countdown, transaction)
+            except Exception as exc:  # on the loop thread: the waiter must hear, the loop go on
+                error = exc if isinstance(exc, TransportError) else TransportError(str(exc))
+                countdown.failed(error)
+            self._moved.add(link)
+        if not waiting:
+            del self._held[link]
+
+    def _look_again(self, sender: Sender) -> None:
         wait_s = self._engine.settings.confirm_timeout_s * CREDIT_WAIT_SHARE
         # The wrapper, which holds a reference: proton may free a link of a lost connection.
         self._engine.loop.schedule(wait_s, functools.partial(self._check_credit, sender))
 
     def _check_credit(self, sender: Sender) -> None:
-        """A send found sender without credit a while ago: if it still has none and not one
-        message has left it since, the messages waiting are dropped unsent and their sends fail
-        as refused; while messages still leave it (a busy broker granting credit slowly), it is
-        looked at again later."""
+        """Messages wait for credit on sender since a while: if none of them left it since it
+        was last looked at, they fail as refused, never written; otherwise (a busy broker
+        granting credit slowly) it is looked at again later."""
         link = sender._impl
-        before = self._credit_checks.pop(link, 0)
-        queued = pn_link_queued(link)
-        if pn_link_credit(link) > 0 or queued <= 0:
+        waiting = self._held.get(link)
+        if not waiting:
             return
-        if queued < before:
-            self._look_again(sender, queued)
+        if link in self._moved:
+            self._moved.discard(link)
+            self._look_again(sender)
             return
-        waiting = [impl for impl in self._confirms if pn_delivery_link(impl) == link]
+        del self._held[link]
         wait_s = self._engine.settings.confirm_timeout_s * CREDIT_WAIT_SHARE
         error = TransportError(
             f"the broker gave no credit to send within {wait_s} s, and the message was not "
             "sent (Artemis: its address is full under address-full-policy FAIL or BLOCK)"
         )
-        # A link sends in order: the last `queued` of its deliveries are the ones not sent.
-        for impl in waiting[-queued:]:
-            pn_delivery_abort(impl)  # never sent: dropped, not aborted on the wire
-            self._confirms.pop(impl).failed(error)
-            pn_decref(impl)
+        for countdown in dict.fromkeys(countdown for _, countdown, _ in waiting):
+            countdown.failed(error)
 
     def delivered(self, impl: Any) -> bool:
         """A delivery event's pn_delivery_t, before proton wraps the event (the loop's
@@ -211,3 +241,5 @@ class Sending:
         for impl in [d for d in self._confirms if pn_delivery_link(d) == link._impl]:
             self._confirms.pop(impl).failed(error)
             pn_decref(impl)
+        for _, countdown, _ in self._held.pop(link._impl, ()):
+            countdown.failed(error)

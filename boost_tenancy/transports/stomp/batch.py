@@ -7,7 +7,7 @@ import os
 
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.stomp.frames import encode_frame, send_frame, with_receipt
-from boost_tenancy.transports.stomp.link import FrameWriter
+from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import new_receipt
 from boost_tenancy.transports.stomp.sending import Sender
 
@@ -28,9 +28,11 @@ class StompBatch:
     def __init__(self, sender: Sender, *, atomic: bool) -> None:
         self._sender = sender
         self._tx = new_transaction() if atomic else None
-        self._stream = atomic and not sender.connection.flavour.refusal_closes_connection
-        self._link = sender.connection.current()
-        self._writer = FrameWriter(self._link, "batch write")
+        self._stream: tuple[Link, FrameWriter] | None = None
+        """The connection a streamed transaction goes out on, and its writer."""
+        if atomic and not sender.connection.flavour.refusal_closes_connection:
+            link = sender.connection.current()
+            self._stream = link, FrameWriter(link, "batch write")
         self._held: list[bytes] = []
         """Frames written at commit: plain sends, or a transaction's that does not stream."""
         self._queues: set[str] = set()
@@ -50,29 +52,27 @@ class StompBatch:
         frame = send_frame(queue, message, 0, {"transaction": self._tx})
         self._count += 1
         self._queues.add(queue)
-        if not self._stream:
+        if self._stream is None:
             self._held.append(frame)
             return
+        _, writer = self._stream
         if not self._began:
-            self._writer.push(encode_frame("BEGIN", {"transaction": self._tx}))
+            writer.push(encode_frame("BEGIN", {"transaction": self._tx}))
             self._began = True
-        self._writer.push(frame)
+        writer.push(frame)
 
     def commit(self) -> None:
         tx = self._tx
-        if not self._stream or tx is None:
+        if self._stream is None or tx is None:
             self._commit_held()
             return
         if not self._began:
             return
+        link, writer = self._stream
         receipt = new_receipt()
         commit = encode_frame("COMMIT", {"transaction": tx, "receipt": receipt})
         self._sender.connection.confirm(
-            self._link,
-            [commit],
-            receipt,
-            f"commit of {self._count} message(s)",
-            writer=self._writer,
+            link, [commit], receipt, f"commit of {self._count} message(s)", writer=writer
         )
 
     def _commit_held(self) -> None:
@@ -98,10 +98,11 @@ class StompBatch:
 
     def abort(self) -> None:
         tx = self._tx
-        if not self._stream or tx is None or not self._began:
+        if self._stream is None or tx is None or not self._began:
             self._held.clear()
             return
-        self._writer.clear()
+        link, writer = self._stream
+        writer.clear()
         # Nothing of an aborted transaction is stored; a dead connection aborts it anyway.
         with contextlib.suppress(Exception):
-            self._link.write(encode_frame("ABORT", {"transaction": tx}), "abort")
+            link.write(encode_frame("ABORT", {"transaction": tx}), "abort")

@@ -205,7 +205,7 @@ class StompConnection:
         with self._lock:
             self._closing = True
             link, self._link = self._link, None
-            self._connected = False
+            self._connected, self._doomed = False, None
         self.receipts.fail(None, "transport closed", TransportError)
         if link is not None:
             try:
@@ -349,14 +349,14 @@ class StompConnection:
         message = headers.get("message", "broker error")
         detail = f"{message}: {text.strip()}" if text.strip() else message
         log.error("stomp_error_frame", message=message)
+        if self._flavour.refusal_closes_connection:
+            self._closed_by_broker(generation)  # first: a caller told of it writes elsewhere
         self.receipts.refused(
             generation,
             headers.get("receipt-id"),
             detail,
             for_the_connection=self._flavour.refused_with_its_connection(message),
         )
-        if self._flavour.refusal_closes_connection:
-            self._closed_by_broker(generation)
 
     def _closed_by_broker(self, generation: int) -> None:
         """The broker closes this connection after its ERROR: no frame is written into it from

@@ -136,7 +136,8 @@ class Receipts:
         # A frame that asked for no receipt was refused (a SEND of a transaction, or one before a
         # batch's last); Artemis 2.44 sent the commit's RECEIPT after this ERROR (measured):
         # nothing awaited on this connection is taken as confirmed.
-        self.fail(generation, f"the broker refused a frame of it: {detail}", UnclaimedRefusalError)
+        failure = ConnectionLostError if for_the_connection else UnclaimedRefusalError
+        self.fail(generation, f"the broker refused a frame of it: {detail}", failure)
 
     def fail(
         self,

@@ -117,10 +117,12 @@ class Sender:
                 return
             except ConnectionLostError as exc:
                 lost = exc
-        refused_near = isinstance(lost, UnclaimedRefusalError)
-        closes = lane.connection.flavour.refusal_closes_connection
-        if wanted is None or not (refused_near or closes):
+        # Where the broker keeps the connection after a refusal (Classic), frames outside the
+        # gate (acknowledgements, transactional forwards) share it, and being alone on the gate
+        # proves nothing: a loss is the caller's, as before.
+        if wanted is None or not lane.connection.flavour.refusal_closes_connection:
             raise lost
+        refused_near = isinstance(lost, UnclaimedRefusalError)
         if refused_near and stay.alone:
             raise RefusedError(f"{lost} (the only send on its connection)") from None
         if not wanted():
@@ -144,6 +146,11 @@ class Sender:
         except ConnectionLostError as again:
             # Lost twice, with no refusal seen: whether the broker holds it is unknown.
             raise NotConfirmedError(f"{again} (lost again when sent alone)") from None
+        except BrokerRefusalError:
+            raise
+        except TransportError as again:
+            # Its connection stayed away: the first try's fate is still unknown.
+            raise NotConfirmedError(f"{again} (lost with its connection before)") from None
         if not still_wanted:
             raise lost
 
@@ -176,4 +183,9 @@ class Sender:
                 with self._lock:
                     self._refusing = None  # the next send to a refusing queue tries again
                 raise
+            with self._lock:
+                closed = self._closed
+            if closed:  # closed while it connected: close() found it unopened
+                lane.connection.close()
+                raise TransportError("STOMP transport is closed")
         return lane

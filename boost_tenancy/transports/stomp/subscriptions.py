@@ -35,6 +35,7 @@ from boost_tenancy.selectors import SelectorLike
 from boost_tenancy.transports.base import Delivery, OnDelivery, SubscribeRequest, Subscription
 from boost_tenancy.transports.stomp.acks import AckToken, AckWriter
 from boost_tenancy.transports.stomp.connection import StompConnection
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from boost_tenancy.transports.stomp.frames import QUEUE_PREFIX, delivery_of, encode_frame
 from boost_tenancy.transports.stomp.link import FrameWriter, Link
 from boost_tenancy.transports.stomp.receipts import PendingReceipt
@@ -163,16 +164,17 @@ class Subscriptions:
             if request.prefetch < 1:
                 raise ConfigError(f"prefetch must be at least 1, got {request.prefetch}")
             made.append((f"sub-{next(self._ids)}", check_queue_name(request.queue), request))
-        # The broker decides how many a line takes; while the transport's own connection is down
-        # (not connected yet, or reconnecting) they go on it, and are created once it is up.
-        primary = self.primary.connection.live()
+        # The broker decides how many a line takes: the broker of the transport's own connection,
+        # kept while it reconnects. Before its first connection they go on it, and are created
+        # once it is up.
+        flavour = self.primary.connection.flavour
+        known = flavour is not BrokerFlavour.OTHER
         limit = (
             None
-            if primary is None
-            else self._settings.subscriptions_per_connection
-            or primary.flavour.subscriptions_per_connection
+            if not known
+            else self._settings.subscriptions_per_connection or flavour.subscriptions_per_connection
         )
-        apart = primary is not None and primary.flavour.refusal_closes_connection
+        apart = flavour.refusal_closes_connection
         with self._lock:
             places = self._place(len(made), limit, apart=apart)
         with self._opening:
