@@ -115,12 +115,16 @@ class Sending:
             resolve(done)
             return
         countdown = Countdown(len(items), done)
-        held = self._held
+        held, confirms = self._held, self._confirms
         for queue, message in items:
             sender = self._sender(queue, as_queue)
             link = sender._impl
-            if link in held or pn_link_credit(link) <= 0:
+            if (held and link in held) or pn_link_credit(link) <= 0:
                 self._hold(sender, (message, countdown, transaction))
+            elif transaction is None:  # the common case, inline: it runs for every send
+                impl = message.write(sender)
+                pn_incref(impl)
+                confirms[impl] = countdown
             else:
                 self._write(sender, message, countdown, transaction)
 
