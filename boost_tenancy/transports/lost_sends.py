@@ -20,11 +20,20 @@ from contextlib import contextmanager
 from typing import Final
 
 from boost_tenancy.errors import TransportError
+from boost_tenancy.transports.options import ConnectOptions
 
 
 class ConnectionLostError(TransportError):
     """What waited on a connection failed because the connection was lost: whether the broker
     took a send of it is unknown (the broker did not refuse it, as far as the transport saw)."""
+
+
+def connection_wait_s(options: ConnectOptions) -> float:
+    """How long a send waits for its connection: at least connect_timeout_s, even where the
+    caller fails at once while the broker is away (reconnect_wait_s 0). Another tenant's
+    refused message ends the sending connection while the subscriptions' stays, and failing at
+    once would fail sends that would go through a moment later."""
+    return max(options.reconnect_wait_s, options.connect_timeout_s)
 
 
 @dataclasses.dataclass(slots=True)

@@ -25,7 +25,12 @@ from boost_tenancy.transports.amqp.connection import AmqpConnection
 from boost_tenancy.transports.amqp.encoding import EncodedMessage
 from boost_tenancy.transports.amqp.flavour import REFUSAL_ENDS_CONNECTION
 from boost_tenancy.transports.amqp.settings import AmqpSettings
-from boost_tenancy.transports.lost_sends import ConnectionLostError, RefusingQueues, SendGate
+from boost_tenancy.transports.lost_sends import (
+    ConnectionLostError,
+    RefusingQueues,
+    SendGate,
+    connection_wait_s,
+)
 
 
 class RefusedError(TransportError):
@@ -42,12 +47,7 @@ class Publisher:
     full queue stalls that connection, never the sends of the others."""
 
     def __init__(self, settings: AmqpSettings) -> None:
-        # A send waits for its connection at least connect_timeout_s, even where the caller
-        # fails at once while the broker is away (reconnect_wait_s 0): a refusal ends this
-        # connection while the subscriptions' stays, so failing at once would fail other
-        # tenants' sends that would have gone through a moment later.
-        waits = max(settings.reconnect_wait_s, settings.connect_timeout_s)
-        self._settings = dataclasses.replace(settings, reconnect_wait_s=waits)
+        self._settings = dataclasses.replace(settings, reconnect_wait_s=connection_wait_s(settings))
         self._main = _Lane(AmqpConnection(self._settings, name="amqp-sender"))
         self._refusing: _Lane | None = None
         self._suspects = RefusingQueues()

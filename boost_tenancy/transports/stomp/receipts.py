@@ -130,8 +130,8 @@ class Receipts:
         receipt (None: for one that asked for none); for_the_connection: the frame was refused
         only because the connection is closing (BrokerFlavour.refused_with_its_connection)."""
         if receipt is not None:
-            lost = for_the_connection
-            self.resolve(receipt, detail, ConnectionLostError if lost else BrokerRefusalError)
+            failure = ConnectionLostError if for_the_connection else BrokerRefusalError
+            self.resolve(receipt, detail, failure)
             return
         # A frame that asked for no receipt was refused (a SEND of a transaction, or one before a
         # batch's last); Artemis 2.44 sent the commit's RECEIPT after this ERROR (measured):

@@ -10,8 +10,10 @@ with the same boostMessageId: Artemis answers a durable SEND once its journal ha
 ERROR of a later frame (measured). So a queue that refused is sent to on a second connection
 until a send to it goes through, and its next refusals cost no other send.
 
-Classic keeps the connection, but an ERROR for a frame that asked for no receipt fails every
-receipt awaited there (receipts.py): those sends are sent again alone the same way.
+Classic keeps the connection after an ERROR, and its acknowledgements and transactional forwards
+share that connection outside the sender's gate, so being alone on the gate proves nothing
+there: a send that fails with its connection (or with an ERROR for a frame that asked for no
+receipt, receipts.py) fails to its caller, as before.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from boost_tenancy.errors import NotConfirmedError, TransportError
-from boost_tenancy.transports.lost_sends import ConnectionLostError, RefusingQueues, SendGate
+from boost_tenancy.transports.lost_sends import (
+    ConnectionLostError,
+    RefusingQueues,
+    SendGate,
+    connection_wait_s,
+)
 from boost_tenancy.transports.stomp.connection import StompConnection
 from boost_tenancy.transports.stomp.flavour import REFUSAL_CLOSES_CONNECTION
 from boost_tenancy.transports.stomp.receipts import (
@@ -65,11 +72,7 @@ class Sender:
         self._lock = threading.Lock()
         """Guards _refusing; never held while waiting on the broker."""
         self._closed = False
-        # A send waits for its connection at least connect_timeout_s, even where the caller
-        # fails at once while the broker is away (reconnect_wait_s 0): another tenant's refused
-        # message closes this connection, and failing at once would fail sends that would go
-        # through a moment later.
-        self._wait_s = max(settings.reconnect_wait_s, settings.connect_timeout_s)
+        self._wait_s = connection_wait_s(settings)
         self._alone_s = self._wait_s + settings.receipt_timeout_s
 
     @property
