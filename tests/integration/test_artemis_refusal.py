@@ -30,6 +30,7 @@ from boost_tenancy.errors import NotConfirmedError, TransportError
 from boost_tenancy.messages import WireMessage
 from boost_tenancy.transports.amqp import AmqpTransport
 from boost_tenancy.transports.stomp import StompSettings, StompTransport
+from boost_tenancy.transports.stomp.flavour import BrokerFlavour
 from devtools.local_artemis import HOST, PASSWORD, USER, ArtemisSettings, LocalArtemis
 from tests.broker_target import raw_connect_frame
 from tests.conftest import unavailable, wait_until
@@ -145,6 +146,43 @@ def test_a_refused_send_of_a_transaction_is_answered_by_an_error_without_receipt
     first = frames[0].split(b"\n")
     assert first[0] == b"ERROR", frames
     assert not any(line.startswith(b"receipt-id:") for line in first), frames
+    assert closed, "the broker kept the connection after its ERROR"
+
+
+def test_a_frame_after_the_refused_one_is_answered_connection_not_valid(
+    broker: LocalArtemis,
+) -> None:
+    """Before it closes the connection, Artemis answers a frame that came after the refused one
+    with ERROR 'AMQ339010 Connection is not valid.' and that frame's receipt-id: not a refusal of
+    it (BrokerFlavour.refused_with_its_connection), so the transport sends it again rather
+    than dead-letter its message. 10 of 10 raw tries so before this test."""
+    address = filled(broker)
+    settings = StompSettings(
+        host=HOST, port=broker.settings.stomp_port, username=USER, password=PASSWORD
+    )
+    with socket.create_connection((HOST, broker.settings.stomp_port), timeout=5) as sock:
+        sock.sendall(raw_connect_frame(settings))
+        assert sock.recv(65536).startswith(b"CONNECTED")
+        sock.sendall(
+            f"SEND\ndestination:{address}\nreceipt:r1\n\n{BODY}\x00".encode()
+            + b"SEND\ndestination:boost-ok.after\nreceipt:r2\n\nx\x00"
+        )
+        frames, closed = frames_after(sock)
+    answers = [
+        {
+            key.decode(): value.decode()
+            for key, _, value in (
+                line.partition(b":") for line in frame.split(b"\n\n")[0].split(b"\n")[1:]
+            )
+            if key in (b"message", b"receipt-id")
+        }
+        for frame in frames
+    ]
+    assert [frame.split(b"\n")[0] for frame in frames] == [b"ERROR", b"ERROR"], frames
+    assert answers[0]["receipt-id"] == "r1"
+    assert not BrokerFlavour.ARTEMIS.refused_with_its_connection(answers[0]["message"])
+    assert answers[1]["receipt-id"] == "r2"
+    assert BrokerFlavour.ARTEMIS.refused_with_its_connection(answers[1]["message"])
     assert closed, "the broker kept the connection after its ERROR"
 
 
